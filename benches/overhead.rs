@@ -1,0 +1,146 @@
+//! Per-request overhead of `Throttle` against peers, measured in one run on
+//! one thread: the bare service, `tower::limit::ConcurrencyLimit`, a
+//! `governor` keyed rate-limit check, and `Throttle` with one scope and with
+//! 100 000 scopes visited round-robin.
+//!
+//! Every variant builds the same request (a pre-parsed URI cloned into a new
+//! `http::Request`) and drives `ready` + `call` + the response future to
+//! completion, so `variant - bare` is the overhead of the layer. The figure
+//! to report is the ratio of overheads, not absolute times.
+//!
+//! ```text
+//! cargo bench --bench overhead
+//! ```
+
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use governor::{Quota, RateLimiter};
+use tower::{Service, ServiceExt};
+use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+
+const MANY_SCOPES: usize = 100_000;
+
+fn bare() -> impl Service<
+    http::Request<()>,
+    Response = http::Response<()>,
+    Error = Infallible,
+    Future = std::future::Ready<Result<http::Response<()>, Infallible>>,
+> + Clone {
+    tower::service_fn(|_request: http::Request<()>| std::future::ready(Ok(http::Response::new(()))))
+}
+
+fn uris(count: usize) -> Vec<http::Uri> {
+    (0..count)
+        .map(|i| format!("https://host{i}.example/page").parse().unwrap())
+        .collect()
+}
+
+fn request(uri: &http::Uri) -> http::Request<()> {
+    let mut request = http::Request::new(());
+    *request.uri_mut() = uri.clone();
+    request
+}
+
+fn unthrottled_registry() -> Registry {
+    // Delay 0 and lanes to spare: the throttle never waits, so what is
+    // measured is pure bookkeeping.
+    Registry::builder()
+        .max_concurrency(1_000)
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(1_000)
+                .delay(Duration::ZERO)
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap()
+}
+
+/// Runs `iters` requests through `service`, cycling over `uris`.
+async fn drive<S>(service: &mut S, uris: &[http::Uri], iters: u64) -> Duration
+where
+    S: Service<http::Request<()>, Response = http::Response<()>>,
+    S::Error: std::fmt::Debug,
+{
+    let start = Instant::now();
+    for i in 0..iters as usize {
+        let request = request(&uris[i % uris.len()]);
+        let response = service.ready().await.unwrap().call(request).await.unwrap();
+        black_box(response);
+    }
+    start.elapsed()
+}
+
+fn overhead(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let one = uris(1);
+    let many = uris(MANY_SCOPES);
+    let mut group = c.benchmark_group("overhead");
+
+    group.bench_function("bare", |b| {
+        let mut service = bare();
+        b.iter_custom(|iters| runtime.block_on(drive(&mut service, &one, iters)));
+    });
+
+    group.bench_function("concurrency_limit", |b| {
+        let mut service = tower::limit::ConcurrencyLimit::new(bare(), 1_000);
+        b.iter_custom(|iters| runtime.block_on(drive(&mut service, &one, iters)));
+    });
+
+    for (name, uris) in [
+        ("governor_keyed/1_key", &one),
+        ("governor_keyed/100k_keys", &many),
+    ] {
+        group.bench_function(name, |b| {
+            let limiter = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
+            let mut inner = bare();
+            // The same work Throttle's host resolver does: key = lower-cased host.
+            let mut service = tower::service_fn(move |request: http::Request<()>| {
+                let key = request.uri().host().unwrap_or_default().to_ascii_lowercase();
+                assert!(limiter.check_key(&key).is_ok());
+                inner.call(request)
+            });
+            b.iter_custom(|iters| runtime.block_on(drive(&mut service, uris, iters)));
+        });
+    }
+
+    group.bench_function("throttle/1_scope", |b| {
+        let mut service = ThrottleLayer::new(unthrottled_registry()).layer_service(bare());
+        b.iter_custom(|iters| runtime.block_on(drive(&mut service, &one, iters)));
+    });
+
+    group.bench_function("throttle/100k_scopes", |b| {
+        let mut service = ThrottleLayer::new(unthrottled_registry()).layer_service(bare());
+        // Create every scope first, so the figure is the steady state of a
+        // crawl over 100 000 sites, not their first sight.
+        runtime.block_on(drive(&mut service, &many, MANY_SCOPES as u64));
+        b.iter_custom(|iters| runtime.block_on(drive(&mut service, &many, iters)));
+    });
+
+    group.finish();
+}
+
+trait LayerService {
+    fn layer_service<S>(&self, inner: S) -> tower_throttle::Throttle<S>;
+}
+
+impl LayerService for ThrottleLayer {
+    fn layer_service<S>(&self, inner: S) -> tower_throttle::Throttle<S> {
+        tower::Layer::layer(self, inner)
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    targets = overhead
+}
+criterion_main!(benches);

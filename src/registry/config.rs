@@ -1,0 +1,270 @@
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// The longest delay any setting accepts. Longer values are almost certainly
+/// a unit mistake (milliseconds given as seconds) and would overflow timers.
+pub const MAX_CONFIG_DELAY: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Random variation applied to every computed wait: each wait is multiplied
+/// by a factor drawn uniformly from `[1 - below, 1 + above]`.
+///
+/// The factor is drawn anew for every send and never stored, so the *mean*
+/// gap between sends equals the configured delay when the jitter is
+/// symmetric.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Jitter {
+    below: f64,
+    above: f64,
+}
+
+impl Jitter {
+    /// No variation.
+    pub const NONE: Jitter = Jitter {
+        below: 0.0,
+        above: 0.0,
+    };
+
+    /// `±factor`: waits vary in `[1 - factor, 1 + factor] × wait`.
+    pub const fn symmetric(factor: f64) -> Self {
+        Jitter {
+            below: factor,
+            above: factor,
+        }
+    }
+
+    /// Waits vary in `[1 - below, 1 + above] × wait`.
+    pub const fn range(below: f64, above: f64) -> Self {
+        Jitter { below, above }
+    }
+
+    /// How far below 1 the factor may go.
+    pub fn below(&self) -> f64 {
+        self.below
+    }
+
+    /// How far above 1 the factor may go.
+    pub fn above(&self) -> f64 {
+        self.above
+    }
+
+    /// Whether this jitter changes nothing.
+    pub fn is_none(&self) -> bool {
+        self.below == 0.0 && self.above == 0.0
+    }
+
+    pub(crate) fn validate(&self, field: &str) -> Result<(), ConfigError> {
+        let Jitter { below, above } = *self;
+        if !below.is_finite() || !above.is_finite() {
+            return Err(ConfigError::new(field, (below, above), "must be finite"));
+        }
+        if below < 0.0 || above < 0.0 {
+            return Err(ConfigError::new(field, (below, above), "must not be negative"));
+        }
+        if above > 100.0 {
+            return Err(ConfigError::new(
+                field,
+                (below, above),
+                "the part above 1 must be at most 100",
+            ));
+        }
+        if below > 1.0 {
+            return Err(ConfigError::new(
+                field,
+                (below, above),
+                "the part below 1 must be at most 1 (waits cannot be negative)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A factor drawn uniformly from `[1 - below, 1 + above]`.
+    pub(crate) fn draw(&self, rng: &mut fastrand::Rng) -> f64 {
+        if self.is_none() {
+            return 1.0;
+        }
+        (1.0 - self.below + rng.f64() * (self.below + self.above)).max(0.0)
+    }
+}
+
+impl From<f64> for Jitter {
+    fn from(factor: f64) -> Self {
+        Jitter::symmetric(factor)
+    }
+}
+
+impl From<[f64; 2]> for Jitter {
+    fn from([below, above]: [f64; 2]) -> Self {
+        Jitter::range(below, above)
+    }
+}
+
+impl From<(f64, f64)> for Jitter {
+    fn from((below, above): (f64, f64)) -> Self {
+        Jitter::range(below, above)
+    }
+}
+
+/// How one scope is throttled. Defaults follow Scrapy's: one request at a
+/// time, at least 1 s between sends, ±50 % jitter.
+///
+/// | setting | default | meaning |
+/// |---|---|---|
+/// | [`concurrency`](Self::concurrency) | 1 | lanes ("slots"); each lane has at most one request in flight |
+/// | [`delay`](Self::delay) | 1 s | minimum time between the sends of any two requests of the scope |
+/// | [`delay_per_slot`](Self::delay_per_slot) | 1 s | minimum time between two sends on the same lane |
+/// | [`jitter`](Self::jitter) | ±0.5 | every wait is multiplied by a factor in `[1 - 0.5, 1 + 0.5]` |
+///
+/// Values are checked when the registry is built (or when
+/// [`Registry::set_scope`](crate::Registry::set_scope) is called):
+/// a bad value is a [`ConfigError`] naming the field.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::ScopeConfig;
+///
+/// let fast = ScopeConfig::default()
+///     .concurrency(16)
+///     .delay(Duration::ZERO)
+///     .delay_per_slot(Duration::ZERO)
+///     .jitter(0.0);
+/// # drop(fast);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScopeConfig {
+    pub(crate) concurrency: u32,
+    pub(crate) delay: Duration,
+    pub(crate) delay_per_slot: Duration,
+    pub(crate) jitter: Jitter,
+}
+
+impl Default for ScopeConfig {
+    fn default() -> Self {
+        ScopeConfig {
+            concurrency: 1,
+            delay: Duration::from_secs(1),
+            delay_per_slot: Duration::from_secs(1),
+            jitter: Jitter::symmetric(0.5),
+        }
+    }
+}
+
+impl ScopeConfig {
+    /// Lanes: how many requests of the scope may be in flight at once
+    /// (at least 1; capped by the registry's `max_concurrency`).
+    pub fn concurrency(mut self, lanes: u32) -> Self {
+        self.concurrency = lanes;
+        self
+    }
+
+    /// Minimum time between the sends of any two requests of the scope.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Minimum time between two sends on the same lane, measured from the
+    /// previous send on that lane.
+    pub fn delay_per_slot(mut self, delay: Duration) -> Self {
+        self.delay_per_slot = delay;
+        self
+    }
+
+    /// Random variation of every wait: a symmetric factor (`0.5` means
+    /// `[0.5, 1.5] × wait`), a `[below, above]` pair, or [`Jitter::NONE`].
+    /// `0.0` disables it.
+    pub fn jitter(mut self, jitter: impl Into<Jitter>) -> Self {
+        self.jitter = jitter.into();
+        self
+    }
+
+    /// The configured lanes.
+    pub fn get_concurrency(&self) -> u32 {
+        self.concurrency
+    }
+
+    /// The configured delay between sends.
+    pub fn get_delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// The configured delay between sends on one lane.
+    pub fn get_delay_per_slot(&self) -> Duration {
+        self.delay_per_slot
+    }
+
+    /// The configured jitter.
+    pub fn get_jitter(&self) -> Jitter {
+        self.jitter
+    }
+
+    /// Checks every value; `name` says which scope config this is
+    /// (`default scope` or `scope "api"`) so errors name the field fully.
+    pub(crate) fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        if self.concurrency == 0 {
+            return Err(ConfigError::new(
+                format!("{name} concurrency"),
+                self.concurrency,
+                "must be at least 1",
+            ));
+        }
+        validate_delay(&format!("{name} delay"), self.delay)?;
+        validate_delay(&format!("{name} delay_per_slot"), self.delay_per_slot)?;
+        self.jitter.validate(&format!("{name} jitter"))
+    }
+}
+
+pub(crate) fn validate_delay(field: &str, delay: Duration) -> Result<(), ConfigError> {
+    if delay > MAX_CONFIG_DELAY {
+        return Err(ConfigError::new(field, delay, "must be at most 7 days"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_seeds() {
+        let config = ScopeConfig::default();
+        assert_eq!(config.get_concurrency(), 1);
+        assert_eq!(config.get_delay(), Duration::from_secs(1));
+        assert_eq!(config.get_delay_per_slot(), Duration::from_secs(1));
+        assert_eq!(config.get_jitter(), Jitter::symmetric(0.5));
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let cases: Vec<(ScopeConfig, &str)> = vec![
+            (ScopeConfig::default().concurrency(0), "s concurrency"),
+            (ScopeConfig::default().jitter(-0.1), "s jitter"),
+            (ScopeConfig::default().jitter(f64::NAN), "s jitter"),
+            (ScopeConfig::default().jitter(f64::INFINITY), "s jitter"),
+            (ScopeConfig::default().jitter([1.5, 0.0]), "s jitter"),
+            (
+                ScopeConfig::default().delay(Duration::from_secs(8 * 24 * 3600)),
+                "s delay",
+            ),
+            (
+                ScopeConfig::default().delay_per_slot(Duration::MAX),
+                "s delay_per_slot",
+            ),
+        ];
+        for (config, field) in cases {
+            let err = config.validate("s").unwrap_err();
+            assert_eq!(err.field(), field, "{err}");
+        }
+    }
+
+    #[test]
+    fn jitter_stays_within_its_range() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let jitter = Jitter::range(0.25, 0.5);
+        let draws: Vec<f64> = (0..10_000).map(|_| jitter.draw(&mut rng)).collect();
+        assert!(draws.iter().all(|f| (0.75..=1.5).contains(f)));
+        let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+        assert!((mean - 1.125).abs() < 0.01, "mean factor {mean}");
+        assert_eq!(Jitter::NONE.draw(&mut rng), 1.0);
+    }
+}

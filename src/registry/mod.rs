@@ -1,0 +1,514 @@
+//! The shared registry: scope configs, the resolver, per-scope runtime state
+//! and the global limits, behind one `Arc`.
+//!
+//! Every layer of this crate takes a [`Registry`] and talks only to it;
+//! layers never talk to each other. [`Throttle`](crate::Throttle) asks it
+//! *when* a request may be sent; the feedback layers (backoff, rate-limit
+//! headers, robots.txt, AutoThrottle) report what they observe to it, which
+//! changes what `Throttle` allows next. Cloning a `Registry` is cheap and
+//! every clone sees the same state.
+//!
+//! # State model
+//!
+//! For each scope the registry keeps:
+//!
+//! - its **config** ([`ScopeConfig`]: lanes, delay, per-lane delay, jitter),
+//!   from [`RegistryBuilder::scope`] or the default, replaceable at runtime
+//!   with [`Registry::set_scope`];
+//! - **contributions**: limits added by the feedback layers, one field per
+//!   source (today: a *hold*, an instant before which nothing is sent; to
+//!   come: backoff level, AutoThrottle delay, robots.txt Crawl-delay, quota
+//!   window). The *effective* limits are the most restrictive of the config
+//!   and every contribution: the smallest concurrency and the largest delay.
+//!   [`ScopeStats`] says which source set each one. A new source is a new
+//!   field and one more term in that fold; the scheduler does not change;
+//! - **lanes**: each lane carries at most one request in flight and the
+//!   earliest instant it may send again (`delay_per_slot` after its last
+//!   send). Lanes are created on first use, so an idle scope costs little
+//!   whatever its concurrency;
+//! - the scope's **next send** instant (`delay` after its last send) and
+//!   its **queue** of waiting requests.
+//!
+//! Jitter is drawn once per send when the next instants are computed, and
+//! never stored in the limits, so the mean gap equals the configured delay.
+//!
+//! # Admission
+//!
+//! A request is sent when every one of its scopes allows it (a free lane
+//! past its per-lane delay, the scope delay passed, no hold) and fewer than
+//! `max_concurrency` requests are in flight. Admission is all-or-nothing:
+//! a request waiting on scope B takes nothing in scope A. Waiters are
+//! ordered by [`Priority`](crate::Priority), then arrival, with one global
+//! sequence, so any two requests are in the same order in every scope they
+//! share; that is what rules out deadlocks. Within a scope the order is
+//! first-come first-served; a waiter that another of its scopes holds back
+//! may be passed by later waiters of this scope, but only a bounded number
+//! of times, after which it keeps its place and cannot be starved.
+//!
+//! Nothing polls: a waiting request sleeps until an event that concerns one
+//! of its scopes (a send, a completion, a config change, a hold, a timer).
+//! Each scope has at most one timer, kept by its first waiter.
+
+mod config;
+mod state;
+mod stats;
+
+pub use config::{Jitter, ScopeConfig, MAX_CONFIG_DELAY};
+pub use stats::{LimitSource, ScopeStats, Stats};
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
+
+use crate::error::ConfigError;
+use crate::scope::{HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
+use state::{Scheduler, TicketId, TicketPoll, WakeList};
+
+/// Default global cap on requests in flight.
+pub const DEFAULT_MAX_CONCURRENCY: u32 = 16;
+/// Default cap on requests admitted by `poll_ready` but not yet sent.
+pub const DEFAULT_MAX_QUEUED: usize = 10_000;
+
+/// The shared throttling state. See the [module docs](self) for the model.
+///
+/// # Clone
+///
+/// Cloning is cheap (an `Arc`), and clones share everything.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::{Registry, ScopeConfig};
+///
+/// let registry = Registry::builder()
+///     .max_concurrency(16)
+///     .default_scope(ScopeConfig::default())
+///     .scope(
+///         "quotes.toscrape.com",
+///         ScopeConfig::default().concurrency(16).delay(Duration::ZERO),
+///     )
+///     .build()?;
+/// # Ok::<(), tower_throttle::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct Registry {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    scheduler: Mutex<Scheduler>,
+    resolver: Box<dyn ScopeResolver>,
+    max_queued: usize,
+    queued: AtomicUsize,
+    queue_waiters: Mutex<Vec<Waker>>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("max_queued", &self.shared.max_queued)
+            .field("queued", &self.shared.queued.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Registry {
+    /// A registry with every default (equivalent to
+    /// `Registry::builder().build()`).
+    fn default() -> Self {
+        Registry::builder()
+            .build()
+            .expect("the default configuration is valid")
+    }
+}
+
+impl Registry {
+    /// Starts building a registry.
+    pub fn builder() -> RegistryBuilder {
+        RegistryBuilder::default()
+    }
+
+    fn scheduler(&self) -> MutexGuard<'_, Scheduler> {
+        // The scheduler never panics while holding the lock, but if a
+        // tracing subscriber did, its state is still consistent.
+        self.shared
+            .scheduler
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Replaces the config of scope `key` (or sets one for a scope not seen
+    /// yet). Waiting requests re-evaluate at once.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field when a value is invalid; the old
+    /// config then stays.
+    pub fn set_scope(&self, key: impl Into<Scope>, config: ScopeConfig) -> Result<(), ConfigError> {
+        let key = key.into();
+        config.validate(&format!("scope {:?}", key.as_str()))?;
+        let mut wake = WakeList::new();
+        self.scheduler().set_scope(key, config, Instant::now(), &mut wake);
+        wake_all(wake);
+        Ok(())
+    }
+
+    /// Holds scope `key` for `duration`: nothing of it is sent before then.
+    /// A hold never shortens a longer one already active. This is the call
+    /// rate-limit feedback (Retry-After, RateLimit resets) uses.
+    pub fn hold(&self, key: impl Into<Scope>, duration: Duration) {
+        let now = Instant::now();
+        let until = now.checked_add(duration).unwrap_or(now + MAX_CONFIG_DELAY);
+        self.hold_until(key, until);
+    }
+
+    /// Holds scope `key` until `until`. See [`hold`](Self::hold).
+    pub fn hold_until(&self, key: impl Into<Scope>, until: Instant) {
+        let mut wake = WakeList::new();
+        self.scheduler()
+            .hold(&key.into(), until, Instant::now(), &mut wake);
+        wake_all(wake);
+    }
+
+    /// A snapshot of scope `key`, or `None` if the registry has never seen
+    /// it.
+    pub fn scope_stats(&self, key: &str) -> Option<ScopeStats> {
+        self.scheduler().scope_stats(key, Instant::now())
+    }
+
+    /// A snapshot of every scope and the global counters.
+    pub fn stats(&self) -> Stats {
+        self.scheduler().stats(Instant::now())
+    }
+
+    /// The scopes `request` is throttled by: its [`Scopes`] extension if it
+    /// has one, otherwise what the resolver says.
+    pub fn scopes_of<B>(&self, request: &http::Request<B>) -> Scopes {
+        match request.extensions().get::<Scopes>() {
+            Some(scopes) => scopes.clone(),
+            None => self.shared.resolver.resolve(&RequestHead::of(request)),
+        }
+    }
+
+    /// Reserves one place among `max_queued`, or registers `cx` to be woken
+    /// when one frees.
+    pub(crate) fn poll_queue_place(&self, cx: &mut Context<'_>) -> Poll<QueuePlace> {
+        if self.try_reserve_place() {
+            return Poll::Ready(self.place());
+        }
+        let mut waiters = self
+            .shared
+            .queue_waiters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !waiters.iter().any(|known| known.will_wake(cx.waker())) {
+            waiters.push(cx.waker().clone());
+        }
+        drop(waiters);
+        // A place may have freed between the failed attempt and the
+        // registration; try once more so that wake-up is not lost.
+        if self.try_reserve_place() {
+            return Poll::Ready(self.place());
+        }
+        Poll::Pending
+    }
+
+    fn try_reserve_place(&self) -> bool {
+        let max = self.shared.max_queued;
+        self.shared
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                (queued < max).then_some(queued + 1)
+            })
+            .is_ok()
+    }
+
+    fn place(&self) -> QueuePlace {
+        QueuePlace {
+            registry: Some(self.clone()),
+        }
+    }
+
+    /// Queues a request, which consumes its queue place, and sends it at
+    /// once if nothing is ahead of it and every limit allows.
+    pub(crate) fn enqueue(&self, place: QueuePlace, scopes: &Scopes, priority: Priority) -> Ticket {
+        let mut wake = WakeList::new();
+        let (id, sent) = self
+            .scheduler()
+            .enqueue(scopes, priority.0, Instant::now(), &mut wake);
+        wake_all(wake);
+        if sent {
+            drop(place);
+        } else {
+            place.hand_over();
+        }
+        Ticket {
+            registry: self.clone(),
+            id,
+            queue_place: !sent,
+            finished: false,
+            sleep: None,
+        }
+    }
+}
+
+fn wake_all(wake: WakeList) {
+    for waker in wake {
+        waker.wake();
+    }
+}
+
+/// One of the `max_queued` places, reserved by `poll_ready`. Dropping it
+/// gives the place back and wakes a caller waiting for one.
+pub(crate) struct QueuePlace {
+    /// `None` once a ticket took over the place (and its release).
+    registry: Option<Registry>,
+}
+
+impl fmt::Debug for QueuePlace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("QueuePlace")
+    }
+}
+
+impl QueuePlace {
+    /// Hands the place to a ticket, which releases it when it is sent or
+    /// dropped.
+    fn hand_over(mut self) {
+        self.registry = None;
+    }
+}
+
+impl Drop for QueuePlace {
+    fn drop(&mut self) {
+        if let Some(registry) = &self.registry {
+            release_place(registry);
+        }
+    }
+}
+
+fn release_place(registry: &Registry) {
+    registry.shared.queued.fetch_sub(1, Ordering::AcqRel);
+    let mut waiters = registry
+        .shared
+        .queue_waiters
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(waker) = waiters.pop() {
+        drop(waiters);
+        waker.wake();
+    }
+}
+
+/// A request's place in the scheduler, from queued to finished. Dropping it
+/// at any point releases whatever it holds (queue place, lanes, global
+/// permit) and lets the next waiter go.
+pub(crate) struct Ticket {
+    registry: Registry,
+    id: TicketId,
+    queue_place: bool,
+    finished: bool,
+    /// Only the first waiter of a scope keeps a timer, so most tickets never
+    /// allocate one.
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ticket")
+            .field("id", &self.id)
+            .field("queue_place", &self.queue_place)
+            .field("finished", &self.finished)
+            .finish()
+    }
+}
+
+impl Ticket {
+    /// Whether the request was sent (it may be handed to the inner service).
+    pub(crate) fn is_sent(&self) -> bool {
+        !self.queue_place
+    }
+
+    /// Resolves when the request may be sent.
+    pub(crate) fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_sent() {
+            return Poll::Ready(());
+        }
+        loop {
+            let mut wake = WakeList::new();
+            let polled =
+                self.registry
+                    .scheduler()
+                    .poll_ticket(self.id, Instant::now(), cx.waker(), &mut wake);
+            wake_all(wake);
+            let timer = match polled {
+                TicketPoll::Sent => {
+                    self.queue_place = false;
+                    release_place(&self.registry);
+                    return Poll::Ready(());
+                }
+                TicketPoll::Waiting { timer: None } => return Poll::Pending,
+                TicketPoll::Waiting { timer: Some(at) } => at,
+            };
+            let sleep = self
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(timer)));
+            if sleep.deadline() != timer {
+                sleep.as_mut().reset(timer);
+            }
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// Marks the request answered (or failed) and returns its latency.
+    pub(crate) fn finish(&mut self) -> Option<Duration> {
+        if self.finished {
+            return None;
+        }
+        self.finished = true;
+        let mut wake = WakeList::new();
+        let latency = self
+            .registry
+            .scheduler()
+            .finish(self.id, Instant::now(), &mut wake);
+        wake_all(wake);
+        if self.queue_place {
+            self.queue_place = false;
+            release_place(&self.registry);
+        }
+        latency
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// Builds a [`Registry`]; see [`Registry::builder`].
+pub struct RegistryBuilder {
+    max_concurrency: u32,
+    max_queued: usize,
+    default_scope: ScopeConfig,
+    scopes: Vec<(Scope, ScopeConfig)>,
+    resolver: Box<dyn ScopeResolver>,
+    seed: Option<u64>,
+}
+
+impl fmt::Debug for RegistryBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegistryBuilder")
+            .field("max_concurrency", &self.max_concurrency)
+            .field("max_queued", &self.max_queued)
+            .field("default_scope", &self.default_scope)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for RegistryBuilder {
+    fn default() -> Self {
+        RegistryBuilder {
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            max_queued: DEFAULT_MAX_QUEUED,
+            default_scope: ScopeConfig::default(),
+            scopes: Vec::new(),
+            resolver: Box::new(HostResolver),
+            seed: None,
+        }
+    }
+}
+
+impl RegistryBuilder {
+    /// Total requests in flight over all scopes (default 16). Caps every
+    /// scope's concurrency.
+    pub fn max_concurrency(mut self, max: u32) -> Self {
+        self.max_concurrency = max;
+        self
+    }
+
+    /// Requests admitted by `poll_ready` but not yet sent (default 10 000).
+    /// At the bound, `poll_ready` is `Pending` until a place frees.
+    pub fn max_queued(mut self, max: usize) -> Self {
+        self.max_queued = max;
+        self
+    }
+
+    /// The config of every scope without its own.
+    pub fn default_scope(mut self, config: ScopeConfig) -> Self {
+        self.default_scope = config;
+        self
+    }
+
+    /// The config of scope `key`. A later call for the same key wins.
+    pub fn scope(mut self, key: impl Into<Scope>, config: ScopeConfig) -> Self {
+        self.scopes.push((key.into(), config));
+        self
+    }
+
+    /// How requests map to scopes (default: [`HostResolver`]).
+    pub fn resolver(mut self, resolver: impl ScopeResolver) -> Self {
+        self.resolver = Box::new(resolver);
+        self
+    }
+
+    /// Seeds the jitter's random numbers, for reproducible runs.
+    pub fn jitter_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Checks every value and builds the registry.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the first invalid field and its value.
+    pub fn build(self) -> Result<Registry, ConfigError> {
+        if self.max_concurrency == 0 {
+            return Err(ConfigError::new("max_concurrency", 0, "must be at least 1"));
+        }
+        if self.max_queued == 0 {
+            return Err(ConfigError::new("max_queued", 0, "must be at least 1"));
+        }
+        self.default_scope.validate("default scope")?;
+        for (key, config) in &self.scopes {
+            config.validate(&format!("scope {:?}", key.as_str()))?;
+            self.warn_if_capped(key.as_str(), config);
+        }
+        self.warn_if_capped("default scope", &self.default_scope);
+        let rng = match self.seed {
+            Some(seed) => fastrand::Rng::with_seed(seed),
+            None => fastrand::Rng::new(),
+        };
+        let scheduler = Scheduler::new(self.default_scope, self.scopes, self.max_concurrency, rng);
+        Ok(Registry {
+            shared: Arc::new(Shared {
+                scheduler: Mutex::new(scheduler),
+                resolver: self.resolver,
+                max_queued: self.max_queued,
+                queued: AtomicUsize::new(0),
+                queue_waiters: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    fn warn_if_capped(&self, name: &str, config: &ScopeConfig) {
+        if config.concurrency > self.max_concurrency {
+            tracing::warn!(
+                target: "tower_throttle",
+                scope = name,
+                concurrency = config.concurrency,
+                max_concurrency = self.max_concurrency,
+                "scope concurrency can never take effect: max_concurrency caps it"
+            );
+        }
+    }
+}

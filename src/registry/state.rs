@@ -1,0 +1,748 @@
+//! The scheduler: per-scope runtime state and the admission algorithm.
+//!
+//! Everything here runs under the registry's lock and never blocks or
+//! sleeps; the futures in `throttle` do the waiting. See the module docs of
+//! `registry` for the model.
+
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+use std::task::Waker;
+use std::time::Duration;
+
+use slab::Slab;
+use tokio::time::Instant;
+
+use super::config::{Jitter, ScopeConfig, MAX_CONFIG_DELAY};
+use super::stats::{LimitSource, ScopeStats, Stats};
+use crate::scope::{Scope, Scopes};
+
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+pub(crate) type ScopeId = usize;
+pub(crate) type TicketId = usize;
+
+/// How many waiters behind the head of a scope a dispatch looks at when the
+/// head is held back by another of its scopes. Bounds the work per event.
+const MAX_SCAN: usize = 32;
+
+/// How many times a waiter may be passed in a scope while another of its
+/// scopes holds it back. After that it keeps its place: later waiters wait
+/// behind it, so a multi-scope request cannot be starved.
+const MAX_BYPASS: u32 = 16;
+
+/// Position of a waiter: higher priority first, then arrival order. The
+/// order is global (one sequence for all scopes), so two waiters are in the
+/// same relative order in every scope they share, which is what makes
+/// all-or-nothing admission deadlock-free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct OrderKey {
+    priority: Reverse<i32>,
+    seq: u64,
+}
+
+/// The last send of a lane or a scope, with the jitter factor drawn for the
+/// gap that follows it. The gap itself is computed when it is checked, from
+/// the limits in force *then*, so a config change or a new contribution
+/// applies to requests already waiting.
+#[derive(Debug, Clone, Copy)]
+struct LastSend {
+    at: Instant,
+    jitter_factor: f64,
+}
+
+impl LastSend {
+    fn next_allowed(&self, gap: Duration) -> Instant {
+        saturating_add(self.at, scale(gap, self.jitter_factor))
+    }
+}
+
+fn scale(gap: Duration, factor: f64) -> Duration {
+    if factor == 1.0 {
+        return gap;
+    }
+    Duration::try_from_secs_f64(gap.as_secs_f64() * factor).unwrap_or(MAX_CONFIG_DELAY)
+}
+
+fn saturating_add(at: Instant, gap: Duration) -> Instant {
+    at.checked_add(gap)
+        .or_else(|| at.checked_add(MAX_CONFIG_DELAY))
+        .unwrap_or(at)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Lane {
+    busy: bool,
+    last_send: LastSend,
+}
+
+/// What the feedback layers add to a scope's limits. Each later layer owns
+/// one field; [`ScopeState::effective`] folds them into the limits the
+/// scheduler applies, keeping the most restrictive.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Contributions {
+    /// Nothing is sent before this instant (Retry-After, rate-limit resets).
+    pub(crate) hold_until: Option<Instant>,
+}
+
+/// The limits of a scope at one instant, with what set each of them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Effective {
+    pub(crate) concurrency: u32,
+    pub(crate) concurrency_source: LimitSource,
+    pub(crate) delay: Duration,
+    pub(crate) delay_source: LimitSource,
+    pub(crate) delay_per_slot: Duration,
+    pub(crate) jitter: Jitter,
+}
+
+#[derive(Debug)]
+struct ScopeState {
+    key: Scope,
+    config: ScopeConfig,
+    contributions: Contributions,
+    lanes: Vec<Lane>,
+    last_send: Option<LastSend>,
+    in_flight: u32,
+    sent: u64,
+    queue: BTreeMap<OrderKey, TicketId>,
+    /// When the scope's own time limits next let its head go, if they are
+    /// what holds it.
+    wake_at: Option<Instant>,
+    /// The waiter told to keep the scope's timer, and until when.
+    timer_owner: Option<(TicketId, Instant)>,
+}
+
+/// What a scope's own limits say about its next send.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ScopeCheck {
+    /// A send may happen now, on this lane (an index equal to the number of
+    /// lanes means a new lane).
+    Ready { lane: usize },
+    /// Time holds it until then.
+    Until(Instant),
+    /// Every usable lane is in flight: a completion must come first.
+    Full,
+}
+
+impl ScopeState {
+    fn new(key: Scope, config: ScopeConfig) -> Self {
+        ScopeState {
+            key,
+            config,
+            contributions: Contributions::default(),
+            lanes: Vec::new(),
+            last_send: None,
+            in_flight: 0,
+            sent: 0,
+            queue: BTreeMap::new(),
+            wake_at: None,
+            timer_owner: None,
+        }
+    }
+
+    fn effective(&self, max_concurrency: u32) -> Effective {
+        let (concurrency, concurrency_source) = if self.config.concurrency > max_concurrency {
+            (max_concurrency, LimitSource::MaxConcurrency)
+        } else {
+            (self.config.concurrency, LimitSource::Config)
+        };
+        Effective {
+            concurrency,
+            concurrency_source,
+            delay: self.config.delay,
+            delay_source: LimitSource::Config,
+            delay_per_slot: self.config.delay_per_slot,
+            jitter: self.config.jitter,
+        }
+    }
+
+    fn check(&self, now: Instant, effective: &Effective) -> ScopeCheck {
+        if self.in_flight >= effective.concurrency {
+            return ScopeCheck::Full;
+        }
+        let Some((lane, lane_free)) = self.soonest_free_lane(now, effective) else {
+            return ScopeCheck::Full;
+        };
+        let next_send = self.last_send.map(|last| last.next_allowed(effective.delay));
+        let ready_at = [lane_free, next_send, self.contributions.hold_until]
+            .into_iter()
+            .flatten()
+            .max();
+        match ready_at {
+            Some(at) if at > now => ScopeCheck::Until(at),
+            _ => ScopeCheck::Ready { lane },
+        }
+    }
+
+    /// The free lane whose per-slot delay ends soonest. Lanes are created
+    /// lazily, so a scope that never had more than one request in flight
+    /// keeps one lane whatever its concurrency.
+    fn soonest_free_lane(&self, now: Instant, effective: &Effective) -> Option<(usize, Option<Instant>)> {
+        let best = self
+            .lanes
+            .iter()
+            .enumerate()
+            .filter(|(_, lane)| !lane.busy)
+            .map(|(index, lane)| (index, Some(lane.last_send.next_allowed(effective.delay_per_slot))))
+            .min_by_key(|(_, free)| *free);
+        let ready_now = best.is_some_and(|(_, free)| free.is_none_or(|free| free <= now));
+        if !ready_now && self.lanes.len() < effective.concurrency as usize {
+            return Some((self.lanes.len(), None));
+        }
+        best
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    scope: ScopeId,
+    lane: usize,
+}
+
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+enum Status {
+    Queued,
+    InFlight,
+}
+
+#[derive(Debug)]
+struct TicketState {
+    order: OrderKey,
+    slots: Vec<Slot>,
+    status: Status,
+    waker: Option<Waker>,
+    /// Times a later waiter was sent before this one in a scope while
+    /// another scope held this one back.
+    bypassed: u32,
+    /// The scope that held this waiter back at its last evaluation.
+    held_by: Option<ScopeId>,
+    in_global_queue: bool,
+    enqueued_at: Instant,
+    sent_at: Option<Instant>,
+}
+
+/// What stopped a waiter at an evaluation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Verdict {
+    Admit,
+    HeldBy(ScopeId),
+    Global,
+}
+
+/// The result of polling a ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TicketPoll {
+    /// The request may be sent now (it is counted in flight).
+    Sent,
+    /// Still waiting; keep a timer until this instant, if any.
+    Waiting { timer: Option<Instant> },
+}
+
+/// Wakers to call once the lock is released.
+pub(crate) type WakeList = Vec<Waker>;
+
+/// The whole scheduling state of a registry.
+#[derive(Debug)]
+pub(crate) struct Scheduler {
+    default_config: ScopeConfig,
+    overrides: HashMap<Scope, ScopeConfig>,
+    index: HashMap<Scope, ScopeId>,
+    scopes: Slab<ScopeState>,
+    tickets: Slab<TicketState>,
+    next_seq: u64,
+    max_concurrency: u32,
+    in_flight: u32,
+    /// Waiters whose scopes all allow them but the global limit does not.
+    global_queue: BTreeMap<OrderKey, TicketId>,
+    rng: fastrand::Rng,
+    dirty: Vec<ScopeId>,
+    passed: Vec<TicketId>,
+}
+
+impl Scheduler {
+    pub(crate) fn new(
+        default_config: ScopeConfig,
+        overrides: impl IntoIterator<Item = (Scope, ScopeConfig)>,
+        max_concurrency: u32,
+        rng: fastrand::Rng,
+    ) -> Self {
+        let mut overrides_map = HashMap::default();
+        overrides_map.extend(overrides);
+        Scheduler {
+            default_config,
+            overrides: overrides_map,
+            index: HashMap::default(),
+            scopes: Slab::new(),
+            tickets: Slab::new(),
+            next_seq: 0,
+            max_concurrency,
+            in_flight: 0,
+            global_queue: BTreeMap::new(),
+            rng,
+            dirty: Vec::new(),
+            passed: Vec::new(),
+        }
+    }
+
+    fn scope_id(&mut self, key: &Scope) -> ScopeId {
+        if let Some(&id) = self.index.get(key.as_str()) {
+            return id;
+        }
+        let config = self
+            .overrides
+            .get(key.as_str())
+            .unwrap_or(&self.default_config)
+            .clone();
+        let id = self.scopes.insert(ScopeState::new(key.clone(), config));
+        self.index.insert(key.clone(), id);
+        id
+    }
+
+    /// Queues a request for `scopes`; sends it at once when nothing is
+    /// ahead of it and every limit allows.
+    pub(crate) fn enqueue(
+        &mut self,
+        scopes: &Scopes,
+        priority: i32,
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> (TicketId, bool) {
+        let slots = scopes
+            .iter()
+            .map(|(scope, _cost)| Slot {
+                scope: self.scope_id(scope),
+                lane: usize::MAX,
+            })
+            .collect();
+        let order = OrderKey {
+            priority: Reverse(priority),
+            seq: self.next_seq,
+        };
+        self.next_seq += 1;
+        let id = self.tickets.insert(TicketState {
+            order,
+            slots,
+            status: Status::Queued,
+            waker: None,
+            bypassed: 0,
+            held_by: None,
+            in_global_queue: false,
+            enqueued_at: now,
+            sent_at: None,
+        });
+        if self.try_send_directly(id, now, wake) {
+            return (id, true);
+        }
+        let ticket = &self.tickets[id];
+        for slot in &ticket.slots {
+            self.scopes[slot.scope].queue.insert(order, id);
+            self.dirty.push(slot.scope);
+        }
+        self.run_dispatch(now, wake);
+        let sent = self.tickets[id].status == Status::InFlight;
+        if !sent {
+            tracing::debug!(
+                target: "tower_throttle",
+                scopes = ?scopes,
+                "request waits for its scopes to allow it"
+            );
+        }
+        (id, sent)
+    }
+
+    /// The fast path: every scope has an empty queue and allows a send now.
+    fn try_send_directly(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) -> bool {
+        if self.in_flight >= self.max_concurrency {
+            return false;
+        }
+        let ticket = &self.tickets[id];
+        for slot in &ticket.slots {
+            let scope = &self.scopes[slot.scope];
+            if !scope.queue.is_empty() {
+                return false;
+            }
+            let effective = scope.effective(self.max_concurrency);
+            if !matches!(scope.check(now, &effective), ScopeCheck::Ready { .. }) {
+                return false;
+            }
+        }
+        self.send(id, now, wake);
+        true
+    }
+
+    /// Polls a waiting ticket: runs the timers it keeps, and says whether it
+    /// was sent or how long to sleep.
+    pub(crate) fn poll_ticket(
+        &mut self,
+        id: TicketId,
+        now: Instant,
+        waker: &Waker,
+        wake: &mut WakeList,
+    ) -> TicketPoll {
+        if self.tickets[id].status == Status::InFlight {
+            return TicketPoll::Sent;
+        }
+        self.fire_due_timers(id, now);
+        self.run_dispatch(now, wake);
+        let ticket = &mut self.tickets[id];
+        if ticket.status == Status::InFlight {
+            return TicketPoll::Sent;
+        }
+        match &ticket.waker {
+            Some(known) if known.will_wake(waker) => {}
+            _ => ticket.waker = Some(waker.clone()),
+        }
+        TicketPoll::Waiting {
+            timer: self.timer_of(id),
+        }
+    }
+
+    fn fire_due_timers(&mut self, id: TicketId, now: Instant) {
+        for slot in &self.tickets[id].slots {
+            let scope = &mut self.scopes[slot.scope];
+            if let Some((owner, at)) = scope.timer_owner {
+                if owner == id && at <= now {
+                    scope.timer_owner = None;
+                    self.dirty.push(slot.scope);
+                }
+            }
+        }
+    }
+
+    /// The earliest timer this ticket keeps for one of its scopes.
+    fn timer_of(&self, id: TicketId) -> Option<Instant> {
+        self.tickets[id]
+            .slots
+            .iter()
+            .filter_map(|slot| match self.scopes[slot.scope].timer_owner {
+                Some((owner, at)) if owner == id => Some(at),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Marks a request finished (response or error): frees its lanes and
+    /// its global permit, and lets the next waiters go. A ticket still
+    /// waiting just leaves its queues. Returns the latency (send to
+    /// completion) of a request that was sent.
+    pub(crate) fn finish(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) -> Option<Duration> {
+        let ticket = self.tickets.remove(id);
+        match ticket.status {
+            Status::InFlight => {
+                self.release_lanes(&ticket, now, wake);
+                ticket.sent_at.map(|sent| now.saturating_duration_since(sent))
+            }
+            Status::Queued => {
+                self.leave_queues(id, &ticket, now, wake);
+                None
+            }
+        }
+    }
+
+    fn release_lanes(&mut self, ticket: &TicketState, now: Instant, wake: &mut WakeList) {
+        for slot in &ticket.slots {
+            let scope = &mut self.scopes[slot.scope];
+            if let Some(lane) = scope.lanes.get_mut(slot.lane) {
+                lane.busy = false;
+            }
+            scope.in_flight -= 1;
+            self.dirty.push(slot.scope);
+        }
+        self.in_flight -= 1;
+        self.serve_global_queue(now, wake);
+        self.run_dispatch(now, wake);
+    }
+
+    fn leave_queues(&mut self, id: TicketId, ticket: &TicketState, now: Instant, wake: &mut WakeList) {
+        for slot in &ticket.slots {
+            let scope = &mut self.scopes[slot.scope];
+            scope.queue.remove(&ticket.order);
+            if matches!(scope.timer_owner, Some((owner, _)) if owner == id) {
+                scope.timer_owner = None;
+            }
+            self.dirty.push(slot.scope);
+        }
+        if ticket.in_global_queue {
+            self.global_queue.remove(&ticket.order);
+        }
+        self.run_dispatch(now, wake);
+    }
+
+    /// Hands freed global permits to the oldest waiters that only lacked one.
+    fn serve_global_queue(&mut self, now: Instant, wake: &mut WakeList) {
+        while self.in_flight < self.max_concurrency {
+            let Some((_, id)) = self.global_queue.pop_first() else {
+                return;
+            };
+            self.tickets[id].in_global_queue = false;
+            self.passed.clear();
+            if self.evaluate(id, None, now) == Verdict::Admit {
+                self.send(id, now, wake);
+            }
+        }
+    }
+
+    fn run_dispatch(&mut self, now: Instant, wake: &mut WakeList) {
+        while let Some(scope) = self.dirty.pop() {
+            self.dispatch(scope, now, wake);
+        }
+    }
+
+    /// Sends as many waiters of `scope_id` as its limits allow, in order,
+    /// and sets its timer when time is what holds the head back.
+    fn dispatch(&mut self, scope_id: ScopeId, now: Instant, wake: &mut WakeList) {
+        loop {
+            let scope = &self.scopes[scope_id];
+            if scope.queue.is_empty() {
+                self.set_timer(scope_id, None, wake);
+                return;
+            }
+            let effective = scope.effective(self.max_concurrency);
+            match scope.check(now, &effective) {
+                ScopeCheck::Full => {
+                    self.set_timer(scope_id, None, wake);
+                    return;
+                }
+                ScopeCheck::Until(at) => {
+                    self.set_timer(scope_id, Some(at), wake);
+                    return;
+                }
+                ScopeCheck::Ready { .. } => {}
+            }
+            self.set_timer(scope_id, None, wake);
+            match self.pick_waiter(scope_id, now) {
+                Some(id) => self.send(id, now, wake),
+                None => return,
+            }
+        }
+    }
+
+    /// The first waiter of a ready scope that every one of its scopes
+    /// allows now, passing over (a bounded number of) waiters that another
+    /// scope holds back.
+    fn pick_waiter(&mut self, scope_id: ScopeId, now: Instant) -> Option<TicketId> {
+        let candidates: Vec<TicketId> = self.scopes[scope_id]
+            .queue
+            .values()
+            .take(MAX_SCAN)
+            .copied()
+            .collect();
+        let mut skipped_here = 0;
+        for id in candidates {
+            self.passed.clear();
+            match self.evaluate(id, Some(scope_id), now) {
+                Verdict::Admit => {
+                    let passed_here = self.scopes[scope_id]
+                        .queue
+                        .values()
+                        .take(skipped_here)
+                        .copied()
+                        .collect::<Vec<_>>();
+                    for passed in passed_here.into_iter().chain(self.passed.drain(..)) {
+                        self.tickets[passed].bypassed += 1;
+                    }
+                    return Some(id);
+                }
+                Verdict::Global => {
+                    let ticket = &mut self.tickets[id];
+                    if !ticket.in_global_queue {
+                        ticket.in_global_queue = true;
+                        self.global_queue.insert(ticket.order, id);
+                    }
+                    return None;
+                }
+                Verdict::HeldBy(other) => {
+                    let ticket = &mut self.tickets[id];
+                    ticket.held_by = Some(other);
+                    if other == scope_id || ticket.bypassed >= MAX_BYPASS {
+                        return None;
+                    }
+                    skipped_here += 1;
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether every scope of ticket `id` lets it go now. `known_ready` is
+    /// a scope whose limits and order were just checked by the caller.
+    fn evaluate(&mut self, id: TicketId, known_ready: Option<ScopeId>, now: Instant) -> Verdict {
+        let ticket = &self.tickets[id];
+        let order = ticket.order;
+        for slot in &ticket.slots {
+            if Some(slot.scope) == known_ready {
+                continue;
+            }
+            let scope = &self.scopes[slot.scope];
+            let effective = scope.effective(self.max_concurrency);
+            if !matches!(scope.check(now, &effective), ScopeCheck::Ready { .. }) {
+                return Verdict::HeldBy(slot.scope);
+            }
+            for &ahead in scope.queue.range(..order).map(|(_, id)| id).take(MAX_SCAN + 1) {
+                let ahead_ticket = &self.tickets[ahead];
+                let passable = matches!(ahead_ticket.held_by, Some(other) if other != slot.scope)
+                    && ahead_ticket.bypassed < MAX_BYPASS;
+                if !passable || self.passed.len() > MAX_SCAN {
+                    return Verdict::HeldBy(slot.scope);
+                }
+                self.passed.push(ahead);
+            }
+        }
+        if self.in_flight >= self.max_concurrency {
+            return Verdict::Global;
+        }
+        Verdict::Admit
+    }
+
+    /// Sends ticket `id`: takes a lane in each scope, starts each scope's
+    /// delays (with a fresh jitter draw) and counts it in flight.
+    fn send(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) {
+        let max_concurrency = self.max_concurrency;
+        let ticket = &mut self.tickets[id];
+        for slot in ticket.slots.iter_mut() {
+            let scope = &mut self.scopes[slot.scope];
+            let effective = scope.effective(max_concurrency);
+            let lane = match scope.check(now, &effective) {
+                ScopeCheck::Ready { lane } => lane,
+                // Callers only send after every scope allowed it under the
+                // same lock; should that ever break, a fresh lane keeps the
+                // books consistent where a panic would poison the registry.
+                _ => {
+                    debug_assert!(false, "send called on a scope that does not allow it");
+                    scope.lanes.len()
+                }
+            };
+            let lane_send = LastSend {
+                at: now,
+                jitter_factor: effective.jitter.draw(&mut self.rng),
+            };
+            let scope_send = LastSend {
+                at: now,
+                jitter_factor: effective.jitter.draw(&mut self.rng),
+            };
+            let taken = Lane {
+                busy: true,
+                last_send: lane_send,
+            };
+            match scope.lanes.get_mut(lane) {
+                Some(existing) => *existing = taken,
+                None => scope.lanes.push(taken),
+            }
+            scope.last_send = Some(scope_send);
+            scope.in_flight += 1;
+            scope.sent += 1;
+            slot.lane = lane;
+            if scope.queue.remove(&ticket.order).is_some() {
+                self.dirty.push(slot.scope);
+            }
+            tracing::debug!(
+                target: "tower_throttle",
+                scope = %scope.key,
+                lane,
+                waited_ms = now.duration_since(ticket.enqueued_at).as_millis() as u64,
+                next_send_in_ms = scale(effective.delay, scope_send.jitter_factor).as_millis() as u64,
+                "request sent"
+            );
+        }
+        if ticket.in_global_queue {
+            ticket.in_global_queue = false;
+            self.global_queue.remove(&ticket.order);
+        }
+        ticket.status = Status::InFlight;
+        ticket.sent_at = Some(now);
+        if let Some(waker) = ticket.waker.take() {
+            wake.push(waker);
+        }
+        self.in_flight += 1;
+    }
+
+    /// Records when a scope's head may next go, and makes sure its first
+    /// waiter keeps a timer for it (one timer per scope).
+    fn set_timer(&mut self, scope_id: ScopeId, at: Option<Instant>, wake: &mut WakeList) {
+        let scope = &mut self.scopes[scope_id];
+        scope.wake_at = at;
+        let owner = match (at, scope.queue.values().next()) {
+            (Some(at), Some(&first)) => Some((first, at)),
+            _ => None,
+        };
+        if scope.timer_owner == owner {
+            return;
+        }
+        scope.timer_owner = owner;
+        if let Some((first, _)) = owner {
+            if let Some(waker) = &self.tickets[first].waker {
+                wake.push(waker.clone());
+            }
+        }
+    }
+
+    /// Replaces a scope's config; waiters re-evaluate at once.
+    pub(crate) fn set_scope(&mut self, key: Scope, config: ScopeConfig, now: Instant, wake: &mut WakeList) {
+        if let Some(&id) = self.index.get(key.as_str()) {
+            self.scopes[id].config = config.clone();
+            self.dirty.push(id);
+        }
+        self.overrides.insert(key, config);
+        self.run_dispatch(now, wake);
+    }
+
+    /// Holds a scope: nothing of it is sent before `until`. A later hold
+    /// extends an earlier one; an earlier one does not shorten it.
+    pub(crate) fn hold(&mut self, key: &Scope, until: Instant, now: Instant, wake: &mut WakeList) {
+        let id = self.scope_id(key);
+        let scope = &mut self.scopes[id];
+        if scope.contributions.hold_until.is_some_and(|known| known >= until) {
+            return;
+        }
+        scope.contributions.hold_until = Some(until);
+        tracing::debug!(
+            target: "tower_throttle",
+            scope = %scope.key,
+            hold_ms = until.saturating_duration_since(now).as_millis() as u64,
+            "scope held"
+        );
+        self.dirty.push(id);
+        self.run_dispatch(now, wake);
+    }
+
+    pub(crate) fn scope_stats(&self, key: &str, now: Instant) -> Option<ScopeStats> {
+        let &id = self.index.get(key)?;
+        Some(self.stats_of(id, now))
+    }
+
+    fn stats_of(&self, id: ScopeId, now: Instant) -> ScopeStats {
+        let scope = &self.scopes[id];
+        let effective = scope.effective(self.max_concurrency);
+        ScopeStats {
+            scope: scope.key.clone(),
+            in_flight: scope.in_flight,
+            queued: scope.queue.len(),
+            concurrency: effective.concurrency,
+            concurrency_limited_by: effective.concurrency_source,
+            delay: effective.delay,
+            delay_limited_by: effective.delay_source,
+            delay_per_slot: effective.delay_per_slot,
+            held_for: scope
+                .contributions
+                .hold_until
+                .map(|until| until.saturating_duration_since(now))
+                .filter(|left| !left.is_zero()),
+            sent: scope.sent,
+        }
+    }
+
+    pub(crate) fn stats(&self, now: Instant) -> Stats {
+        let mut scopes: Vec<ScopeStats> = self.scopes.iter().map(|(id, _)| self.stats_of(id, now)).collect();
+        scopes.sort_by(|a, b| a.scope.cmp(&b.scope));
+        Stats {
+            in_flight: self.in_flight,
+            max_concurrency: self.max_concurrency,
+            waiting: self
+                .tickets
+                .iter()
+                .filter(|(_, t)| t.status == Status::Queued)
+                .count(),
+            scopes,
+        }
+    }
+}

@@ -1,0 +1,54 @@
+use std::time::Duration;
+
+use crate::scope::Scope;
+
+/// What set an effective limit of a scope, so you can see *why* a scope is
+/// slow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LimitSource {
+    /// The scope's [`ScopeConfig`](crate::ScopeConfig) (or the default one).
+    Config,
+    /// The registry's global `max_concurrency`, which caps every scope.
+    MaxConcurrency,
+}
+
+/// A snapshot of one scope, from [`Registry::scope_stats`](crate::Registry::scope_stats).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ScopeStats {
+    /// The scope.
+    pub scope: Scope,
+    /// Requests sent and not yet answered.
+    pub in_flight: u32,
+    /// Requests waiting for this scope (and possibly others) to allow them.
+    pub queued: usize,
+    /// Lanes the scope may use now.
+    pub concurrency: u32,
+    /// What set [`concurrency`](Self::concurrency).
+    pub concurrency_limited_by: LimitSource,
+    /// Minimum time between two sends of the scope now (before jitter).
+    pub delay: Duration,
+    /// What set [`delay`](Self::delay).
+    pub delay_limited_by: LimitSource,
+    /// Minimum time between two sends on one lane now (before jitter).
+    pub delay_per_slot: Duration,
+    /// Time left on a hold (Retry-After, rate-limit reset), if one is active.
+    pub held_for: Option<Duration>,
+    /// Requests sent since the scope was first seen.
+    pub sent: u64,
+}
+
+/// A snapshot of the whole registry, from [`Registry::stats`](crate::Registry::stats).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Requests in flight over all scopes.
+    pub in_flight: u32,
+    /// The global cap on requests in flight.
+    pub max_concurrency: u32,
+    /// Requests waiting to be sent.
+    pub waiting: usize,
+    /// Every known scope, sorted by name.
+    pub scopes: Vec<ScopeStats>,
+}

@@ -1,0 +1,128 @@
+use super::{Scope, Scopes};
+
+/// The parts of a request a [`ScopeResolver`] may look at (the body is never
+/// needed to pick a scope).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestHead<'a> {
+    /// The request method.
+    pub method: &'a http::Method,
+    /// The request URI.
+    pub uri: &'a http::Uri,
+    /// The request headers.
+    pub headers: &'a http::HeaderMap,
+    /// The request extensions.
+    pub extensions: &'a http::Extensions,
+}
+
+impl<'a> RequestHead<'a> {
+    /// Borrows the head of `request`.
+    pub fn of<B>(request: &'a http::Request<B>) -> Self {
+        RequestHead {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+            extensions: request.extensions(),
+        }
+    }
+
+    /// The host the request goes to, lower-cased, without port: the URI's
+    /// host, or for an origin-form URI (`/path`) the `Host` header's.
+    /// `None` when neither names a host.
+    pub fn host(&self) -> Option<String> {
+        if let Some(host) = self.uri.host() {
+            return Some(host.to_ascii_lowercase());
+        }
+        let header = self.headers.get(http::header::HOST)?.to_str().ok()?;
+        let authority: http::uri::Authority = header.trim().parse().ok()?;
+        Some(authority.host().to_ascii_lowercase())
+    }
+}
+
+/// Maps a request to the scopes it is throttled by.
+///
+/// Closures of the right shape implement it:
+///
+/// ```
+/// use tower_throttle::{Registry, RequestHead, Scopes};
+///
+/// // Throttle API calls and page loads of every host separately.
+/// let registry = Registry::builder()
+///     .resolver(|head: &RequestHead<'_>| {
+///         let host = head.host().unwrap_or_default();
+///         if head.uri.path().starts_with("/api/") {
+///             Scopes::from(format!("{host}/api"))
+///         } else {
+///             Scopes::from(host)
+///         }
+///     })
+///     .build()
+///     .unwrap();
+/// # drop(registry);
+/// ```
+///
+/// A [`Scopes`] request extension takes precedence over the resolver.
+pub trait ScopeResolver: Send + Sync + 'static {
+    /// The scopes of the request whose head is `head`.
+    fn resolve(&self, head: &RequestHead<'_>) -> Scopes;
+}
+
+impl<F> ScopeResolver for F
+where
+    F: Fn(&RequestHead<'_>) -> Scopes + Send + Sync + 'static,
+{
+    fn resolve(&self, head: &RequestHead<'_>) -> Scopes {
+        self(head)
+    }
+}
+
+/// The default resolver: one scope per host, lower-cased, without port
+/// (`https://Books.toscrape.com:8443/x` → `books.toscrape.com`).
+///
+/// A request that names no host (neither in its URI nor in a `Host` header)
+/// gets the unnamed scope `""`, so it is still throttled.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostResolver;
+
+impl ScopeResolver for HostResolver {
+    fn resolve(&self, head: &RequestHead<'_>) -> Scopes {
+        Scopes::one(head.host().map(Scope::from).unwrap_or_else(|| Scope::new("")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host_scope(request: http::Request<()>) -> String {
+        let scopes = HostResolver.resolve(&RequestHead::of(&request));
+        scopes.iter().next().unwrap().0.as_str().to_owned()
+    }
+
+    #[test]
+    fn host_resolver_lower_cases_and_drops_the_port() {
+        let request = http::Request::get("https://Books.ToScrape.com:8443/x")
+            .body(())
+            .unwrap();
+        assert_eq!(host_scope(request), "books.toscrape.com");
+    }
+
+    #[test]
+    fn host_resolver_reads_the_host_header_of_origin_form_requests() {
+        let request = http::Request::get("/page")
+            .header("host", "Quotes.toscrape.com:80")
+            .body(())
+            .unwrap();
+        assert_eq!(host_scope(request), "quotes.toscrape.com");
+    }
+
+    #[test]
+    fn host_resolver_gives_the_unnamed_scope_without_a_host() {
+        let request = http::Request::get("/page").body(()).unwrap();
+        assert_eq!(host_scope(request), "");
+        let bad_header = http::Request::get("/page")
+            .header("host", "a b")
+            .body(())
+            .unwrap();
+        assert_eq!(host_scope(bad_header), "");
+    }
+}

@@ -1,0 +1,117 @@
+//! The response future of [`Throttle`](super::Throttle).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use crate::registry::Ticket;
+
+pin_project! {
+    /// Waits for the request's turn, then drives the inner service's
+    /// future. Dropping it at any point releases the request's queue place,
+    /// lanes and global permit.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct ResponseFuture<S, Req>
+    where
+        S: Service<Req>,
+    {
+        #[pin]
+        state: State<S, Req, S::Future>,
+        ticket: Ticket,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, Req, F> {
+        Waiting {
+            // Both are taken exactly once, when the request is sent.
+            service: Option<S>,
+            request: Option<Req>,
+        },
+        Calling {
+            #[pin]
+            future: F,
+        },
+        Done,
+    }
+}
+
+impl<S, Req> ResponseFuture<S, Req>
+where
+    S: Service<Req>,
+{
+    pub(crate) fn new(mut service: S, request: Req, ticket: Ticket) -> Self {
+        // The common case: the request could be sent at once, so the inner
+        // call starts now and the waiting state is never entered.
+        let state = if ticket.is_sent() {
+            State::Calling {
+                future: service.call(request),
+            }
+        } else {
+            State::Waiting {
+                service: Some(service),
+                request: Some(request),
+            }
+        };
+        ResponseFuture { state, ticket }
+    }
+}
+
+impl<S, Req> Future for ResponseFuture<S, Req>
+where
+    S: Service<Req>,
+{
+    type Output = Result<S::Response, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Waiting { service, request } => {
+                    if this.ticket.poll_send(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let (Some(mut service), Some(request)) = (service.take(), request.take()) else {
+                        this.state.set(State::Done);
+                        continue;
+                    };
+                    // `service` is the handle `Throttle::poll_ready` readied.
+                    let future = service.call(request);
+                    this.state.set(State::Calling { future });
+                }
+                StateProj::Calling { future } => {
+                    let output = match future.poll(cx) {
+                        Poll::Ready(output) => output,
+                        Poll::Pending => return Poll::Pending,
+                    };
+                    this.ticket.finish();
+                    this.state.set(State::Done);
+                    return Poll::Ready(output);
+                }
+                StateProj::Done => panic!("ResponseFuture polled after completion"),
+            }
+        }
+    }
+}
+
+impl<S, Req> fmt::Debug for ResponseFuture<S, Req>
+where
+    S: Service<Req>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Waiting { .. } => "waiting",
+            State::Calling { .. } => "calling",
+            State::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("ticket", &self.ticket)
+            .finish()
+    }
+}

@@ -1,0 +1,53 @@
+//! The scheduler middleware: decides *when* each request is sent.
+//!
+//! [`Throttle`] holds every request until all of its scopes allow it (a free
+//! lane, the scope's delay and per-lane delay passed, no hold active) and
+//! fewer than the registry's `max_concurrency` requests are in flight; then
+//! it hands it to the inner service. A lane stays busy until the inner
+//! future resolves (response head or error) or the response future is
+//! dropped. Requests of one scope go first-come first-served (or by
+//! [`Priority`](crate::Priority)); a slow scope never delays another.
+//!
+//! Backpressure: `poll_ready` reserves one of the registry's `max_queued`
+//! places and readies the inner service; when every place is taken it
+//! returns `Pending` until one frees. With [`ThrottleLayer::fixed_scope`],
+//! `poll_ready` instead waits until that scope admits a send, and `call`
+//! sends at once: useful in front of a `tower::buffer::Buffer` or when you
+//! want to know readiness *before* building the request.
+//!
+//! Dropping a response future at any point (waiting, in flight) releases
+//! everything it held: its queue place, its lanes, its global permit.
+//!
+//! The resolved [`Scopes`](crate::Scopes) are inserted into the request's
+//! extensions, so inner layers report feedback to the same scopes.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{ServiceBuilder, ServiceExt};
+//! use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let registry = Registry::builder()
+//!     .default_scope(ScopeConfig::default().delay(Duration::from_millis(10)).jitter(0.0))
+//!     .build()?;
+//! let client = ServiceBuilder::new()
+//!     .layer(ThrottleLayer::new(registry.clone()))
+//!     .service(tower::service_fn(|request: http::Request<()>| async move {
+//!         Ok::<_, std::convert::Infallible>(http::Response::new(request.uri().to_string()))
+//!     }));
+//!
+//! let request = http::Request::get("https://example.com/").body(())?;
+//! let response = client.oneshot(request).await?;
+//! assert_eq!(response.body(), "https://example.com/");
+//! assert_eq!(registry.scope_stats("example.com").unwrap().sent, 1);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod future;
+mod layer;
+mod service;
+
+pub use layer::ThrottleLayer;
+pub use service::Throttle;

@@ -1,0 +1,160 @@
+use std::fmt;
+use std::task::{Context, Poll};
+
+use tower_service::Service;
+
+use super::future::ResponseFuture;
+use crate::registry::{QueuePlace, Registry, Ticket};
+use crate::scope::{Priority, Scopes};
+
+/// Holds each request until its scopes allow it, then sends it through the
+/// inner service. See the [module docs](crate::throttle).
+///
+/// # Panics
+///
+/// `call` panics when `poll_ready` did not return `Ready(Ok(()))` first, as
+/// the tower contract requires.
+///
+/// # Clone
+///
+/// A clone shares the registry (and so every limit) but not the readiness
+/// this handle already reserved: each clone calls `poll_ready` for itself.
+pub struct Throttle<S> {
+    inner: S,
+    registry: Registry,
+    fixed: Option<Scopes>,
+    reserved: Reserved,
+}
+
+enum Reserved {
+    Nothing,
+    /// General mode: a queue place, and the inner service was ready.
+    Place(QueuePlace),
+    /// Fixed-scope mode: a ticket, waiting or already sent.
+    Ticket(Ticket),
+}
+
+impl<S: fmt::Debug> fmt::Debug for Throttle<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Throttle")
+            .field("inner", &self.inner)
+            .field("registry", &self.registry)
+            .field("fixed", &self.fixed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Clone> Clone for Throttle<S> {
+    fn clone(&self) -> Self {
+        Throttle {
+            inner: self.inner.clone(),
+            registry: self.registry.clone(),
+            fixed: self.fixed.clone(),
+            reserved: Reserved::Nothing,
+        }
+    }
+}
+
+impl<S> Throttle<S> {
+    /// Wraps `inner`, throttling through `registry`.
+    pub fn new(inner: S, registry: Registry) -> Self {
+        Self::with_fixed_scopes(inner, registry, None)
+    }
+
+    pub(crate) fn with_fixed_scopes(inner: S, registry: Registry, fixed: Option<Scopes>) -> Self {
+        Throttle {
+            inner,
+            registry,
+            fixed,
+            reserved: Reserved::Nothing,
+        }
+    }
+
+    /// The registry this service throttles through.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    fn poll_fixed_scope_admission(&mut self, cx: &mut Context<'_>, scopes: Scopes) -> Poll<()> {
+        if let Reserved::Nothing = self.reserved {
+            let place = match self.registry.poll_queue_place(cx) {
+                Poll::Ready(place) => place,
+                Poll::Pending => return Poll::Pending,
+            };
+            self.reserved = Reserved::Ticket(self.registry.enqueue(place, &scopes, Priority(0)));
+        }
+        match &mut self.reserved {
+            Reserved::Ticket(ticket) => ticket.poll_send(cx),
+            _ => Poll::Ready(()),
+        }
+    }
+}
+
+impl<S, ReqBody> Service<http::Request<ReqBody>> for Throttle<S>
+where
+    S: Service<http::Request<ReqBody>> + Clone,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, http::Request<ReqBody>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // The inner service is readied first: a fixed-scope admission is a
+        // send, and its instant should not be spent waiting on the inner
+        // service.
+        match self.inner.poll_ready(cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+            Poll::Pending => return Poll::Pending,
+        }
+        if let Some(scopes) = self.fixed.clone() {
+            return self.poll_fixed_scope_admission(cx, scopes).map(Ok);
+        }
+        if let Reserved::Nothing = self.reserved {
+            match self.registry.poll_queue_place(cx) {
+                Poll::Ready(place) => self.reserved = Reserved::Place(place),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: http::Request<ReqBody>) -> Self::Future {
+        let reserved = std::mem::replace(&mut self.reserved, Reserved::Nothing);
+        let scopes = match &self.fixed {
+            Some(scopes) => scopes.clone(),
+            None => self.registry.scopes_of(&request),
+        };
+        let ticket = match reserved {
+            Reserved::Place(place) => {
+                let priority = request
+                    .extensions()
+                    .get::<Priority>()
+                    .copied()
+                    .unwrap_or_default();
+                self.registry.enqueue(place, &scopes, priority)
+            }
+            Reserved::Ticket(ticket) => ticket,
+            Reserved::Nothing => panic!("poll_ready must be called first"),
+        };
+        request.extensions_mut().insert(scopes);
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::new(inner, request, ticket)
+    }
+}

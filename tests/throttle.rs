@@ -1,0 +1,600 @@
+//! Scheduling behaviour of `Throttle`, in paused virtual time with an
+//! in-process inner service, so every instant asserted is exact.
+
+mod support;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::join_all;
+use futures::FutureExt;
+use support::{get, Recorder};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tower::{Layer, Service, ServiceExt};
+use tower_throttle::{Priority, Registry, ScopeConfig, Scopes, Throttle, ThrottleLayer};
+
+fn ms(millis: u64) -> Duration {
+    Duration::from_millis(millis)
+}
+
+/// A scope config without jitter, so instants are exact.
+fn exact(concurrency: u32, delay: Duration, per_slot: Duration) -> ScopeConfig {
+    ScopeConfig::default()
+        .concurrency(concurrency)
+        .delay(delay)
+        .delay_per_slot(per_slot)
+        .jitter(0.0)
+}
+
+fn registry_with(default: ScopeConfig) -> Registry {
+    Registry::builder().default_scope(default).build().unwrap()
+}
+
+/// Calls the service for each request in order (so arrival order is the
+/// order given) and spawns the response futures.
+async fn launch<S>(
+    service: &mut S,
+    requests: Vec<http::Request<()>>,
+) -> Vec<JoinHandle<Result<S::Response, S::Error>>>
+where
+    S: Service<http::Request<()>>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: Send + std::fmt::Debug + 'static,
+{
+    let mut handles = Vec::new();
+    for request in requests {
+        service.ready().await.unwrap();
+        handles.push(tokio::spawn(service.call(request)));
+    }
+    handles
+}
+
+async fn finish_all<T>(handles: Vec<JoinHandle<T>>) {
+    for result in join_all(handles).await {
+        result.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn seeds_worked_example_sends_at_0_then_300_then_1000_ms() {
+    let registry = registry_with(exact(2, ms(300), ms(1000)));
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry).layer(recorder.service(Duration::ZERO));
+    let requests = (1..=3)
+        .map(|i| get(&format!("https://example.com/{i}")))
+        .collect();
+    finish_all(launch(&mut service, requests).await).await;
+    assert_eq!(recorder.millis(), vec![0, 300, 1000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_slot_delay_counts_from_the_previous_send_on_that_lane() {
+    // One lane, responses take 700 ms: the next send waits for the lane
+    // (700 ms), then for the per-slot delay (1000 ms after the first send).
+    let registry = registry_with(exact(1, Duration::ZERO, ms(1000)));
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry).layer(recorder.service(ms(700)));
+    let requests = (1..=3)
+        .map(|i| get(&format!("https://example.com/{i}")))
+        .collect();
+    finish_all(launch(&mut service, requests).await).await;
+    assert_eq!(recorder.millis(), vec![0, 1000, 2000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lane_stays_busy_until_the_response_arrives() {
+    let registry = registry_with(exact(1, ms(100), Duration::ZERO));
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry).layer(recorder.service(ms(2500)));
+    let requests = (1..=3)
+        .map(|i| get(&format!("https://example.com/{i}")))
+        .collect();
+    finish_all(launch(&mut service, requests).await).await;
+    assert_eq!(recorder.millis(), vec![0, 2500, 5000]);
+}
+
+/// An inner service that answers after a random latency and tracks, per
+/// scope, the most requests it ever saw in flight at once.
+#[derive(Clone)]
+struct InFlightTracker {
+    counts: Arc<Mutex<HashMap<String, (u32, u32)>>>,
+    rng: Arc<Mutex<fastrand::Rng>>,
+    sends: Arc<Mutex<Vec<(String, Instant)>>>,
+    max_latency_ms: u64,
+}
+
+impl InFlightTracker {
+    fn new(seed: u64, max_latency_ms: u64) -> Self {
+        InFlightTracker {
+            counts: Arc::default(),
+            rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(seed))),
+            sends: Arc::default(),
+            max_latency_ms,
+        }
+    }
+
+    fn peak(&self, scope: &str) -> u32 {
+        self.counts.lock().unwrap().get(scope).map_or(0, |c| c.1)
+    }
+
+    fn sends_of(&self, scope: &str) -> Vec<Instant> {
+        let sends = self.sends.lock().unwrap();
+        sends
+            .iter()
+            .filter(|(s, _)| s == scope)
+            .map(|(_, at)| *at)
+            .collect()
+    }
+}
+
+impl Service<http::Request<()>> for InFlightTracker {
+    type Response = http::Response<()>;
+    type Error = Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<()>) -> Self::Future {
+        let scopes: Vec<String> = request
+            .extensions()
+            .get::<Scopes>()
+            .expect("Throttle inserts the scopes")
+            .iter()
+            .map(|(scope, _)| scope.to_string())
+            .collect();
+        let now = Instant::now();
+        {
+            let mut counts = self.counts.lock().unwrap();
+            let mut sends = self.sends.lock().unwrap();
+            for scope in &scopes {
+                let entry = counts.entry(scope.clone()).or_default();
+                entry.0 += 1;
+                entry.1 = entry.1.max(entry.0);
+                sends.push((scope.clone(), now));
+            }
+        }
+        let latency = ms(self.rng.lock().unwrap().u64(0..=self.max_latency_ms));
+        let counts = self.counts.clone();
+        Box::pin(async move {
+            tokio::time::sleep(latency).await;
+            let mut counts = counts.lock().unwrap();
+            for scope in &scopes {
+                counts.get_mut(scope).unwrap().0 -= 1;
+            }
+            Ok(http::Response::new(()))
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_two_sends_of_a_scope_are_closer_than_its_delay_over_random_arrivals() {
+    let registry = Registry::builder()
+        .default_scope(exact(3, ms(100), Duration::ZERO))
+        .max_concurrency(8)
+        .build()
+        .unwrap();
+    let tracker = InFlightTracker::new(1, 400);
+    let mut service = ThrottleLayer::new(registry.clone()).layer(tracker.clone());
+    let mut rng = fastrand::Rng::with_seed(42);
+    let hosts = ["a.example", "b.example", "c.example", "d.example"];
+    let mut handles = Vec::new();
+    for i in 0..3000 {
+        tokio::time::sleep(ms(rng.u64(0..40))).await;
+        let host = hosts[rng.usize(..hosts.len())];
+        service.ready().await.unwrap();
+        handles.push(tokio::spawn(service.call(get(&format!("https://{host}/{i}")))));
+    }
+    finish_all(handles).await;
+    let mut total = 0;
+    for host in hosts {
+        let sends = tracker.sends_of(host);
+        total += sends.len();
+        for pair in sends.windows(2) {
+            assert!(
+                pair[1] - pair[0] >= ms(100),
+                "{host}: sends {:?} apart",
+                pair[1] - pair[0]
+            );
+        }
+        assert!(tracker.peak(host) <= 3);
+    }
+    assert_eq!(total, 3000);
+    let stats = registry.stats();
+    assert_eq!((stats.in_flight, stats.waiting), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn toscrape_parent_and_subdomain_limits_hold_together_without_deadlock() {
+    // The seeds' example: toscrape.com 32 lanes, books 24, quotes 16;
+    // books and quotes requests also count against toscrape.com.
+    let registry = Registry::builder()
+        .max_concurrency(64)
+        .default_scope(exact(1, Duration::ZERO, Duration::ZERO))
+        .scope("toscrape.com", exact(32, Duration::ZERO, Duration::ZERO))
+        .scope("books.toscrape.com", exact(24, Duration::ZERO, Duration::ZERO))
+        .scope("quotes.toscrape.com", exact(16, Duration::ZERO, Duration::ZERO))
+        .build()
+        .unwrap();
+    let tracker = InFlightTracker::new(7, 50);
+    let mut service = ThrottleLayer::new(registry.clone()).layer(tracker.clone());
+    let mut rng = fastrand::Rng::with_seed(3);
+    let mut requests = Vec::new();
+    for i in 0..900 {
+        let mut request = get(&format!("https://toscrape.com/{i}"));
+        let scopes = match rng.u8(0..3) {
+            0 => Scopes::from(["books.toscrape.com", "toscrape.com"]),
+            1 => Scopes::from(["quotes.toscrape.com", "toscrape.com"]),
+            _ => Scopes::from(["toscrape.com"]),
+        };
+        request.extensions_mut().insert(scopes);
+        requests.push(request);
+    }
+    let handles = launch(&mut service, requests).await;
+    tokio::time::timeout(Duration::from_secs(3600), finish_all(handles))
+        .await
+        .expect("every request completes: no deadlock");
+    assert_eq!(
+        tracker.peak("toscrape.com"),
+        32,
+        "the parent limit is reached and held"
+    );
+    assert!(tracker.peak("books.toscrape.com") <= 24);
+    assert!(tracker.peak("quotes.toscrape.com") <= 16);
+    assert!(tracker.peak("books.toscrape.com") >= 8, "books did get lanes");
+    let stats = registry.stats();
+    assert_eq!((stats.in_flight, stats.waiting), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_scope_never_delays_another_scope() {
+    let registry = Registry::builder()
+        .default_scope(exact(1, Duration::ZERO, Duration::ZERO))
+        .scope("slow.example", exact(1, Duration::from_secs(10), Duration::ZERO))
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry).layer(recorder.service(Duration::ZERO));
+    let mut requests: Vec<_> = (0..4)
+        .map(|i| get(&format!("https://slow.example/slow{i}")))
+        .collect();
+    requests.extend((0..3).map(|i| get(&format!("https://fast.example/fast{i}"))));
+    finish_all(launch(&mut service, requests).await).await;
+    assert_eq!(recorder.millis_of("/fast"), vec![0, 0, 0]);
+    assert_eq!(recorder.millis_of("/slow"), vec![0, 10_000, 20_000, 30_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn global_max_concurrency_is_counted_at_send_over_all_scopes() {
+    let registry = Registry::builder()
+        .max_concurrency(2)
+        .default_scope(exact(4, Duration::ZERO, Duration::ZERO))
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry).layer(recorder.service(Duration::from_secs(1)));
+    let requests = (0..6)
+        .map(|i| get(&format!("https://site{}.example/{i}", i % 3)))
+        .collect();
+    finish_all(launch(&mut service, requests).await).await;
+    assert_eq!(recorder.millis(), vec![0, 0, 1000, 1000, 2000, 2000]);
+    // Arrival order is kept across scopes for the global permits.
+    let paths: Vec<_> = recorder.sent().iter().map(|s| s.path.clone()).collect();
+    assert_eq!(paths, vec!["/0", "/1", "/2", "/3", "/4", "/5"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn higher_priority_waiters_go_first_and_equals_keep_arrival_order() {
+    let registry = registry_with(exact(1, Duration::from_secs(1), Duration::ZERO));
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry).layer(recorder.service(Duration::ZERO));
+    let mut requests = Vec::new();
+    for (path, priority) in [("/first", 0), ("/low", -1), ("/a", 5), ("/b", 5), ("/normal", 0)] {
+        let mut request = get(&format!("https://example.com{path}"));
+        request.extensions_mut().insert(Priority(priority));
+        requests.push(request);
+    }
+    finish_all(launch(&mut service, requests).await).await;
+    let order: Vec<_> = recorder.sent().iter().map(|s| s.path.clone()).collect();
+    assert_eq!(order, vec!["/first", "/a", "/b", "/normal", "/low"]);
+    assert_eq!(recorder.millis(), vec![0, 1000, 2000, 3000, 4000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn replacing_a_scope_config_at_runtime_lets_waiters_reevaluate_at_once() {
+    let registry = registry_with(exact(1, Duration::from_secs(10), Duration::ZERO));
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry.clone()).layer(recorder.service(Duration::ZERO));
+    let requests = (0..3).map(|i| get(&format!("https://example.com/{i}"))).collect();
+    let handles = launch(&mut service, requests).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    registry
+        .set_scope("example.com", exact(1, Duration::from_secs(2), Duration::ZERO))
+        .unwrap();
+    finish_all(handles).await;
+    // The first waiter's 10 s gap became 2 s; it went as soon as that passed.
+    assert_eq!(recorder.millis(), vec![0, 2000, 4000]);
+    let err = registry
+        .set_scope("example.com", ScopeConfig::default().concurrency(0))
+        .unwrap_err();
+    assert_eq!(err.field(), "scope \"example.com\" concurrency");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hold_pauses_only_its_scope_until_it_ends() {
+    let registry = registry_with(exact(1, Duration::ZERO, Duration::ZERO));
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry.clone()).layer(recorder.service(Duration::ZERO));
+    registry.hold("held.example", Duration::from_secs(30));
+    assert_eq!(
+        registry.scope_stats("held.example").unwrap().held_for,
+        Some(Duration::from_secs(30))
+    );
+    let requests = vec![get("https://held.example/held"), get("https://free.example/free")];
+    finish_all(launch(&mut service, requests).await).await;
+    assert_eq!(recorder.millis_of("/free"), vec![0]);
+    assert_eq!(recorder.millis_of("/held"), vec![30_000]);
+    // A shorter hold does not shorten a longer one.
+    registry.hold("held.example", Duration::from_secs(60));
+    registry.hold("held.example", Duration::from_secs(5));
+    assert_eq!(
+        registry.scope_stats("held.example").unwrap().held_for,
+        Some(Duration::from_secs(60))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn jitter_stays_within_bounds_and_keeps_the_mean_gap_at_the_delay() {
+    let registry = Registry::builder()
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(1)
+                .delay(ms(100))
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.5),
+        )
+        .jitter_seed(11)
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry).layer(recorder.service(Duration::ZERO));
+    let requests = (0..10_000)
+        .map(|i| get(&format!("https://example.com/{i}")))
+        .collect();
+    finish_all(launch(&mut service, requests).await).await;
+    let sends: Vec<Duration> = recorder.sent().iter().map(|s| s.at).collect();
+    let gaps: Vec<Duration> = sends.windows(2).map(|w| w[1] - w[0]).collect();
+    // Timers have millisecond resolution: a gap may end up to 1 ms late.
+    assert!(
+        gaps.iter().all(|gap| *gap >= ms(50) && *gap <= ms(151)),
+        "a gap outside [50, 151] ms"
+    );
+    let mean = gaps.iter().sum::<Duration>().as_secs_f64() / gaps.len() as f64;
+    assert!(
+        (mean - 0.1).abs() <= 0.002,
+        "mean gap {mean} s is not within 2 % of 100 ms"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn poll_ready_is_pending_at_max_queued_and_wakes_when_a_place_frees() {
+    let registry = Registry::builder()
+        .max_queued(2)
+        .default_scope(exact(1, Duration::from_secs(10), Duration::ZERO))
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry).layer(recorder.service(Duration::ZERO));
+    // The first request is sent at once and frees its place; the next two
+    // wait and keep theirs.
+    let handles = launch(
+        &mut service,
+        (0..3).map(|i| get(&format!("https://example.com/{i}"))).collect(),
+    )
+    .await;
+    let mut third_waiter = service.clone();
+    assert!(third_waiter.ready().now_or_never().is_none(), "queue is full");
+    let start = Instant::now();
+    let ready_at = tokio::spawn(async move {
+        third_waiter.ready().await.unwrap();
+        Instant::now()
+    });
+    // At 10 s the second request is sent, which frees a place.
+    assert_eq!(ready_at.await.unwrap() - start, Duration::from_secs(10));
+    finish_all(handles).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_waiter_that_keeps_the_scope_timer_hands_the_timer_on() {
+    let registry = registry_with(exact(1, Duration::from_secs(1), Duration::ZERO));
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry.clone()).layer(recorder.service(Duration::ZERO));
+    let mut handles = launch(
+        &mut service,
+        (0..3).map(|i| get(&format!("https://example.com/{i}"))).collect(),
+    )
+    .await;
+    tokio::time::sleep(ms(500)).await;
+    // /1 waits on the scope delay and keeps the scope's timer; /2 is behind.
+    handles.remove(1).abort();
+    finish_all(handles).await;
+    assert_eq!(recorder.millis(), vec![0, 1000]);
+    assert_eq!(recorder.sent()[1].path, "/2");
+    let stats = registry.scope_stats("example.com").unwrap();
+    assert_eq!((stats.in_flight, stats.queued, stats.sent), (0, 0, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_queued_waiter_behind_the_head_leaks_nothing() {
+    let registry = Registry::builder()
+        .max_queued(3)
+        .default_scope(exact(1, Duration::from_secs(1), Duration::ZERO))
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry.clone()).layer(recorder.service(Duration::ZERO));
+    let mut handles = launch(
+        &mut service,
+        (0..4).map(|i| get(&format!("https://example.com/{i}"))).collect(),
+    )
+    .await;
+    handles.remove(2).abort();
+    tokio::task::yield_now().await;
+    // The dropped waiter's queue place is back: two more fit.
+    let more = launch(
+        &mut service,
+        (4..6).map(|i| get(&format!("https://example.com/{i}"))).collect(),
+    )
+    .await;
+    handles.extend(more);
+    finish_all(handles).await;
+    let paths: Vec<_> = recorder.sent().iter().map(|s| s.path.clone()).collect();
+    assert_eq!(paths, vec!["/0", "/1", "/3", "/4", "/5"]);
+    assert_eq!(recorder.millis(), vec![0, 1000, 2000, 3000, 4000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_waiter_blocked_on_a_busy_lane_then_the_request_in_flight_frees_the_lane() {
+    let registry = registry_with(exact(1, Duration::ZERO, Duration::ZERO));
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry.clone()).layer(recorder.service(Duration::from_secs(60)));
+    let mut handles = launch(
+        &mut service,
+        (0..3).map(|i| get(&format!("https://example.com/{i}"))).collect(),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    handles.remove(1).abort(); // waiting on the lane
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    handles.remove(0).abort(); // in flight
+    finish_all(handles).await;
+    assert_eq!(recorder.millis(), vec![0, 2000]);
+    assert_eq!(recorder.sent()[1].path, "/2");
+    let stats = registry.stats();
+    assert_eq!((stats.in_flight, stats.waiting), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_multi_scope_request_is_not_starved_by_single_scope_traffic() {
+    // `both` needs scopes a and b. Each has a steady stream of its own
+    // requests (a's take 1 s, b's 1.5 s), so the two are never free at the
+    // same instant. The streams may pass `both` while it waits (no
+    // head-of-line blocking), but only a bounded number of times; then it
+    // keeps its place and goes once both scopes are free.
+    let registry = registry_with(exact(1, Duration::ZERO, Duration::ZERO));
+    let sent: Arc<Mutex<Vec<(String, Duration)>>> = Arc::default();
+    let start = Instant::now();
+    let log = sent.clone();
+    let inner = tower::service_fn(move |request: http::Request<()>| {
+        let path = request.uri().path().to_owned();
+        log.lock().unwrap().push((path.clone(), start.elapsed()));
+        let latency = if path.starts_with("/b") {
+            ms(1500)
+        } else {
+            ms(1000)
+        };
+        async move {
+            tokio::time::sleep(latency).await;
+            Ok::<_, Infallible>(http::Response::new(()))
+        }
+    });
+    let mut service = ThrottleLayer::new(registry).layer(inner);
+    let with_scopes = |path: &str, scopes: Scopes| {
+        let mut request = get(&format!("https://x.example{path}"));
+        request.extensions_mut().insert(scopes);
+        request
+    };
+    let mut requests = vec![
+        with_scopes("/a0", Scopes::from("a")),
+        with_scopes("/b0", Scopes::from("b")),
+        with_scopes("/both", Scopes::from(["a", "b"])),
+    ];
+    for i in 1..=40 {
+        requests.push(with_scopes(&format!("/a{i}"), Scopes::from("a")));
+        requests.push(with_scopes(&format!("/b{i}"), Scopes::from("b")));
+    }
+    finish_all(launch(&mut service, requests).await).await;
+    let sent = sent.lock().unwrap();
+    let both_at = sent.iter().find(|(path, _)| path == "/both").unwrap().1;
+    let passed_before = sent.iter().filter(|(_, at)| *at < both_at).count();
+    assert!(
+        passed_before > 2,
+        "single-scope traffic passed the waiting request"
+    );
+    // Without the bound it would wait for both streams to end (about 61 s).
+    assert!(
+        both_at <= Duration::from_secs(15),
+        "the multi-scope request went at {both_at:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fixed_scope_poll_ready_waits_for_admission_and_call_sends_at_once() {
+    let registry = registry_with(exact(1, Duration::from_secs(2), Duration::ZERO));
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry.clone())
+        .fixed_scope("api")
+        .layer(recorder.service(Duration::ZERO));
+    let start = Instant::now();
+    for i in 0..3 {
+        service.ready().await.unwrap();
+        let ready_at = start.elapsed();
+        // The future is already in flight: it resolves without waiting.
+        let response = service.call(get(&format!("https://anything.example/{i}")));
+        response.await.unwrap();
+        assert_eq!(ready_at, Duration::from_secs(2 * i));
+    }
+    assert_eq!(recorder.millis(), vec![0, 2000, 4000]);
+    assert_eq!(registry.scope_stats("api").unwrap().sent, 3);
+    assert!(registry.scope_stats("anything.example").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_fixed_scope_service_after_poll_ready_releases_its_admission() {
+    let registry = registry_with(exact(1, Duration::ZERO, Duration::ZERO));
+    let recorder = Recorder::new();
+    let mut service: Throttle<_> = ThrottleLayer::new(registry.clone())
+        .fixed_scope("api")
+        .layer(recorder.service(Duration::ZERO));
+    service.ready().await.unwrap();
+    assert_eq!(registry.scope_stats("api").unwrap().in_flight, 1);
+    drop(service);
+    assert_eq!(registry.scope_stats("api").unwrap().in_flight, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttle_records_the_resolved_scopes_for_inner_layers() {
+    let registry = Registry::default();
+    let seen: Arc<Mutex<Option<Scopes>>> = Arc::default();
+    let seen_inner = seen.clone();
+    let inner = tower::service_fn(move |request: http::Request<()>| {
+        *seen_inner.lock().unwrap() = request.extensions().get::<Scopes>().cloned();
+        async { Ok::<_, Infallible>(http::Response::new(())) }
+    });
+    let service = ThrottleLayer::new(registry).layer(inner);
+    service
+        .oneshot(get("https://Books.ToScrape.com:8080/x"))
+        .await
+        .unwrap();
+    assert_eq!(*seen.lock().unwrap(), Some(Scopes::from("books.toscrape.com")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn registry_defaults_and_errors_name_the_field() {
+    let err = Registry::builder().max_concurrency(0).build().unwrap_err();
+    assert_eq!(err.to_string(), "invalid max_concurrency = 0: must be at least 1");
+    let err = Registry::builder().max_queued(0).build().unwrap_err();
+    assert_eq!(err.field(), "max_queued");
+    let err = Registry::builder()
+        .default_scope(ScopeConfig::default().jitter(f64::NAN))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.field(), "default scope jitter");
+    let registry = Registry::default();
+    assert_eq!(registry.stats().max_concurrency, 16);
+}
