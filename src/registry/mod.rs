@@ -105,6 +105,9 @@ struct Shared {
     resolver: Box<dyn ScopeResolver>,
     max_queued: usize,
     queued: AtomicUsize,
+    /// How many wakers `queue_waiters` holds, so releasing a place skips
+    /// its lock in the common case of nobody waiting.
+    queue_waiter_count: AtomicUsize,
     queue_waiters: Mutex<Vec<Waker>>,
 }
 
@@ -208,6 +211,7 @@ impl Registry {
             .unwrap_or_else(PoisonError::into_inner);
         if !waiters.iter().any(|known| known.will_wake(cx.waker())) {
             waiters.push(cx.waker().clone());
+            self.shared.queue_waiter_count.fetch_add(1, Ordering::SeqCst);
         }
         drop(waiters);
         // A place may have freed between the failed attempt and the
@@ -222,7 +226,7 @@ impl Registry {
         let max = self.shared.max_queued;
         self.shared
             .queued
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| {
                 (queued < max).then_some(queued + 1)
             })
             .is_ok()
@@ -242,13 +246,12 @@ impl Registry {
             .scheduler()
             .enqueue(scopes, priority.0, Instant::now(), &mut wake);
         wake_all(wake);
+        let registry = place.hand_over();
         if sent {
-            drop(place);
-        } else {
-            place.hand_over();
+            release_place(&registry);
         }
         Ticket {
-            registry: self.clone(),
+            registry,
             id,
             queue_place: !sent,
             finished: false,
@@ -277,10 +280,10 @@ impl fmt::Debug for QueuePlace {
 }
 
 impl QueuePlace {
-    /// Hands the place to a ticket, which releases it when it is sent or
-    /// dropped.
-    fn hand_over(mut self) {
-        self.registry = None;
+    /// Hands the place (and the registry handle it holds) to a ticket,
+    /// which releases it when it is sent or dropped.
+    fn hand_over(mut self) -> Registry {
+        self.registry.take().expect("a place is handed over once")
     }
 }
 
@@ -293,13 +296,17 @@ impl Drop for QueuePlace {
 }
 
 fn release_place(registry: &Registry) {
-    registry.shared.queued.fetch_sub(1, Ordering::AcqRel);
-    let mut waiters = registry
-        .shared
+    let shared = &registry.shared;
+    shared.queued.fetch_sub(1, Ordering::SeqCst);
+    if shared.queue_waiter_count.load(Ordering::SeqCst) == 0 {
+        return;
+    }
+    let mut waiters = shared
         .queue_waiters
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
     if let Some(waker) = waiters.pop() {
+        shared.queue_waiter_count.fetch_sub(1, Ordering::SeqCst);
         drop(waiters);
         waker.wake();
     }
@@ -495,6 +502,7 @@ impl RegistryBuilder {
                 resolver: self.resolver,
                 max_queued: self.max_queued,
                 queued: AtomicUsize::new(0),
+                queue_waiter_count: AtomicUsize::new(0),
                 queue_waiters: Mutex::new(Vec::new()),
             }),
         })

@@ -199,6 +199,45 @@ struct Slot {
     lane: usize,
 }
 
+/// The slots of a ticket, inline for the common one-scope request.
+#[derive(Debug)]
+enum Slots {
+    One([Slot; 1]),
+    Many(Vec<Slot>),
+}
+
+impl Slots {
+    fn from_iter(mut slots: impl ExactSizeIterator<Item = Slot>) -> Self {
+        match (slots.len(), slots.next()) {
+            (1, Some(slot)) => Slots::One([slot]),
+            (_, first) => Slots::Many(first.into_iter().chain(slots).collect()),
+        }
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, Slot> {
+        match self {
+            Slots::One(one) => one.iter(),
+            Slots::Many(many) => many.iter(),
+        }
+    }
+
+    fn iter_mut(&mut self) -> std::slice::IterMut<'_, Slot> {
+        match self {
+            Slots::One(one) => one.iter_mut(),
+            Slots::Many(many) => many.iter_mut(),
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Slots {
+    type Item = &'a Slot;
+    type IntoIter = std::slice::Iter<'a, Slot>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 enum Status {
     Queued,
@@ -208,7 +247,7 @@ enum Status {
 #[derive(Debug)]
 struct TicketState {
     order: OrderKey,
-    slots: Vec<Slot>,
+    slots: Slots,
     status: Status,
     waker: Option<Waker>,
     /// Times a later waiter was sent before this one in a scope while
@@ -307,13 +346,20 @@ impl Scheduler {
         now: Instant,
         wake: &mut WakeList,
     ) -> (TicketId, bool) {
-        let slots = scopes
-            .iter()
-            .map(|(scope, _cost)| Slot {
+        let ids: Vec<ScopeId>;
+        let slots = if scopes.len() == 1 {
+            let (scope, _cost) = scopes.iter().next().expect("a Scopes is never empty");
+            Slots::One([Slot {
                 scope: self.scope_id(scope),
                 lane: usize::MAX,
-            })
-            .collect();
+            }])
+        } else {
+            ids = scopes.iter().map(|(scope, _cost)| self.scope_id(scope)).collect();
+            Slots::from_iter(ids.iter().map(|&scope| Slot {
+                scope,
+                lane: usize::MAX,
+            }))
+        };
         let order = OrderKey {
             priority: Reverse(priority),
             seq: self.next_seq,

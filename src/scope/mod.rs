@@ -79,6 +79,12 @@ impl From<String> for Scope {
     }
 }
 
+impl From<std::borrow::Cow<'_, str>> for Scope {
+    fn from(name: std::borrow::Cow<'_, str>) -> Self {
+        Scope::new(name)
+    }
+}
+
 impl From<&String> for Scope {
     fn from(name: &String) -> Self {
         Scope::new(name)
@@ -204,6 +210,12 @@ impl From<&str> for Scopes {
 
 impl From<String> for Scopes {
     fn from(scope: String) -> Self {
+        Scopes::one(scope)
+    }
+}
+
+impl From<std::borrow::Cow<'_, str>> for Scopes {
+    fn from(scope: std::borrow::Cow<'_, str>) -> Self {
         Scopes::one(scope)
     }
 }

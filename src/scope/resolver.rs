@@ -1,4 +1,15 @@
+use std::borrow::Cow;
+
 use super::{Scope, Scopes};
+
+/// Host names are almost always lower-case already; only copy when not.
+fn lower_cased(host: &str) -> Cow<'_, str> {
+    if host.bytes().any(|byte| byte.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
+    }
+}
 
 /// The parts of a request a [`ScopeResolver`] may look at (the body is never
 /// needed to pick a scope).
@@ -28,13 +39,13 @@ impl<'a> RequestHead<'a> {
     /// The host the request goes to, lower-cased, without port: the URI's
     /// host, or for an origin-form URI (`/path`) the `Host` header's.
     /// `None` when neither names a host.
-    pub fn host(&self) -> Option<String> {
+    pub fn host(&self) -> Option<Cow<'a, str>> {
         if let Some(host) = self.uri.host() {
-            return Some(host.to_ascii_lowercase());
+            return Some(lower_cased(host));
         }
         let header = self.headers.get(http::header::HOST)?.to_str().ok()?;
         let authority: http::uri::Authority = header.trim().parse().ok()?;
-        Some(authority.host().to_ascii_lowercase())
+        Some(Cow::Owned(authority.host().to_ascii_lowercase()))
     }
 }
 
@@ -85,7 +96,7 @@ pub struct HostResolver;
 
 impl ScopeResolver for HostResolver {
     fn resolve(&self, head: &RequestHead<'_>) -> Scopes {
-        Scopes::one(head.host().map(Scope::from).unwrap_or_else(|| Scope::new("")))
+        Scopes::one(head.host().map_or_else(|| Scope::new(""), Scope::new))
     }
 }
 
