@@ -52,13 +52,17 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
+pub mod parse;
 pub mod registry;
 pub mod scope;
 pub mod throttle;
 
 pub use error::ConfigError;
-pub use registry::{Jitter, LimitSource, Registry, RegistryBuilder, ScopeConfig, ScopeStats, Stats};
-pub use scope::{HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
+pub use registry::{
+    AutoThrottleConfig, BackoffConfig, Feedback, FeedbackKind, Jitter, LimitSource, Registry,
+    RegistryBuilder, ScopeConfig, ScopeStats, Stats,
+};
+pub use scope::{AutoThrottleExempt, HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
 pub use throttle::{Throttle, ThrottleLayer};
 
 /// The README's examples, compiled and run as doc tests.

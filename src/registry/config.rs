@@ -1,6 +1,13 @@
 use std::time::Duration;
 
+use super::autothrottle::AutoThrottleConfig;
+use super::backoff::BackoffConfig;
 use crate::error::ConfigError;
+
+fn default_backoff() -> &'static BackoffConfig {
+    static DEFAULT: std::sync::OnceLock<BackoffConfig> = std::sync::OnceLock::new();
+    DEFAULT.get_or_init(BackoffConfig::default)
+}
 
 /// The longest delay any setting accepts. Longer values are almost certainly
 /// a unit mistake (milliseconds given as seconds) and would overflow timers.
@@ -136,6 +143,33 @@ pub struct ScopeConfig {
     pub(crate) delay: Duration,
     pub(crate) delay_per_slot: Duration,
     pub(crate) jitter: Jitter,
+    pub(crate) backoff: Option<BackoffConfig>,
+    pub(crate) autothrottle: Setting<AutoThrottleConfig>,
+    pub(crate) ignore_robots_txt: bool,
+}
+
+/// A setting a scope config may leave to the default scope's config.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Setting<T> {
+    Inherit,
+    Off,
+    On(T),
+}
+
+impl<T: Clone> Setting<T> {
+    fn or_inherit(&self, default: &Setting<T>) -> Setting<T> {
+        match self {
+            Setting::Inherit => default.clone(),
+            set => set.clone(),
+        }
+    }
+
+    pub(crate) fn get(&self) -> Option<&T> {
+        match self {
+            Setting::On(value) => Some(value),
+            _ => None,
+        }
+    }
 }
 
 impl Default for ScopeConfig {
@@ -145,6 +179,9 @@ impl Default for ScopeConfig {
             delay: Duration::from_secs(1),
             delay_per_slot: Duration::from_secs(1),
             jitter: Jitter::symmetric(0.5),
+            backoff: None,
+            autothrottle: Setting::Inherit,
+            ignore_robots_txt: false,
         }
     }
 }
@@ -176,6 +213,53 @@ impl ScopeConfig {
     pub fn jitter(mut self, jitter: impl Into<Jitter>) -> Self {
         self.jitter = jitter.into();
         self
+    }
+
+    /// How this scope backs off. Unless set, the default scope's backoff
+    /// applies (and [`BackoffConfig::default`] when that is unset too).
+    pub fn backoff(mut self, backoff: BackoffConfig) -> Self {
+        self.backoff = Some(backoff);
+        self
+    }
+
+    /// Turns AutoThrottle on for this scope. Set on the default scope, it
+    /// applies to every scope whose config does not say otherwise.
+    pub fn autothrottle(mut self, autothrottle: AutoThrottleConfig) -> Self {
+        self.autothrottle = Setting::On(autothrottle);
+        self
+    }
+
+    /// Turns AutoThrottle off for this scope even when the default scope
+    /// has it on.
+    pub fn without_autothrottle(mut self) -> Self {
+        self.autothrottle = Setting::Off;
+        self
+    }
+
+    /// Silences the warning logged when robots.txt asks for a Crawl-delay
+    /// that this scope's explicit config overrides.
+    pub fn ignore_robots_txt(mut self, ignore: bool) -> Self {
+        self.ignore_robots_txt = ignore;
+        self
+    }
+
+    /// The backoff settings in force (the default ones when unset).
+    pub fn get_backoff(&self) -> &BackoffConfig {
+        self.backoff.as_ref().unwrap_or_else(|| default_backoff())
+    }
+
+    /// The AutoThrottle settings, when AutoThrottle is on.
+    pub fn get_autothrottle(&self) -> Option<&AutoThrottleConfig> {
+        self.autothrottle.get()
+    }
+
+    /// Fills the settings this config leaves to the default scope's.
+    pub(crate) fn inherit_from(&self, default: &ScopeConfig) -> ScopeConfig {
+        ScopeConfig {
+            backoff: self.backoff.clone().or_else(|| default.backoff.clone()),
+            autothrottle: self.autothrottle.or_inherit(&default.autothrottle),
+            ..self.clone()
+        }
     }
 
     /// The configured lanes.
@@ -210,7 +294,14 @@ impl ScopeConfig {
         }
         validate_delay(&format!("{name} delay"), self.delay)?;
         validate_delay(&format!("{name} delay_per_slot"), self.delay_per_slot)?;
-        self.jitter.validate(&format!("{name} jitter"))
+        self.jitter.validate(&format!("{name} jitter"))?;
+        if let Some(backoff) = &self.backoff {
+            backoff.validate(name)?;
+        }
+        if let Some(autothrottle) = self.autothrottle.get() {
+            autothrottle.validate(name)?;
+        }
+        Ok(())
     }
 }
 

@@ -49,11 +49,17 @@
 //! of its scopes (a send, a completion, a config change, a hold, a timer).
 //! Each scope has at most one timer, kept by its first waiter.
 
+mod autothrottle;
+mod backoff;
 mod config;
+mod feedback;
 mod state;
 mod stats;
 
+pub use autothrottle::AutoThrottleConfig;
+pub use backoff::{BackoffConfig, DEFAULT_BACKOFF_CODES};
 pub use config::{Jitter, ScopeConfig, MAX_CONFIG_DELAY};
+pub use feedback::{Feedback, FeedbackKind};
 pub use stats::{LimitSource, ScopeStats, Stats};
 
 use std::fmt;
@@ -68,6 +74,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::error::ConfigError;
 use crate::scope::{HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
+pub(crate) use state::Outcome;
 use state::{Scheduler, TicketId, TicketPoll, WakeList};
 
 /// Default global cap on requests in flight.
@@ -162,8 +169,9 @@ impl Registry {
     }
 
     /// Holds scope `key` for `duration`: nothing of it is sent before then.
-    /// A hold never shortens a longer one already active. This is the call
-    /// rate-limit feedback (Retry-After, RateLimit resets) uses.
+    /// The hold is capped at the scope's backoff `max_delay` (300 s by
+    /// default) and never shortens a longer one already active. This is the
+    /// call rate-limit feedback (Retry-After, RateLimit resets) uses.
     pub fn hold(&self, key: impl Into<Scope>, duration: Duration) {
         let now = Instant::now();
         let until = now.checked_add(duration).unwrap_or(now + MAX_CONFIG_DELAY);
@@ -176,6 +184,34 @@ impl Registry {
         self.scheduler()
             .hold(&key.into(), until, Instant::now(), &mut wake);
         wake_all(wake);
+    }
+
+    /// Reports what a response (or error) of a request with `scopes` says:
+    /// backoff feedback takes a backoff step in each scope. This is the call
+    /// the backoff layer makes; use it directly from your own layers.
+    pub fn feedback(&self, scopes: &Scopes, feedback: Feedback) {
+        let mut wake = WakeList::new();
+        self.scheduler()
+            .feedback(scopes, feedback, Instant::now(), &mut wake);
+        wake_all(wake);
+    }
+
+    /// Records the robots.txt Crawl-delay that applies to scope `key`
+    /// (`None`: none known). The scope then sends one request at a time, at
+    /// least `crawl_delay` apart, unless it has an explicit config, which
+    /// keeps precedence (with a warning unless it sets `ignore_robots_txt`).
+    /// This is the call the robots.txt layer makes.
+    pub fn set_robots_delay(&self, key: impl Into<Scope>, crawl_delay: Option<Duration>) {
+        let mut wake = WakeList::new();
+        self.scheduler()
+            .set_robots_delay(&key.into(), crawl_delay, Instant::now(), &mut wake);
+        wake_all(wake);
+    }
+
+    /// The config scope `key` uses (its own, or the default one), with the
+    /// settings it inherits filled in.
+    pub fn scope_config(&self, key: &str) -> ScopeConfig {
+        self.scheduler().config_of(key)
     }
 
     /// A snapshot of scope `key`, or `None` if the registry has never seen
@@ -374,29 +410,28 @@ impl Ticket {
         }
     }
 
-    /// Marks the request answered (or failed) and returns its latency.
-    pub(crate) fn finish(&mut self) -> Option<Duration> {
+    /// Marks the request answered (or failed, or abandoned): frees what it
+    /// holds and feeds latency to the registry.
+    pub(crate) fn finish(&mut self, outcome: Outcome) {
         if self.finished {
-            return None;
+            return;
         }
         self.finished = true;
         let mut wake = WakeList::new();
-        let latency = self
-            .registry
+        self.registry
             .scheduler()
-            .finish(self.id, Instant::now(), &mut wake);
+            .finish(self.id, outcome, Instant::now(), &mut wake);
         wake_all(wake);
         if self.queue_place {
             self.queue_place = false;
             release_place(&self.registry);
         }
-        latency
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.finish();
+        self.finish(Outcome::NoResponse);
     }
 }
 

@@ -12,7 +12,11 @@ use std::time::Duration;
 use slab::Slab;
 use tokio::time::Instant;
 
+use std::sync::Arc;
+
+use super::backoff::{BackoffNow, BackoffState};
 use super::config::{Jitter, ScopeConfig, MAX_CONFIG_DELAY};
+use super::feedback::{Feedback, FeedbackKind};
 use super::stats::{LimitSource, ScopeStats, Stats};
 use crate::scope::{Scope, Scopes};
 
@@ -75,13 +79,28 @@ struct Lane {
     last_send: LastSend,
 }
 
-/// What the feedback layers add to a scope's limits. Each later layer owns
-/// one field; [`ScopeState::effective`] folds them into the limits the
-/// scheduler applies, keeping the most restrictive.
+/// What the feedback layers add to a scope's limits. Each source owns one
+/// field; [`ScopeState::effective`] folds them into the limits the scheduler
+/// applies, keeping the most restrictive (smallest concurrency, largest
+/// delay). A new source is one more field and one more term in that fold.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Contributions {
     /// Nothing is sent before this instant (Retry-After, rate-limit resets).
     pub(crate) hold_until: Option<Instant>,
+    /// Exponential backoff after the last step (recovery is computed from
+    /// it when read).
+    pub(crate) backoff: Option<BackoffState>,
+    /// AutoThrottle's current delay, when AutoThrottle is on.
+    pub(crate) autothrottle_delay: Option<Duration>,
+    /// robots.txt Crawl-delay, and whether it applies (a scope with an
+    /// explicit config keeps its own limits).
+    pub(crate) robots: Option<RobotsDelay>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RobotsDelay {
+    pub(crate) crawl_delay: Duration,
+    pub(crate) applies: bool,
 }
 
 /// The limits of a scope at one instant, with what set each of them.
@@ -93,17 +112,40 @@ pub(crate) struct Effective {
     pub(crate) delay_source: LimitSource,
     pub(crate) delay_per_slot: Duration,
     pub(crate) jitter: Jitter,
+    /// The backoff in force, if any.
+    pub(crate) backoff: Option<BackoffNow>,
+}
+
+impl Effective {
+    fn raise_delay(&mut self, delay: Duration, source: LimitSource) {
+        if delay > self.delay {
+            self.delay = delay;
+            self.delay_source = source;
+        }
+    }
+
+    fn lower_concurrency(&mut self, concurrency: u32, source: LimitSource) {
+        if concurrency < self.concurrency {
+            self.concurrency = concurrency;
+            self.concurrency_source = source;
+        }
+    }
 }
 
 #[derive(Debug)]
 struct ScopeState {
     key: Scope,
-    config: ScopeConfig,
+    config: Arc<ScopeConfig>,
+    /// Whether the scope has a config of its own (not the default one).
+    explicit: bool,
     contributions: Contributions,
     lanes: Vec<Lane>,
     last_send: Option<LastSend>,
     in_flight: u32,
     sent: u64,
+    backoff_feedbacks: u64,
+    reported_cost: f64,
+    latency: Option<Duration>,
     queue: BTreeMap<OrderKey, TicketId>,
     /// When the scope's own time limits next let its head go, if they are
     /// what holds it.
@@ -125,35 +167,67 @@ enum ScopeCheck {
 }
 
 impl ScopeState {
-    fn new(key: Scope, config: ScopeConfig) -> Self {
+    fn new(key: Scope, config: Arc<ScopeConfig>, explicit: bool) -> Self {
+        let mut contributions = Contributions::default();
+        if let Some(autothrottle) = config.get_autothrottle() {
+            contributions.autothrottle_delay = Some(autothrottle.start(config.delay));
+        }
         ScopeState {
             key,
             config,
-            contributions: Contributions::default(),
+            explicit,
+            contributions,
             lanes: Vec::new(),
             last_send: None,
             in_flight: 0,
             sent: 0,
+            backoff_feedbacks: 0,
+            reported_cost: 0.0,
+            latency: None,
             queue: BTreeMap::new(),
             wake_at: None,
             timer_owner: None,
         }
     }
 
-    fn effective(&self, max_concurrency: u32) -> Effective {
-        let (concurrency, concurrency_source) = if self.config.concurrency > max_concurrency {
-            (max_concurrency, LimitSource::MaxConcurrency)
-        } else {
-            (self.config.concurrency, LimitSource::Config)
-        };
-        Effective {
-            concurrency,
-            concurrency_source,
-            delay: self.config.delay,
+    /// The limits without backoff: config, global cap, robots.txt and
+    /// AutoThrottle. Backoff steps multiply these.
+    fn effective_before_backoff(&self, max_concurrency: u32) -> Effective {
+        let config = &self.config;
+        let mut effective = Effective {
+            concurrency: config.concurrency,
+            concurrency_source: LimitSource::Config,
+            delay: config.delay,
             delay_source: LimitSource::Config,
-            delay_per_slot: self.config.delay_per_slot,
-            jitter: self.config.jitter,
+            delay_per_slot: config.delay_per_slot,
+            jitter: config.jitter,
+            backoff: None,
+        };
+        effective.lower_concurrency(max_concurrency, LimitSource::MaxConcurrency);
+        if let Some(robots) = self.contributions.robots.filter(|robots| robots.applies) {
+            effective.lower_concurrency(1, LimitSource::Robots);
+            effective.raise_delay(robots.crawl_delay, LimitSource::Robots);
         }
+        if let Some(delay) = self.contributions.autothrottle_delay {
+            effective.raise_delay(delay, LimitSource::AutoThrottle);
+        }
+        effective
+    }
+
+    fn effective(&self, now: Instant, max_concurrency: u32) -> Effective {
+        let mut effective = self.effective_before_backoff(max_concurrency);
+        let backoff_config = self.config.get_backoff();
+        let backoff = self
+            .contributions
+            .backoff
+            .and_then(|state| state.at(now, backoff_config, effective.concurrency));
+        if let Some(backoff) = backoff {
+            effective.raise_delay(backoff.delay, LimitSource::Backoff);
+            effective.lower_concurrency(backoff.concurrency, LimitSource::Backoff);
+            effective.jitter = backoff_config.jitter;
+            effective.backoff = Some(backoff);
+        }
+        effective
     }
 
     fn check(&self, now: Instant, effective: &Effective) -> ScopeCheck {
@@ -169,7 +243,16 @@ impl ScopeState {
             .flatten()
             .max();
         match ready_at {
-            Some(at) if at > now => ScopeCheck::Until(at),
+            Some(at) if at > now => {
+                // A backoff step back may shorten the delay before then:
+                // look again at that instant.
+                let step_back = effective.backoff.map(|backoff| backoff.next_step_back);
+                ScopeCheck::Until(
+                    step_back
+                        .filter(|&back| back > now)
+                        .map_or(at, |back| back.min(at)),
+                )
+            }
             _ => ScopeCheck::Ready { lane },
         }
     }
@@ -268,6 +351,15 @@ enum Verdict {
     Global,
 }
 
+/// How a sent request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The inner service answered with this status.
+    Response { status: u16, adjust_autothrottle: bool },
+    /// The inner service failed, or the future was dropped.
+    NoResponse,
+}
+
 /// The result of polling a ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TicketPoll {
@@ -283,8 +375,10 @@ pub(crate) type WakeList = Vec<Waker>;
 /// The whole scheduling state of a registry.
 #[derive(Debug)]
 pub(crate) struct Scheduler {
-    default_config: ScopeConfig,
-    overrides: HashMap<Scope, ScopeConfig>,
+    /// Scope configs are shared: every scope without its own config points
+    /// at this one.
+    default_config: Arc<ScopeConfig>,
+    overrides: HashMap<Scope, Arc<ScopeConfig>>,
     index: HashMap<Scope, ScopeId>,
     scopes: Slab<ScopeState>,
     tickets: Slab<TicketState>,
@@ -306,9 +400,13 @@ impl Scheduler {
         rng: fastrand::Rng,
     ) -> Self {
         let mut overrides_map = HashMap::default();
-        overrides_map.extend(overrides);
+        overrides_map.extend(
+            overrides
+                .into_iter()
+                .map(|(key, config)| (key, Arc::new(config.inherit_from(&default_config)))),
+        );
         Scheduler {
-            default_config,
+            default_config: Arc::new(default_config),
             overrides: overrides_map,
             index: HashMap::default(),
             scopes: Slab::new(),
@@ -327,12 +425,11 @@ impl Scheduler {
         if let Some(&id) = self.index.get(key.as_str()) {
             return id;
         }
-        let config = self
-            .overrides
-            .get(key.as_str())
-            .unwrap_or(&self.default_config)
-            .clone();
-        let id = self.scopes.insert(ScopeState::new(key.clone(), config));
+        let (config, explicit) = match self.overrides.get(key.as_str()) {
+            Some(config) => (config.clone(), true),
+            None => (self.default_config.clone(), false),
+        };
+        let id = self.scopes.insert(ScopeState::new(key.clone(), config, explicit));
         self.index.insert(key.clone(), id);
         id
     }
@@ -407,7 +504,7 @@ impl Scheduler {
             if !scope.queue.is_empty() {
                 return false;
             }
-            let effective = scope.effective(self.max_concurrency);
+            let effective = scope.effective(now, self.max_concurrency);
             if !matches!(scope.check(now, &effective), ScopeCheck::Ready { .. }) {
                 return false;
             }
@@ -469,20 +566,57 @@ impl Scheduler {
 
     /// Marks a request finished (response or error): frees its lanes and
     /// its global permit, and lets the next waiters go. A ticket still
-    /// waiting just leaves its queues. Returns the latency (send to
-    /// completion) of a request that was sent.
-    pub(crate) fn finish(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) -> Option<Duration> {
+    /// waiting just leaves its queues. A response feeds each scope's
+    /// latency average and AutoThrottle.
+    pub(crate) fn finish(&mut self, id: TicketId, outcome: Outcome, now: Instant, wake: &mut WakeList) {
         let ticket = self.tickets.remove(id);
         match ticket.status {
             Status::InFlight => {
+                if let (
+                    Outcome::Response {
+                        status,
+                        adjust_autothrottle,
+                    },
+                    Some(sent),
+                ) = (outcome, ticket.sent_at)
+                {
+                    let latency = now.saturating_duration_since(sent);
+                    for slot in &ticket.slots {
+                        self.observe_latency(slot.scope, latency, status, adjust_autothrottle);
+                    }
+                }
                 self.release_lanes(&ticket, now, wake);
-                ticket.sent_at.map(|sent| now.saturating_duration_since(sent))
             }
-            Status::Queued => {
-                self.leave_queues(id, &ticket, now, wake);
-                None
-            }
+            Status::Queued => self.leave_queues(id, &ticket, now, wake),
         }
+    }
+
+    /// Scrapy's AutoThrottle step, and the latency average shown in stats.
+    fn observe_latency(&mut self, id: ScopeId, latency: Duration, status: u16, adjust_autothrottle: bool) {
+        let scope = &mut self.scopes[id];
+        scope.latency = Some(match scope.latency {
+            Some(average) => average.mul_f64(0.8) + latency.mul_f64(0.2),
+            None => latency,
+        });
+        let (Some(autothrottle), Some(old), true) = (
+            scope.config.get_autothrottle(),
+            scope.contributions.autothrottle_delay,
+            adjust_autothrottle,
+        ) else {
+            return;
+        };
+        let new = autothrottle.next_delay(old, latency, status, scope.config.delay);
+        scope.contributions.autothrottle_delay = Some(new);
+        tracing::debug!(
+            target: "tower_throttle",
+            scope = %scope.key,
+            in_flight = scope.in_flight,
+            latency_ms = latency.as_millis() as u64,
+            status,
+            old_delay_ms = old.as_millis() as u64,
+            new_delay_ms = new.as_millis() as u64,
+            "autothrottle adjusted the delay"
+        );
     }
 
     fn release_lanes(&mut self, ticket: &TicketState, now: Instant, wake: &mut WakeList) {
@@ -543,7 +677,7 @@ impl Scheduler {
                 self.set_timer(scope_id, None, wake);
                 return;
             }
-            let effective = scope.effective(self.max_concurrency);
+            let effective = scope.effective(now, self.max_concurrency);
             match scope.check(now, &effective) {
                 ScopeCheck::Full => {
                     self.set_timer(scope_id, None, wake);
@@ -620,7 +754,7 @@ impl Scheduler {
                 continue;
             }
             let scope = &self.scopes[slot.scope];
-            let effective = scope.effective(self.max_concurrency);
+            let effective = scope.effective(now, self.max_concurrency);
             if !matches!(scope.check(now, &effective), ScopeCheck::Ready { .. }) {
                 return Verdict::HeldBy(slot.scope);
             }
@@ -647,7 +781,7 @@ impl Scheduler {
         let ticket = &mut self.tickets[id];
         for slot in ticket.slots.iter_mut() {
             let scope = &mut self.scopes[slot.scope];
-            let effective = scope.effective(max_concurrency);
+            let effective = scope.effective(now, max_concurrency);
             let lane = match scope.check(now, &effective) {
                 ScopeCheck::Ready { lane } => lane,
                 // Callers only send after every scope allowed it under the
@@ -724,19 +858,109 @@ impl Scheduler {
 
     /// Replaces a scope's config; waiters re-evaluate at once.
     pub(crate) fn set_scope(&mut self, key: Scope, config: ScopeConfig, now: Instant, wake: &mut WakeList) {
+        let config = Arc::new(config.inherit_from(&self.default_config));
         if let Some(&id) = self.index.get(key.as_str()) {
-            self.scopes[id].config = config.clone();
+            let scope = &mut self.scopes[id];
+            let autothrottle = config.get_autothrottle().copied();
+            let contributions = &mut scope.contributions;
+            contributions.autothrottle_delay = match (autothrottle, contributions.autothrottle_delay) {
+                (None, _) => None,
+                (Some(_), Some(kept)) => Some(kept.max(config.delay)),
+                (Some(autothrottle), None) => Some(autothrottle.start(config.delay)),
+            };
+            if let Some(robots) = &mut contributions.robots {
+                robots.applies = false;
+            }
+            scope.config = config.clone();
+            scope.explicit = true;
             self.dirty.push(id);
         }
         self.overrides.insert(key, config);
         self.run_dispatch(now, wake);
     }
 
-    /// Holds a scope: nothing of it is sent before `until`. A later hold
-    /// extends an earlier one; an earlier one does not shorten it.
+    /// Applies feedback about one response (or error) to each scope.
+    pub(crate) fn feedback(
+        &mut self,
+        scopes: &Scopes,
+        feedback: Feedback,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        for (key, _cost) in scopes.iter() {
+            let id = self.scope_id(key);
+            let max_concurrency = self.max_concurrency;
+            let scope = &mut self.scopes[id];
+            if let Some(cost) = feedback.actual_cost() {
+                scope.reported_cost += cost;
+            }
+            if feedback.kind() != FeedbackKind::Backoff {
+                continue;
+            }
+            scope.backoff_feedbacks += 1;
+            let base = scope.effective_before_backoff(max_concurrency);
+            let config = scope.config.get_backoff();
+            let current = scope
+                .contributions
+                .backoff
+                .and_then(|state| state.at(now, config, base.concurrency));
+            let stepped = BackoffState::step(current, now, config, base.delay, base.concurrency);
+            tracing::debug!(
+                target: "tower_throttle",
+                scope = %scope.key,
+                level = stepped.level,
+                delay_ms = stepped.delay.as_millis() as u64,
+                concurrency = stepped.concurrency,
+                "backoff step up"
+            );
+            scope.contributions.backoff = Some(stepped);
+            self.dirty.push(id);
+        }
+        self.run_dispatch(now, wake);
+    }
+
+    /// Records a robots.txt Crawl-delay for scope `key` (`None`: no delay
+    /// known). It applies unless the scope has an explicit config, which
+    /// keeps precedence with a warning (silenced by `ignore_robots_txt`).
+    pub(crate) fn set_robots_delay(
+        &mut self,
+        key: &Scope,
+        crawl_delay: Option<Duration>,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let id = self.scope_id(key);
+        let scope = &mut self.scopes[id];
+        let previous = scope.contributions.robots;
+        scope.contributions.robots = crawl_delay.map(|crawl_delay| RobotsDelay {
+            crawl_delay,
+            applies: !scope.explicit,
+        });
+        let overridden = scope.explicit && crawl_delay.is_some();
+        let known_before = previous.is_some_and(|robots| Some(robots.crawl_delay) == crawl_delay);
+        if overridden && !scope.config.ignore_robots_txt && !known_before {
+            tracing::warn!(
+                target: "tower_throttle",
+                scope = %scope.key,
+                crawl_delay_ms = crawl_delay.unwrap_or_default().as_millis() as u64,
+                concurrency = scope.config.concurrency,
+                delay_ms = scope.config.delay.as_millis() as u64,
+                "robots.txt asks for a Crawl-delay that the scope's explicit config overrides \
+                 (set ignore_robots_txt on the scope to silence this)"
+            );
+        }
+        self.dirty.push(id);
+        self.run_dispatch(now, wake);
+    }
+
+    /// Holds a scope: nothing of it is sent before `until`, capped at the
+    /// scope's backoff `max_delay` from now. A later hold extends an earlier
+    /// one; an earlier one does not shorten it.
     pub(crate) fn hold(&mut self, key: &Scope, until: Instant, now: Instant, wake: &mut WakeList) {
         let id = self.scope_id(key);
         let scope = &mut self.scopes[id];
+        let cap = saturating_add(now, scope.config.get_backoff().max_delay);
+        let until = until.min(cap);
         if scope.contributions.hold_until.is_some_and(|known| known >= until) {
             return;
         }
@@ -751,6 +975,11 @@ impl Scheduler {
         self.run_dispatch(now, wake);
     }
 
+    pub(crate) fn config_of(&self, key: &str) -> ScopeConfig {
+        let config = self.overrides.get(key).unwrap_or(&self.default_config);
+        ScopeConfig::clone(config)
+    }
+
     pub(crate) fn scope_stats(&self, key: &str, now: Instant) -> Option<ScopeStats> {
         let &id = self.index.get(key)?;
         Some(self.stats_of(id, now))
@@ -758,7 +987,8 @@ impl Scheduler {
 
     fn stats_of(&self, id: ScopeId, now: Instant) -> ScopeStats {
         let scope = &self.scopes[id];
-        let effective = scope.effective(self.max_concurrency);
+        let effective = scope.effective(now, self.max_concurrency);
+        let contributions = &scope.contributions;
         ScopeStats {
             scope: scope.key.clone(),
             in_flight: scope.in_flight,
@@ -768,12 +998,19 @@ impl Scheduler {
             delay: effective.delay,
             delay_limited_by: effective.delay_source,
             delay_per_slot: effective.delay_per_slot,
-            held_for: scope
-                .contributions
+            held_for: contributions
                 .hold_until
                 .map(|until| until.saturating_duration_since(now))
                 .filter(|left| !left.is_zero()),
             sent: scope.sent,
+            backoff_level: effective.backoff.map_or(0, |backoff| backoff.level),
+            backoff_delay: effective.backoff.map(|backoff| backoff.delay),
+            backoff_feedbacks: scope.backoff_feedbacks,
+            autothrottle_delay: contributions.autothrottle_delay,
+            robots_delay: contributions.robots.map(|robots| robots.crawl_delay),
+            robots_delay_applies: contributions.robots.is_some_and(|robots| robots.applies),
+            latency: scope.latency,
+            reported_cost: scope.reported_cost,
         }
     }
 

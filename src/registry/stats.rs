@@ -11,6 +11,12 @@ pub enum LimitSource {
     Config,
     /// The registry's global `max_concurrency`, which caps every scope.
     MaxConcurrency,
+    /// Exponential backoff after backoff feedback (429, 503, timeouts, ...).
+    Backoff,
+    /// AutoThrottle's latency-adaptive delay.
+    AutoThrottle,
+    /// robots.txt Crawl-delay.
+    Robots,
 }
 
 /// A snapshot of one scope, from [`Registry::scope_stats`](crate::Registry::scope_stats).
@@ -37,6 +43,24 @@ pub struct ScopeStats {
     pub held_for: Option<Duration>,
     /// Requests sent since the scope was first seen.
     pub sent: u64,
+    /// Backoff steps in force (0: none).
+    pub backoff_level: u32,
+    /// The delay backoff contributes now, if backing off.
+    pub backoff_delay: Option<Duration>,
+    /// Backoff feedbacks received since the scope was first seen.
+    pub backoff_feedbacks: u64,
+    /// AutoThrottle's delay contribution, when AutoThrottle is on.
+    pub autothrottle_delay: Option<Duration>,
+    /// The robots.txt Crawl-delay known for the scope.
+    pub robots_delay: Option<Duration>,
+    /// Whether that Crawl-delay applies (an explicit scope config overrides
+    /// it).
+    pub robots_delay_applies: bool,
+    /// Moving average of latency (send to response head), once a response
+    /// was seen.
+    pub latency: Option<Duration>,
+    /// Sum of actual costs reported by feedback.
+    pub reported_cost: f64,
 }
 
 /// A snapshot of the whole registry, from [`Registry::stats`](crate::Registry::stats).

@@ -262,6 +262,18 @@ impl<'a> Iterator for Iter<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Priority(pub i32);
 
+/// A request extension: this request's latency does not adjust
+/// AutoThrottle's delay (Scrapy's `autothrottle_dont_adjust_delay`).
+///
+/// ```
+/// use tower_throttle::AutoThrottleExempt;
+///
+/// let mut request = http::Request::get("https://example.com/huge-export").body(()).unwrap();
+/// request.extensions_mut().insert(AutoThrottleExempt);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AutoThrottleExempt;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use crate::registry::Ticket;
+use crate::registry::{Outcome, Ticket};
 
 pin_project! {
     /// Waits for the request's turn, then drives the inner service's
@@ -22,6 +22,7 @@ pin_project! {
         #[pin]
         state: State<S, Req, S::Future>,
         ticket: Ticket,
+        adjust_autothrottle: bool,
     }
 }
 
@@ -45,7 +46,7 @@ impl<S, Req> ResponseFuture<S, Req>
 where
     S: Service<Req>,
 {
-    pub(crate) fn new(mut service: S, request: Req, ticket: Ticket) -> Self {
+    pub(crate) fn new(mut service: S, request: Req, ticket: Ticket, adjust_autothrottle: bool) -> Self {
         // The common case: the request could be sent at once, so the inner
         // call starts now and the waiting state is never entered.
         let state = if ticket.is_sent() {
@@ -58,13 +59,17 @@ where
                 request: Some(request),
             }
         };
-        ResponseFuture { state, ticket }
+        ResponseFuture {
+            state,
+            ticket,
+            adjust_autothrottle,
+        }
     }
 }
 
-impl<S, Req> Future for ResponseFuture<S, Req>
+impl<S, Req, ResBody> Future for ResponseFuture<S, Req>
 where
-    S: Service<Req>,
+    S: Service<Req, Response = http::Response<ResBody>>,
 {
     type Output = Result<S::Response, S::Error>;
 
@@ -89,7 +94,14 @@ where
                         Poll::Ready(output) => output,
                         Poll::Pending => return Poll::Pending,
                     };
-                    this.ticket.finish();
+                    let outcome = match &output {
+                        Ok(response) => Outcome::Response {
+                            status: response.status().as_u16(),
+                            adjust_autothrottle: *this.adjust_autothrottle,
+                        },
+                        Err(_) => Outcome::NoResponse,
+                    };
+                    this.ticket.finish(outcome);
                     this.state.set(State::Done);
                     return Poll::Ready(output);
                 }

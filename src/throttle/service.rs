@@ -5,7 +5,7 @@ use tower_service::Service;
 
 use super::future::ResponseFuture;
 use crate::registry::{QueuePlace, Registry, Ticket};
-use crate::scope::{Priority, Scopes};
+use crate::scope::{AutoThrottleExempt, Priority, Scopes};
 
 /// Holds each request until its scopes allow it, then sends it through the
 /// inner service. See the [module docs](crate::throttle).
@@ -105,9 +105,9 @@ impl<S> Throttle<S> {
     }
 }
 
-impl<S, ReqBody> Service<http::Request<ReqBody>> for Throttle<S>
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Throttle<S>
 where
-    S: Service<http::Request<ReqBody>> + Clone,
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -152,9 +152,10 @@ where
             Reserved::Ticket(ticket) => ticket,
             Reserved::Nothing => panic!("poll_ready must be called first"),
         };
+        let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
         request.extensions_mut().insert(scopes);
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(inner, request, ticket)
+        ResponseFuture::new(inner, request, ticket, adjust_autothrottle)
     }
 }

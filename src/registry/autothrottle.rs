@@ -1,0 +1,169 @@
+//! AutoThrottle: Scrapy's latency-adaptive delay, rule for rule.
+//!
+//! On every response of a scope (latency = send to response head):
+//!
+//! 1. `target = latency / target_concurrency`;
+//! 2. `new = max(target, (old + target) / 2)`;
+//! 3. `new` is clamped to `[configured delay, max_delay]`;
+//! 4. a response whose status is not 200 may not lower the delay: if
+//!    `new <= old`, the delay stays `old`.
+//!
+//! The delay starts at `max(configured delay, start_delay)`. A request
+//! carrying the [`AutoThrottleExempt`](crate::AutoThrottleExempt)
+//! extension does not adjust it; a request with several scopes adjusts each.
+
+use std::time::Duration;
+
+use super::config::validate_delay;
+use crate::error::ConfigError;
+
+/// AutoThrottle settings (Scrapy's `AUTOTHROTTLE_*`). Enable it per scope
+/// with [`ScopeConfig::autothrottle`](crate::ScopeConfig::autothrottle), or
+/// for every scope through the default scope config.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::{AutoThrottleConfig, Registry, ScopeConfig};
+///
+/// let registry = Registry::builder()
+///     .default_scope(ScopeConfig::default().autothrottle(AutoThrottleConfig {
+///         target_concurrency: 2.0,
+///         ..AutoThrottleConfig::default()
+///     }))
+///     .build()?;
+/// # Ok::<(), tower_throttle::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AutoThrottleConfig {
+    /// Requests the scope should have in flight on average (default 1.0);
+    /// must be finite and above 0.
+    pub target_concurrency: f64,
+    /// The delay before the first response adjusts it (default 5 s); the
+    /// configured delay wins when larger.
+    pub start_delay: Duration,
+    /// The largest delay AutoThrottle sets (default 60 s).
+    pub max_delay: Duration,
+}
+
+impl Default for AutoThrottleConfig {
+    fn default() -> Self {
+        AutoThrottleConfig {
+            target_concurrency: 1.0,
+            start_delay: Duration::from_secs(5),
+            max_delay: Duration::from_secs(60),
+        }
+    }
+}
+
+impl AutoThrottleConfig {
+    pub(crate) fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        if !(self.target_concurrency.is_finite() && self.target_concurrency > 0.0) {
+            return Err(ConfigError::new(
+                format!("{name} autothrottle target_concurrency"),
+                self.target_concurrency,
+                "must be finite and greater than 0",
+            ));
+        }
+        validate_delay(&format!("{name} autothrottle start_delay"), self.start_delay)?;
+        validate_delay(&format!("{name} autothrottle max_delay"), self.max_delay)
+    }
+
+    /// The delay before any response: `max(configured delay, start_delay)`.
+    pub(crate) fn start(&self, configured_delay: Duration) -> Duration {
+        configured_delay.max(self.start_delay)
+    }
+
+    /// The delay after a response with `latency` and status `status`.
+    pub(crate) fn next_delay(
+        &self,
+        old: Duration,
+        latency: Duration,
+        status: u16,
+        configured_delay: Duration,
+    ) -> Duration {
+        let target = latency.as_secs_f64() / self.target_concurrency;
+        let averaged = (old.as_secs_f64() + target) / 2.0;
+        let new = Duration::try_from_secs_f64(target.max(averaged)).unwrap_or(self.max_delay);
+        let new = new
+            .max(configured_delay)
+            .min(self.max_delay.max(configured_delay));
+        if status != 200 && new <= old {
+            return old;
+        }
+        new
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    /// Scrapy's own test table: (latency, target concurrency, old delay,
+    /// status, min delay, max delay) → new delay.
+    #[test]
+    fn reproduces_scrapys_adjustment_table() {
+        let rows: [(f64, f64, f64, u16, f64, f64, f64); 8] = [
+            (2.0, 2.0, 1.0, 200, 0.0, 60.0, 1.0),
+            (1.0, 2.0, 1.0, 200, 0.0, 60.0, 0.75),
+            (4.0, 2.0, 1.0, 200, 0.0, 60.0, 2.0),
+            (2.0, 4.0, 1.0, 200, 0.0, 60.0, 0.75),
+            (2.0, 2.0, 2.0, 200, 0.0, 60.0, 1.5),
+            (2.0, 2.0, 1.0, 200, 0.25, 0.5, 0.5),
+            (1.0, 2.0, 1.0, 400, 0.0, 60.0, 1.0),
+            (4.0, 2.0, 1.0, 400, 0.0, 60.0, 2.0),
+        ];
+        for (latency, target, old, status, min, max, expected) in rows {
+            let config = AutoThrottleConfig {
+                target_concurrency: target,
+                start_delay: Duration::ZERO,
+                max_delay: secs(max),
+            };
+            let new = config.next_delay(secs(old), secs(latency), status, secs(min));
+            assert_eq!(
+                new,
+                secs(expected),
+                "latency {latency}, target {target}, old {old}, status {status}"
+            );
+        }
+    }
+
+    /// Scrapy's start-delay table: (configured delay, start delay) → first
+    /// delay; "unset" is Scrapy's default (0 and 5 s).
+    #[test]
+    fn reproduces_scrapys_start_delay_table() {
+        let rows = [
+            (None, None, 5.0),
+            (Some(6.0), None, 6.0),
+            (None, Some(4.0), 4.0),
+            (Some(7.0), Some(6.0), 7.0),
+            (Some(6.0), Some(7.0), 7.0),
+        ];
+        for (min, start, expected) in rows {
+            let mut config = AutoThrottleConfig::default();
+            if let Some(start) = start {
+                config.start_delay = secs(start);
+            }
+            assert_eq!(
+                config.start(secs(min.unwrap_or(0.0))),
+                secs(expected),
+                "{min:?} {start:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn target_concurrency_must_be_finite_and_positive() {
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let config = AutoThrottleConfig {
+                target_concurrency: bad,
+                ..AutoThrottleConfig::default()
+            };
+            let err = config.validate("default scope").unwrap_err();
+            assert_eq!(err.field(), "default scope autothrottle target_concurrency");
+        }
+    }
+}

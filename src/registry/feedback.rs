@@ -1,0 +1,98 @@
+//! What the feedback layers report about a response or an error.
+
+/// What a response (or an error) says about its scopes. Built by the
+/// backoff layer's classifier, or by your own hook:
+///
+/// ```
+/// use tower_throttle::Feedback;
+///
+/// // A scraping API that forwards the target site's status in a header.
+/// fn classify(response: &http::Response<()>) -> Feedback {
+///     let upstream = response
+///         .headers()
+///         .get("X-Upstream-Status-Code")
+///         .and_then(|value| value.to_str().ok())
+///         .and_then(|value| value.parse::<u16>().ok());
+///     let feedback = match upstream {
+///         Some(429 | 503) => Feedback::backoff(),
+///         _ => Feedback::success(),
+///     };
+///     // The API reports what the request really cost.
+///     match response.headers().get("X-Actual-Cost").and_then(|v| v.to_str().ok()) {
+///         Some(cost) => match cost.parse::<f64>() {
+///             Ok(cost) => feedback.with_actual_cost(cost),
+///             Err(_) => feedback,
+///         },
+///         None => feedback,
+///     }
+/// }
+/// # let response = http::Response::builder().header("X-Upstream-Status-Code", "429").body(()).unwrap();
+/// # assert!(classify(&response).is_backoff());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Feedback {
+    kind: FeedbackKind,
+    actual_cost: Option<f64>,
+}
+
+/// The verdict part of a [`Feedback`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FeedbackKind {
+    /// The server answered normally.
+    Success,
+    /// The server pushed back (rate limit, overload, timeout): slow down.
+    Backoff,
+    /// Say nothing about the scope.
+    Ignore,
+}
+
+impl Feedback {
+    /// The server answered normally.
+    pub fn success() -> Self {
+        Feedback {
+            kind: FeedbackKind::Success,
+            actual_cost: None,
+        }
+    }
+
+    /// The server pushed back: the request's scopes take a backoff step.
+    pub fn backoff() -> Self {
+        Feedback {
+            kind: FeedbackKind::Backoff,
+            actual_cost: None,
+        }
+    }
+
+    /// Nothing to report.
+    pub fn ignore() -> Self {
+        Feedback {
+            kind: FeedbackKind::Ignore,
+            actual_cost: None,
+        }
+    }
+
+    /// Adds what the request really cost in its scopes' quota units (an API
+    /// that reports it in a header, say). Values that are not finite or are
+    /// negative are dropped. The registry keeps the sum per scope
+    /// ([`ScopeStats::reported_cost`](crate::ScopeStats::reported_cost)).
+    pub fn with_actual_cost(mut self, cost: f64) -> Self {
+        self.actual_cost = (cost.is_finite() && cost >= 0.0).then_some(cost);
+        self
+    }
+
+    /// The verdict.
+    pub fn kind(&self) -> FeedbackKind {
+        self.kind
+    }
+
+    /// Whether this is backoff feedback.
+    pub fn is_backoff(&self) -> bool {
+        self.kind == FeedbackKind::Backoff
+    }
+
+    /// The reported actual cost, if any.
+    pub fn actual_cost(&self) -> Option<f64> {
+        self.actual_cost
+    }
+}
