@@ -59,8 +59,8 @@ pub mod throttle;
 
 pub use error::ConfigError;
 pub use registry::{
-    AutoThrottleConfig, BackoffConfig, Feedback, FeedbackKind, Jitter, LimitSource, Registry,
-    RegistryBuilder, ScopeConfig, ScopeStats, Stats,
+    AnnouncedLimits, AutoThrottleConfig, BackoffConfig, Feedback, FeedbackKind, Jitter, LimitSource,
+    Registry, RegistryBuilder, ScopeConfig, ScopeStats, Stats,
 };
 pub use scope::{AutoThrottleExempt, HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
 pub use throttle::{Throttle, ThrottleLayer};

@@ -60,7 +60,7 @@ pub use autothrottle::AutoThrottleConfig;
 pub use backoff::{BackoffConfig, DEFAULT_BACKOFF_CODES};
 pub use config::{Jitter, ScopeConfig, MAX_CONFIG_DELAY};
 pub use feedback::{Feedback, FeedbackKind};
-pub use stats::{LimitSource, ScopeStats, Stats};
+pub use stats::{AnnouncedLimits, LimitSource, ScopeStats, Stats};
 
 use std::fmt;
 use std::future::Future;
@@ -206,6 +206,22 @@ impl Registry {
         self.scheduler()
             .set_robots_delay(&key.into(), crawl_delay, Instant::now(), &mut wake);
         wake_all(wake);
+    }
+
+    /// Paces scope `key`: at least `delay` between sends until `until`
+    /// (capped at the scope's backoff `max_delay`); `None` stops it. The
+    /// rate-limit header layer uses it to spread an announced quota.
+    pub fn set_pacing(&self, key: impl Into<Scope>, pacing: Option<(Duration, Instant)>) {
+        let mut wake = WakeList::new();
+        self.scheduler()
+            .set_pacing(&key.into(), pacing, Instant::now(), &mut wake);
+        wake_all(wake);
+    }
+
+    /// Records what the server announced about scope `key`'s limits, for
+    /// [`ScopeStats::announced`].
+    pub fn set_announced_limits(&self, key: impl Into<Scope>, limits: AnnouncedLimits) {
+        self.scheduler().set_announced_limits(&key.into(), limits);
     }
 
     /// The config scope `key` uses (its own, or the default one), with the

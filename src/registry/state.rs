@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::backoff::{BackoffNow, BackoffState};
 use super::config::{Jitter, ScopeConfig, MAX_CONFIG_DELAY};
 use super::feedback::{Feedback, FeedbackKind};
-use super::stats::{LimitSource, ScopeStats, Stats};
+use super::stats::{AnnouncedLimits, LimitSource, ScopeStats, Stats};
 use crate::scope::{Scope, Scopes};
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -95,6 +95,11 @@ pub(crate) struct Contributions {
     /// robots.txt Crawl-delay, and whether it applies (a scope with an
     /// explicit config keeps its own limits).
     pub(crate) robots: Option<RobotsDelay>,
+    /// Pacing derived from a server-announced policy (spread the remaining
+    /// quota until its reset), and the instant it stops applying.
+    pub(crate) pacing: Option<(Duration, Instant)>,
+    /// What the server last announced about its limits (for stats).
+    pub(crate) announced: Option<Box<AnnouncedLimits>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -216,6 +221,11 @@ impl ScopeState {
 
     fn effective(&self, now: Instant, max_concurrency: u32) -> Effective {
         let mut effective = self.effective_before_backoff(max_concurrency);
+        if let Some((delay, until)) = self.contributions.pacing {
+            if now < until {
+                effective.raise_delay(delay, LimitSource::RateLimitPolicy);
+            }
+        }
         let backoff_config = self.config.get_backoff();
         let backoff = self
             .contributions
@@ -975,6 +985,28 @@ impl Scheduler {
         self.run_dispatch(now, wake);
     }
 
+    /// Paces scope `key` at `delay` between sends until `until` (capped at
+    /// the scope's backoff `max_delay`), or stops pacing it (`None`).
+    pub(crate) fn set_pacing(
+        &mut self,
+        key: &Scope,
+        pacing: Option<(Duration, Instant)>,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let id = self.scope_id(key);
+        let scope = &mut self.scopes[id];
+        let cap = scope.config.get_backoff().max_delay;
+        scope.contributions.pacing = pacing.map(|(delay, until)| (delay.min(cap), until));
+        self.dirty.push(id);
+        self.run_dispatch(now, wake);
+    }
+
+    pub(crate) fn set_announced_limits(&mut self, key: &Scope, limits: AnnouncedLimits) {
+        let id = self.scope_id(key);
+        self.scopes[id].contributions.announced = Some(Box::new(limits));
+    }
+
     pub(crate) fn config_of(&self, key: &str) -> ScopeConfig {
         let config = self.overrides.get(key).unwrap_or(&self.default_config);
         ScopeConfig::clone(config)
@@ -1011,6 +1043,11 @@ impl Scheduler {
             robots_delay_applies: contributions.robots.is_some_and(|robots| robots.applies),
             latency: scope.latency,
             reported_cost: scope.reported_cost,
+            pacing_delay: contributions
+                .pacing
+                .filter(|(_, until)| now < *until)
+                .map(|(delay, _)| delay),
+            announced: contributions.announced.as_deref().cloned(),
         }
     }
 

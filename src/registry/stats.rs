@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::scope::Scope;
 
 /// What set an effective limit of a scope, so you can see *why* a scope is
@@ -17,6 +19,41 @@ pub enum LimitSource {
     AutoThrottle,
     /// robots.txt Crawl-delay.
     Robots,
+    /// Pacing to a rate-limit policy the server announced
+    /// (`RateLimit-Policy`), spreading the remaining quota until its reset.
+    RateLimitPolicy,
+}
+
+/// What a server last announced about its rate limits for a scope
+/// (`RateLimit`, `RateLimit-Policy`, `X-RateLimit-*` headers).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct AnnouncedLimits {
+    /// Quota units per window (`q` of `RateLimit-Policy`).
+    pub quota: Option<u64>,
+    /// The policy's window (`w`).
+    pub window: Option<Duration>,
+    /// Quota units left (`r`, `X-RateLimit-Remaining`).
+    pub remaining: Option<u64>,
+    /// When the quota resets.
+    pub reset_at: Option<Instant>,
+}
+
+impl AnnouncedLimits {
+    /// Limits with every field given.
+    pub fn new(
+        quota: Option<u64>,
+        window: Option<Duration>,
+        remaining: Option<u64>,
+        reset_at: Option<Instant>,
+    ) -> Self {
+        AnnouncedLimits {
+            quota,
+            window,
+            remaining,
+            reset_at,
+        }
+    }
 }
 
 /// A snapshot of one scope, from [`Registry::scope_stats`](crate::Registry::scope_stats).
@@ -61,6 +98,11 @@ pub struct ScopeStats {
     pub latency: Option<Duration>,
     /// Sum of actual costs reported by feedback.
     pub reported_cost: f64,
+    /// The delay contributed by pacing to an announced rate-limit policy,
+    /// while it applies.
+    pub pacing_delay: Option<Duration>,
+    /// What the server last announced about its limits.
+    pub announced: Option<AnnouncedLimits>,
 }
 
 /// A snapshot of the whole registry, from [`Registry::stats`](crate::Registry::stats).
