@@ -51,16 +51,18 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod backoff;
 mod error;
 pub mod parse;
 pub mod registry;
 pub mod scope;
 pub mod throttle;
 
+pub use backoff::{Backoff, BackoffLayer};
 pub use error::ConfigError;
 pub use registry::{
     AnnouncedLimits, AutoThrottleConfig, BackoffConfig, Feedback, FeedbackKind, Jitter, LimitSource,
-    Registry, RegistryBuilder, ScopeConfig, ScopeStats, Stats,
+    RampupConfig, Registry, RegistryBuilder, ScopeConfig, ScopeStats, Stats,
 };
 pub use scope::{AutoThrottleExempt, HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
 pub use throttle::{Throttle, ThrottleLayer};

@@ -179,6 +179,9 @@ pub(crate) struct BackoffState {
     pub(crate) delay: Duration,
     pub(crate) concurrency: u32,
     pub(crate) last_step: Instant,
+    /// The level last announced in a tracing event, so each step back is
+    /// reported once.
+    pub(crate) reported_level: u32,
 }
 
 /// The backoff limits in force at one instant.
@@ -209,6 +212,7 @@ impl BackoffState {
             .unwrap_or(config.max_delay);
         BackoffState {
             level: level.saturating_add(1),
+            reported_level: level.saturating_add(1),
             delay: grown.max(config.min_delay).min(config.max_delay),
             concurrency: ((f64::from(concurrency) * config.concurrency_factor).floor() as u32).max(1),
             last_step: now,

@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use super::autothrottle::AutoThrottleConfig;
 use super::backoff::BackoffConfig;
+use super::rampup::RampupConfig;
 use crate::error::ConfigError;
 
 fn default_backoff() -> &'static BackoffConfig {
@@ -85,12 +86,13 @@ impl Jitter {
         Ok(())
     }
 
-    /// A factor drawn uniformly from `[1 - below, 1 + above]`.
-    pub(crate) fn draw(&self, rng: &mut fastrand::Rng) -> f64 {
+    /// The factor at position `draw` (uniform in `[0, 1)`) of this
+    /// jitter's range `[1 - below, 1 + above]`.
+    pub(crate) fn factor(&self, draw: f64) -> f64 {
         if self.is_none() {
             return 1.0;
         }
-        (1.0 - self.below + rng.f64() * (self.below + self.above)).max(0.0)
+        (1.0 - self.below + draw * (self.below + self.above)).max(0.0)
     }
 }
 
@@ -145,6 +147,7 @@ pub struct ScopeConfig {
     pub(crate) jitter: Jitter,
     pub(crate) backoff: Option<BackoffConfig>,
     pub(crate) autothrottle: Setting<AutoThrottleConfig>,
+    pub(crate) rampup: Setting<RampupConfig>,
     pub(crate) ignore_robots_txt: bool,
 }
 
@@ -181,6 +184,7 @@ impl Default for ScopeConfig {
             jitter: Jitter::symmetric(0.5),
             backoff: None,
             autothrottle: Setting::Inherit,
+            rampup: Setting::Inherit,
             ignore_robots_txt: false,
         }
     }
@@ -236,6 +240,27 @@ impl ScopeConfig {
         self
     }
 
+    /// Turns rampup on for this scope: it searches for the fastest pace the
+    /// server accepts, aiming at `backoff_target` backoff feedbacks per
+    /// window (see [`RampupConfig`]). Backoff feedback then drives rampup
+    /// instead of exponential backoff.
+    pub fn rampup(mut self, rampup: RampupConfig) -> Self {
+        self.rampup = Setting::On(rampup);
+        self
+    }
+
+    /// Turns rampup off for this scope even when the default scope has it
+    /// on.
+    pub fn without_rampup(mut self) -> Self {
+        self.rampup = Setting::Off;
+        self
+    }
+
+    /// The rampup settings, when rampup is on.
+    pub fn get_rampup(&self) -> Option<&RampupConfig> {
+        self.rampup.get()
+    }
+
     /// Silences the warning logged when robots.txt asks for a Crawl-delay
     /// that this scope's explicit config overrides.
     pub fn ignore_robots_txt(mut self, ignore: bool) -> Self {
@@ -258,6 +283,7 @@ impl ScopeConfig {
         ScopeConfig {
             backoff: self.backoff.clone().or_else(|| default.backoff.clone()),
             autothrottle: self.autothrottle.or_inherit(&default.autothrottle),
+            rampup: self.rampup.or_inherit(&default.rampup),
             ..self.clone()
         }
     }
@@ -300,6 +326,9 @@ impl ScopeConfig {
         }
         if let Some(autothrottle) = self.autothrottle.get() {
             autothrottle.validate(name)?;
+        }
+        if let Some(rampup) = self.rampup.get() {
+            rampup.validate(name)?;
         }
         Ok(())
     }
@@ -352,10 +381,10 @@ mod tests {
     fn jitter_stays_within_its_range() {
         let mut rng = fastrand::Rng::with_seed(7);
         let jitter = Jitter::range(0.25, 0.5);
-        let draws: Vec<f64> = (0..10_000).map(|_| jitter.draw(&mut rng)).collect();
-        assert!(draws.iter().all(|f| (0.75..=1.5).contains(f)));
-        let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+        let factors: Vec<f64> = (0..10_000).map(|_| jitter.factor(rng.f64())).collect();
+        assert!(factors.iter().all(|f| (0.75..=1.5).contains(f)));
+        let mean = factors.iter().sum::<f64>() / factors.len() as f64;
         assert!((mean - 1.125).abs() < 0.01, "mean factor {mean}");
-        assert_eq!(Jitter::NONE.draw(&mut rng), 1.0);
+        assert_eq!(Jitter::NONE.factor(0.3), 1.0);
     }
 }

@@ -53,6 +53,7 @@ mod autothrottle;
 mod backoff;
 mod config;
 mod feedback;
+mod rampup;
 mod state;
 mod stats;
 
@@ -60,6 +61,7 @@ pub use autothrottle::AutoThrottleConfig;
 pub use backoff::{BackoffConfig, DEFAULT_BACKOFF_CODES};
 pub use config::{Jitter, ScopeConfig, MAX_CONFIG_DELAY};
 pub use feedback::{Feedback, FeedbackKind};
+pub use rampup::RampupConfig;
 pub use stats::{AnnouncedLimits, LimitSource, ScopeStats, Stats};
 
 use std::fmt;
@@ -190,10 +192,23 @@ impl Registry {
     /// backoff feedback takes a backoff step in each scope. This is the call
     /// the backoff layer makes; use it directly from your own layers.
     pub fn feedback(&self, scopes: &Scopes, feedback: Feedback) {
-        let mut wake = WakeList::new();
-        self.scheduler()
-            .feedback(scopes, feedback, Instant::now(), &mut wake);
-        wake_all(wake);
+        self.feedback_each(scopes, |_| feedback);
+    }
+
+    /// Like [`feedback`](Self::feedback), with the feedback decided per
+    /// scope from that scope's backoff settings (its `http_codes` may
+    /// differ). `decide` runs outside the registry's lock.
+    pub fn feedback_each(&self, scopes: &Scopes, mut decide: impl FnMut(&BackoffConfig) -> Feedback) {
+        for (scope, _cost) in scopes.iter() {
+            let config = self.scheduler().config_arc(scope.as_str());
+            let feedback = decide(config.get_backoff());
+            if feedback.kind() == FeedbackKind::Backoff || feedback.actual_cost().is_some() {
+                let mut wake = WakeList::new();
+                self.scheduler()
+                    .feedback(scope, feedback, Instant::now(), &mut wake);
+                wake_all(wake);
+            }
+        }
     }
 
     /// Records the robots.txt Crawl-delay that applies to scope `key`

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use super::backoff::{BackoffNow, BackoffState};
 use super::config::{Jitter, ScopeConfig, MAX_CONFIG_DELAY};
 use super::feedback::{Feedback, FeedbackKind};
+use super::rampup::RampupState;
 use super::stats::{AnnouncedLimits, LimitSource, ScopeStats, Stats};
 use crate::scope::{Scope, Scopes};
 
@@ -44,19 +45,20 @@ struct OrderKey {
     seq: u64,
 }
 
-/// The last send of a lane or a scope, with the jitter factor drawn for the
-/// gap that follows it. The gap itself is computed when it is checked, from
-/// the limits in force *then*, so a config change or a new contribution
-/// applies to requests already waiting.
+/// The last send of a lane or a scope, with the random draw for the gap
+/// that follows it. The gap itself is computed when it is checked, from the
+/// limits and jitter in force *then*, so a config change, a backoff step or
+/// any new contribution applies to requests already waiting.
 #[derive(Debug, Clone, Copy)]
 struct LastSend {
     at: Instant,
-    jitter_factor: f64,
+    /// Uniform in `[0, 1)`; mapped onto the jitter range in force.
+    draw: f64,
 }
 
 impl LastSend {
-    fn next_allowed(&self, gap: Duration) -> Instant {
-        saturating_add(self.at, scale(gap, self.jitter_factor))
+    fn next_allowed(&self, gap: Duration, jitter: &Jitter) -> Instant {
+        saturating_add(self.at, scale(gap, jitter.factor(self.draw)))
     }
 }
 
@@ -100,6 +102,8 @@ pub(crate) struct Contributions {
     pub(crate) pacing: Option<(Duration, Instant)>,
     /// What the server last announced about its limits (for stats).
     pub(crate) announced: Option<Box<AnnouncedLimits>>,
+    /// The rampup controller, when rampup is on.
+    pub(crate) rampup: Option<Box<RampupState>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -172,10 +176,13 @@ enum ScopeCheck {
 }
 
 impl ScopeState {
-    fn new(key: Scope, config: Arc<ScopeConfig>, explicit: bool) -> Self {
+    fn new(key: Scope, config: Arc<ScopeConfig>, explicit: bool, now: Instant) -> Self {
         let mut contributions = Contributions::default();
         if let Some(autothrottle) = config.get_autothrottle() {
             contributions.autothrottle_delay = Some(autothrottle.start(config.delay));
+        }
+        if config.get_rampup().is_some() {
+            contributions.rampup = Some(Box::new(RampupState::new(config.delay, now)));
         }
         ScopeState {
             key,
@@ -199,14 +206,27 @@ impl ScopeState {
     /// AutoThrottle. Backoff steps multiply these.
     fn effective_before_backoff(&self, max_concurrency: u32) -> Effective {
         let config = &self.config;
-        let mut effective = Effective {
-            concurrency: config.concurrency,
-            concurrency_source: LimitSource::Config,
-            delay: config.delay,
-            delay_source: LimitSource::Config,
-            delay_per_slot: config.delay_per_slot,
-            jitter: config.jitter,
-            backoff: None,
+        let mut effective = match &self.contributions.rampup {
+            Some(rampup) => Effective {
+                concurrency: self.rampup_lanes(rampup.delay),
+                concurrency_source: LimitSource::Rampup,
+                delay: rampup.delay,
+                delay_source: LimitSource::Rampup,
+                delay_per_slot: Duration::ZERO,
+                // Rampup paces precisely: the boundary it finds is only
+                // worth something if sends keep to it.
+                jitter: Jitter::NONE,
+                backoff: None,
+            },
+            None => Effective {
+                concurrency: config.concurrency,
+                concurrency_source: LimitSource::Config,
+                delay: config.delay,
+                delay_source: LimitSource::Config,
+                delay_per_slot: config.delay_per_slot,
+                jitter: config.jitter,
+                backoff: None,
+            },
         };
         effective.lower_concurrency(max_concurrency, LimitSource::MaxConcurrency);
         if let Some(robots) = self.contributions.robots.filter(|robots| robots.applies) {
@@ -217,6 +237,40 @@ impl ScopeState {
             effective.raise_delay(delay, LimitSource::AutoThrottle);
         }
         effective
+    }
+
+    /// Reports the backoff steps back that quiet windows earned since last
+    /// looked at (recovery is computed lazily, so this is when it is seen),
+    /// and drops the backoff state once the scope is back on its limits.
+    fn note_backoff_recovery(&mut self, now: Instant, max_concurrency: u32) {
+        let Some(state) = self.contributions.backoff else {
+            return;
+        };
+        let base = self.effective_before_backoff(max_concurrency);
+        let current = state.at(now, self.config.get_backoff(), base.concurrency);
+        let level = current.map_or(0, |current| current.level);
+        if level < state.reported_level {
+            tracing::debug!(
+                target: "tower_throttle",
+                scope = %self.key,
+                level,
+                delay_ms = current.map_or(base.delay, |current| current.delay).as_millis() as u64,
+                concurrency = current.map_or(base.concurrency, |current| current.concurrency),
+                "backoff step down"
+            );
+        }
+        self.contributions.backoff = current.map(|_| BackoffState {
+            reported_level: level,
+            ..state
+        });
+    }
+
+    /// Lanes a rampup scope needs to keep its pace at the observed latency
+    /// (at least its configured concurrency).
+    fn rampup_lanes(&self, delay: Duration) -> u32 {
+        let latency = self.latency.unwrap_or_default().as_secs_f64();
+        let needed = (latency / delay.as_secs_f64().max(1e-6)).ceil() + 1.0;
+        (needed.min(f64::from(u32::MAX)) as u32).max(self.config.concurrency)
     }
 
     fn effective(&self, now: Instant, max_concurrency: u32) -> Effective {
@@ -247,7 +301,9 @@ impl ScopeState {
         let Some((lane, lane_free)) = self.soonest_free_lane(now, effective) else {
             return ScopeCheck::Full;
         };
-        let next_send = self.last_send.map(|last| last.next_allowed(effective.delay));
+        let next_send = self
+            .last_send
+            .map(|last| last.next_allowed(effective.delay, &effective.jitter));
         let ready_at = [lane_free, next_send, self.contributions.hold_until]
             .into_iter()
             .flatten()
@@ -276,7 +332,15 @@ impl ScopeState {
             .iter()
             .enumerate()
             .filter(|(_, lane)| !lane.busy)
-            .map(|(index, lane)| (index, Some(lane.last_send.next_allowed(effective.delay_per_slot))))
+            .map(|(index, lane)| {
+                (
+                    index,
+                    Some(
+                        lane.last_send
+                            .next_allowed(effective.delay_per_slot, &effective.jitter),
+                    ),
+                )
+            })
             .min_by_key(|(_, free)| *free);
         let ready_now = best.is_some_and(|(_, free)| free.is_none_or(|free| free <= now));
         if !ready_now && self.lanes.len() < effective.concurrency as usize {
@@ -439,7 +503,9 @@ impl Scheduler {
             Some(config) => (config.clone(), true),
             None => (self.default_config.clone(), false),
         };
-        let id = self.scopes.insert(ScopeState::new(key.clone(), config, explicit));
+        let id = self
+            .scopes
+            .insert(ScopeState::new(key.clone(), config, explicit, Instant::now()));
         self.index.insert(key.clone(), id);
         id
     }
@@ -791,6 +857,11 @@ impl Scheduler {
         let ticket = &mut self.tickets[id];
         for slot in ticket.slots.iter_mut() {
             let scope = &mut self.scopes[slot.scope];
+            if let (Some(rampup), Some(config)) = (&mut scope.contributions.rampup, scope.config.get_rampup())
+            {
+                rampup.roll(now, config);
+            }
+            scope.note_backoff_recovery(now, max_concurrency);
             let effective = scope.effective(now, max_concurrency);
             let lane = match scope.check(now, &effective) {
                 ScopeCheck::Ready { lane } => lane,
@@ -804,11 +875,11 @@ impl Scheduler {
             };
             let lane_send = LastSend {
                 at: now,
-                jitter_factor: effective.jitter.draw(&mut self.rng),
+                draw: self.rng.f64(),
             };
             let scope_send = LastSend {
                 at: now,
-                jitter_factor: effective.jitter.draw(&mut self.rng),
+                draw: self.rng.f64(),
             };
             let taken = Lane {
                 busy: true,
@@ -830,7 +901,7 @@ impl Scheduler {
                 scope = %scope.key,
                 lane,
                 waited_ms = now.duration_since(ticket.enqueued_at).as_millis() as u64,
-                next_send_in_ms = scale(effective.delay, scope_send.jitter_factor).as_millis() as u64,
+                next_send_in_ms = scale(effective.delay, effective.jitter.factor(scope_send.draw)).as_millis() as u64,
                 "request sent"
             );
         }
@@ -881,6 +952,11 @@ impl Scheduler {
             if let Some(robots) = &mut contributions.robots {
                 robots.applies = false;
             }
+            match (config.get_rampup(), &contributions.rampup) {
+                (None, _) => contributions.rampup = None,
+                (Some(_), None) => contributions.rampup = Some(Box::new(RampupState::new(config.delay, now))),
+                (Some(_), Some(_)) => {}
+            }
             scope.config = config.clone();
             scope.explicit = true;
             self.dirty.push(id);
@@ -889,25 +965,31 @@ impl Scheduler {
         self.run_dispatch(now, wake);
     }
 
-    /// Applies feedback about one response (or error) to each scope.
-    pub(crate) fn feedback(
-        &mut self,
-        scopes: &Scopes,
-        feedback: Feedback,
-        now: Instant,
-        wake: &mut WakeList,
-    ) {
-        for (key, _cost) in scopes.iter() {
-            let id = self.scope_id(key);
-            let max_concurrency = self.max_concurrency;
-            let scope = &mut self.scopes[id];
-            if let Some(cost) = feedback.actual_cost() {
-                scope.reported_cost += cost;
-            }
-            if feedback.kind() != FeedbackKind::Backoff {
-                continue;
-            }
-            scope.backoff_feedbacks += 1;
+    /// Applies feedback about one response (or error) to scope `key`.
+    pub(crate) fn feedback(&mut self, key: &Scope, feedback: Feedback, now: Instant, wake: &mut WakeList) {
+        let id = self.scope_id(key);
+        let max_concurrency = self.max_concurrency;
+        let scope = &mut self.scopes[id];
+        if let Some(cost) = feedback.actual_cost() {
+            scope.reported_cost += cost;
+        }
+        if feedback.kind() != FeedbackKind::Backoff {
+            return;
+        }
+        scope.backoff_feedbacks += 1;
+        self.dirty.push(id);
+        if let (Some(rampup), Some(config)) = (&mut scope.contributions.rampup, scope.config.get_rampup()) {
+            let before = rampup.delay;
+            rampup.on_backoff(now, config);
+            tracing::debug!(
+                target: "tower_throttle",
+                scope = %scope.key,
+                old_delay_ms = before.as_secs_f64() * 1000.0,
+                new_delay_ms = rampup.delay.as_secs_f64() * 1000.0,
+                "rampup: backoff feedback"
+            );
+        } else {
+            scope.note_backoff_recovery(now, max_concurrency);
             let base = scope.effective_before_backoff(max_concurrency);
             let config = scope.config.get_backoff();
             let current = scope
@@ -924,9 +1006,16 @@ impl Scheduler {
                 "backoff step up"
             );
             scope.contributions.backoff = Some(stepped);
-            self.dirty.push(id);
         }
         self.run_dispatch(now, wake);
+    }
+
+    /// The config scope `key` uses, without creating the scope.
+    pub(crate) fn config_arc(&self, key: &str) -> Arc<ScopeConfig> {
+        match self.index.get(key) {
+            Some(&id) => self.scopes[id].config.clone(),
+            None => self.overrides.get(key).unwrap_or(&self.default_config).clone(),
+        }
     }
 
     /// Records a robots.txt Crawl-delay for scope `key` (`None`: no delay
@@ -1041,6 +1130,8 @@ impl Scheduler {
             autothrottle_delay: contributions.autothrottle_delay,
             robots_delay: contributions.robots.map(|robots| robots.crawl_delay),
             robots_delay_applies: contributions.robots.is_some_and(|robots| robots.applies),
+            rampup_delay: contributions.rampup.as_ref().map(|rampup| rampup.delay),
+            rampup_windows: contributions.rampup.as_ref().map_or(0, |rampup| rampup.windows),
             latency: scope.latency,
             reported_cost: scope.reported_cost,
             pacing_delay: contributions

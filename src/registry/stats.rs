@@ -19,6 +19,8 @@ pub enum LimitSource {
     AutoThrottle,
     /// robots.txt Crawl-delay.
     Robots,
+    /// Rampup's search for the fastest accepted pace.
+    Rampup,
     /// Pacing to a rate-limit policy the server announced
     /// (`RateLimit-Policy`), spreading the remaining quota until its reset.
     RateLimitPolicy,
@@ -93,6 +95,10 @@ pub struct ScopeStats {
     /// Whether that Crawl-delay applies (an explicit scope config overrides
     /// it).
     pub robots_delay_applies: bool,
+    /// The pace rampup has set, when rampup is on.
+    pub rampup_delay: Option<Duration>,
+    /// Rampup windows completed.
+    pub rampup_windows: u64,
     /// Moving average of latency (send to response head), once a response
     /// was seen.
     pub latency: Option<Duration>,

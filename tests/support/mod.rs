@@ -153,3 +153,52 @@ pub fn loopback_client() -> LoopbackClient {
 pub fn text(body: impl Into<String>) -> http::Response<Full<Bytes>> {
     http::Response::new(Full::new(Bytes::from(body.into())))
 }
+
+/// A real hyper HTTP/1 client talking to a real hyper server through an
+/// in-memory duplex pipe, one connection per request. No socket is
+/// involved, so paused virtual time stays exact (the runtime is never idle
+/// while bytes are in flight).
+pub fn duplex_service<H, F>(
+    handler: H,
+) -> impl tower::Service<
+    http::Request<Full<Bytes>>,
+    Response = http::Response<hyper::body::Incoming>,
+    Error = hyper::Error,
+    Future = impl Future<Output = Result<http::Response<hyper::body::Incoming>, hyper::Error>> + Send,
+> + Clone
+       + Send
+where
+    H: Fn(http::Request<hyper::body::Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = http::Response<Full<Bytes>>> + Send + 'static,
+{
+    tower::service_fn(move |request: http::Request<Full<Bytes>>| {
+        let handler = handler.clone();
+        async move {
+            let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    let response = handler(request);
+                    async move { Ok::<_, Infallible>(response.await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(server_io), service)
+                    .await;
+            });
+            let (mut sender, connection) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(client_io)).await?;
+            tokio::spawn(connection);
+            sender.send_request(request).await
+        }
+    })
+}
+
+pub fn full_request(uri: &str) -> http::Request<Full<Bytes>> {
+    http::Request::get(uri).body(Full::new(Bytes::new())).unwrap()
+}
+
+pub fn status(code: u16) -> http::Response<Full<Bytes>> {
+    http::Response::builder()
+        .status(code)
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}

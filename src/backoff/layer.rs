@@ -1,0 +1,103 @@
+use std::fmt;
+use std::sync::Arc;
+
+use tower_layer::Layer;
+
+use super::classify::{default_error_feedback, default_response_feedback, ErrorView, ResponseHead};
+use super::Backoff;
+use crate::registry::{BackoffConfig, Feedback, Registry};
+
+pub(crate) type ResponseHook = dyn Fn(&ResponseHead<'_>, &BackoffConfig) -> Feedback + Send + Sync;
+pub(crate) type ErrorHook = dyn Fn(&ErrorView<'_>) -> Feedback + Send + Sync;
+
+/// What every [`Backoff`] service of one layer shares.
+pub(crate) struct Shared {
+    pub(crate) registry: Registry,
+    pub(crate) on_response: Arc<ResponseHook>,
+    pub(crate) on_error: Arc<ErrorHook>,
+}
+
+/// Applies [`Backoff`] to a service; see the [module docs](crate::backoff).
+///
+/// # Clone
+///
+/// Cloning this layer shares the registry and the hooks.
+///
+/// ```
+/// use tower::ServiceBuilder;
+/// use tower_throttle::{BackoffLayer, Registry, ThrottleLayer};
+///
+/// let registry = Registry::default();
+/// let client = ServiceBuilder::new()
+///     .layer(ThrottleLayer::new(registry.clone()))
+///     .layer(BackoffLayer::new(registry))
+///     .service(tower::service_fn(|_request: http::Request<()>| async {
+///         Ok::<_, std::convert::Infallible>(http::Response::new(()))
+///     }));
+/// # drop(client);
+/// ```
+#[derive(Clone)]
+pub struct BackoffLayer {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for BackoffLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackoffLayer")
+            .field("registry", &self.shared.registry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BackoffLayer {
+    /// A layer reporting to `registry` with the default rules
+    /// ([`default_response_feedback`](super::default_response_feedback),
+    /// [`default_error_feedback`](super::default_error_feedback)).
+    pub fn new(registry: Registry) -> Self {
+        BackoffLayer {
+            shared: Arc::new(Shared {
+                registry,
+                on_response: Arc::new(default_response_feedback),
+                on_error: Arc::new(default_error_feedback),
+            }),
+        }
+    }
+
+    /// Classifies responses with `hook`, which receives the response head
+    /// and the backoff settings of the scope being judged (a request with
+    /// several scopes is judged once per scope).
+    pub fn on_response<F>(self, hook: F) -> Self
+    where
+        F: Fn(&ResponseHead<'_>, &BackoffConfig) -> Feedback + Send + Sync + 'static,
+    {
+        self.rebuild(|shared| shared.on_response = Arc::new(hook))
+    }
+
+    /// Classifies errors of the inner service with `hook`.
+    pub fn on_error<F>(self, hook: F) -> Self
+    where
+        F: Fn(&ErrorView<'_>) -> Feedback + Send + Sync + 'static,
+    {
+        self.rebuild(|shared| shared.on_error = Arc::new(hook))
+    }
+
+    fn rebuild(self, change: impl FnOnce(&mut Shared)) -> Self {
+        let mut shared = Shared {
+            registry: self.shared.registry.clone(),
+            on_response: self.shared.on_response.clone(),
+            on_error: self.shared.on_error.clone(),
+        };
+        change(&mut shared);
+        BackoffLayer {
+            shared: Arc::new(shared),
+        }
+    }
+}
+
+impl<S> Layer<S> for BackoffLayer {
+    type Service = Backoff<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Backoff::from_shared(inner, self.shared.clone())
+    }
+}

@@ -1,0 +1,89 @@
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower_service::Service;
+
+use super::future::ResponseFuture;
+use super::layer::Shared;
+use super::BackoffLayer;
+use crate::registry::Registry;
+use crate::scope::Scopes;
+
+/// Reports backoff feedback for each response and error of the inner
+/// service; see the [module docs](crate::backoff). Responses and errors
+/// pass through unchanged.
+///
+/// # Clone
+///
+/// Clones share the registry and the classification hooks.
+pub struct Backoff<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S: Clone> Clone for Backoff<S> {
+    fn clone(&self) -> Self {
+        Backoff {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Backoff<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Backoff")
+            .field("inner", &self.inner)
+            .field("registry", &self.shared.registry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Backoff<S> {
+    /// Wraps `inner` with the default classification rules.
+    pub fn new(inner: S, registry: Registry) -> Self {
+        tower_layer::Layer::layer(&BackoffLayer::new(registry), inner)
+    }
+
+    pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
+        Backoff { inner, shared }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Backoff<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    S::Error: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        let scopes = match request.extensions().get::<Scopes>() {
+            Some(scopes) => scopes.clone(),
+            None => self.shared.registry.scopes_of(&request),
+        };
+        ResponseFuture::new(self.inner.call(request), scopes, self.shared.clone())
+    }
+}

@@ -1,0 +1,276 @@
+//! Rampup: find the fastest pace a server accepts, without being told.
+//!
+//! A rampup scope paces itself with its own delay (and enough lanes for
+//! that pace at the observed latency), aiming at `backoff_target` backoff
+//! feedbacks per window:
+//!
+//! - a window with fewer backoffs than the target proves the current pace
+//!   safe; the next window *probes* a faster pace;
+//! - the first backoff while probing proves the probe too fast: the scope
+//!   returns to the fastest pace known to be safe at once, and remembers
+//!   the probe as the slowest pace known to trigger backoff;
+//! - backoffs beyond the target at a pace believed safe mean the server got
+//!   stricter: the scope forgets what it knew and slows down by `factor`.
+//!
+//! Probes go to the middle (in rate) between the fastest safe pace and the
+//! slowest unsafe one, but always at least 1 % faster than the safe pace, so
+//! the search narrows like a bisection instead of ping-ponging between
+//! halving and doubling, and keeps testing the boundary (which is how it
+//! notices when the server allows more). With no unsafe pace known, probes
+//! double the rate. Against a server that rejects above a fixed rate R it
+//! settles within a few percent below R with about one backoff per window.
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::ConfigError;
+
+/// Rampup settings; enable per scope with
+/// [`ScopeConfig::rampup`](crate::ScopeConfig::rampup).
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::{RampupConfig, ScopeConfig};
+///
+/// // Aim at one to three rate-limit responses per minute.
+/// let api = ScopeConfig::default().rampup(RampupConfig {
+///     backoff_target: 1..=3,
+///     ..RampupConfig::default()
+/// });
+/// # drop(api);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct RampupConfig {
+    /// Backoff feedbacks per window to aim at (default `1..=1`). Both bounds
+    /// are used: fewer means "go faster", more means "slow down".
+    pub backoff_target: RangeInclusive<u32>,
+    /// The window backoffs are counted over (default 60 s).
+    pub window: Duration,
+    /// The smallest delay rampup sets (default 0: only the server limits it).
+    pub min_delay: Duration,
+    /// The largest delay rampup sets when slowing down (default 300 s).
+    pub max_delay: Duration,
+    /// How much slower to go when backoffs exceed the target at a pace
+    /// believed safe (default 2.0).
+    pub factor: f64,
+}
+
+impl Default for RampupConfig {
+    fn default() -> Self {
+        RampupConfig {
+            backoff_target: 1..=1,
+            window: Duration::from_secs(60),
+            min_delay: Duration::ZERO,
+            max_delay: Duration::from_secs(300),
+            factor: 2.0,
+        }
+    }
+}
+
+impl RampupConfig {
+    pub(crate) fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        let field = |f: &str| format!("{name} rampup {f}");
+        if self.backoff_target.start() > self.backoff_target.end() {
+            return Err(ConfigError::new(
+                field("backoff_target"),
+                &self.backoff_target,
+                "must not be empty",
+            ));
+        }
+        if self.window.is_zero() {
+            return Err(ConfigError::new(field("window"), self.window, "must be positive"));
+        }
+        super::config::validate_delay(&field("window"), self.window)?;
+        super::config::validate_delay(&field("max_delay"), self.max_delay)?;
+        if self.min_delay > self.max_delay {
+            return Err(ConfigError::new(
+                field("min_delay"),
+                self.min_delay,
+                "must not exceed max_delay",
+            ));
+        }
+        if !(self.factor.is_finite() && self.factor > 1.0) {
+            return Err(ConfigError::new(
+                field("factor"),
+                self.factor,
+                "must be finite and above 1.0",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How much faster than the safe pace a probe goes, at least.
+const MIN_PROBE_STEP: f64 = 0.99;
+
+/// The rampup controller of one scope.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RampupState {
+    /// The pace in force.
+    pub(crate) delay: Duration,
+    /// The smallest delay known safe (a full window under target).
+    safe: Option<Duration>,
+    /// The largest delay known to trigger backoff.
+    unsafe_: Option<Duration>,
+    window_start: Instant,
+    backoffs: u32,
+    /// Whether the current window is probing a pace faster than `safe`.
+    probing: bool,
+    /// Windows completed, for stats and tests.
+    pub(crate) windows: u64,
+}
+
+impl RampupState {
+    pub(crate) fn new(start_delay: Duration, now: Instant) -> Self {
+        RampupState {
+            delay: start_delay,
+            safe: None,
+            unsafe_: None,
+            window_start: now,
+            backoffs: 0,
+            probing: false,
+            windows: 0,
+        }
+    }
+
+    /// Closes the windows that ended by `now`, deciding the next pace.
+    pub(crate) fn roll(&mut self, now: Instant, config: &RampupConfig) {
+        if now.saturating_duration_since(self.window_start) < config.window {
+            return;
+        }
+        let below_target = self.backoffs < *config.backoff_target.start();
+        let within_target = self.backoffs <= *config.backoff_target.end();
+        if below_target {
+            self.safe = Some(self.delay);
+        }
+        if below_target || (within_target && self.retreated_from_probe()) {
+            self.start_probe(config);
+        }
+        self.windows += 1;
+        self.backoffs = 0;
+        // Windows without any event are skipped: they change nothing.
+        let elapsed = now.saturating_duration_since(self.window_start);
+        let whole = (elapsed.as_nanos() / config.window.as_nanos()).min(u128::from(u32::MAX)) as u32;
+        self.window_start += config.window * whole;
+    }
+
+    fn retreated_from_probe(&self) -> bool {
+        self.backoffs > 0 && !self.probing && self.safe == Some(self.delay)
+    }
+
+    fn start_probe(&mut self, config: &RampupConfig) {
+        let safe = self.safe.unwrap_or(self.delay);
+        let probe = match self.unsafe_ {
+            Some(unsafe_) if unsafe_ < safe => {
+                // Midpoint in rate: 2 / (1/a + 1/b), the harmonic mean.
+                let middle =
+                    2.0 / (1.0 / unsafe_.as_secs_f64().max(1e-9) + 1.0 / safe.as_secs_f64().max(1e-9));
+                middle.min(safe.as_secs_f64() * MIN_PROBE_STEP)
+            }
+            _ => safe.as_secs_f64() / 2.0,
+        };
+        self.delay = Duration::try_from_secs_f64(probe)
+            .unwrap_or(config.min_delay)
+            .max(config.min_delay);
+        self.probing = self.delay < safe;
+    }
+
+    /// A backoff feedback at `now`.
+    pub(crate) fn on_backoff(&mut self, now: Instant, config: &RampupConfig) {
+        self.roll(now, config);
+        self.backoffs += 1;
+        if self.probing {
+            self.unsafe_ = Some(self.delay);
+            self.delay = self.safe.unwrap_or(self.delay);
+            self.probing = false;
+        } else if self.backoffs > *config.backoff_target.end() {
+            // The pace believed safe is not: the server changed.
+            self.unsafe_ = Some(self.delay);
+            self.safe = None;
+            let slower = self.delay.as_secs_f64().max(0.001) * config.factor;
+            self.delay = Duration::try_from_secs_f64(slower)
+                .unwrap_or(config.max_delay)
+                .min(config.max_delay);
+            self.backoffs = 0;
+            self.window_start = now;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Simulates a server that rejects any request sooner than `1 / rate`
+    /// after the last accepted one, sending at the controller's pace.
+    fn simulate(rate: f64, windows: u32) -> (RampupState, Vec<(u32, u32)>) {
+        let config = RampupConfig::default();
+        let start = Instant::now();
+        let mut state = RampupState::new(Duration::from_secs(1), start);
+        let interval = Duration::from_secs_f64(1.0 / rate);
+        let mut now = start;
+        let mut last_accepted: Option<Instant> = None;
+        let mut per_window = vec![(0u32, 0u32); windows as usize];
+        while now < start + config.window * windows {
+            state.roll(now, &config);
+            let window = ((now - start).as_nanos() / config.window.as_nanos()) as usize;
+            if last_accepted.is_some_and(|last| now - last < interval) {
+                per_window[window].1 += 1;
+                state.on_backoff(now, &config);
+            } else {
+                per_window[window].0 += 1;
+                last_accepted = Some(now);
+            }
+            now += state.delay.max(Duration::from_millis(1));
+        }
+        (state, per_window)
+    }
+
+    #[test]
+    fn converges_near_a_fixed_server_rate_with_about_one_backoff_per_window() {
+        let (state, per_window) = simulate(20.0, 30);
+        let settled = &per_window[15..];
+        let served: u32 = settled.iter().map(|w| w.0).sum();
+        let rejected: u32 = settled.iter().map(|w| w.1).sum();
+        let served_rate = f64::from(served) / (settled.len() as f64 * 60.0);
+        assert!(served_rate >= 0.9 * 20.0, "served {served_rate}/s");
+        assert!(f64::from(rejected) <= 0.02 * f64::from(served + rejected));
+        assert!(settled.iter().all(|w| w.1 <= 1), "{settled:?}");
+        assert!(state.delay >= Duration::from_millis(49), "{:?}", state.delay);
+    }
+
+    #[test]
+    fn more_backoffs_than_the_target_at_a_safe_pace_slow_down() {
+        let config = RampupConfig::default();
+        let now = Instant::now();
+        let mut state = RampupState::new(Duration::from_millis(100), now);
+        state.on_backoff(now, &config);
+        assert_eq!(
+            state.delay,
+            Duration::from_millis(100),
+            "one backoff is the target"
+        );
+        state.on_backoff(now, &config);
+        assert_eq!(state.delay, Duration::from_millis(200));
+    }
+
+    #[test]
+    fn invalid_settings_name_their_field() {
+        #[allow(clippy::reversed_empty_ranges)]
+        let empty = RampupConfig {
+            backoff_target: 3..=1,
+            ..RampupConfig::default()
+        };
+        assert_eq!(
+            empty.validate("s").unwrap_err().field(),
+            "s rampup backoff_target"
+        );
+        let factor = RampupConfig {
+            factor: 1.0,
+            ..RampupConfig::default()
+        };
+        assert_eq!(factor.validate("s").unwrap_err().field(), "s rampup factor");
+    }
+}
