@@ -55,6 +55,7 @@ pub mod backoff;
 mod error;
 pub mod parse;
 pub mod registry;
+pub mod retry_after;
 pub mod scope;
 pub mod throttle;
 
@@ -64,6 +65,7 @@ pub use registry::{
     AnnouncedLimits, AutoThrottleConfig, BackoffConfig, Feedback, FeedbackKind, Jitter, LimitSource,
     RampupConfig, Registry, RegistryBuilder, ScopeConfig, ScopeStats, Stats,
 };
+pub use retry_after::{RetryAfter, RetryAfterLayer};
 pub use scope::{AutoThrottleExempt, HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
 pub use throttle::{Throttle, ThrottleLayer};
 

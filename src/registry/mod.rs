@@ -38,7 +38,7 @@
 //! past its per-lane delay, the scope delay passed, no hold) and fewer than
 //! `max_concurrency` requests are in flight. Admission is all-or-nothing:
 //! a request waiting on scope B takes nothing in scope A. Waiters are
-//! ordered by [`Priority`](crate::Priority), then arrival, with one global
+//! ordered by [`Priority`], then arrival, with one global
 //! sequence, so any two requests are in the same order in every scope they
 //! share; that is what rules out deadlocks. Within a scope the order is
 //! first-come first-served; a waiter that another of its scopes holds back
@@ -223,8 +223,9 @@ impl Registry {
         wake_all(wake);
     }
 
-    /// Paces scope `key`: at least `delay` between sends until `until`
-    /// (capped at the scope's backoff `max_delay`); `None` stops it. The
+    /// Paces scope `key`: at least `delay` between sends until `until`;
+    /// `None` stops it. The delay is capped at the scope's backoff
+    /// `max_delay`, the span at 7 days. The
     /// rate-limit header layer uses it to spread an announced quota.
     pub fn set_pacing(&self, key: impl Into<Scope>, pacing: Option<(Duration, Instant)>) {
         let mut wake = WakeList::new();
@@ -237,6 +238,16 @@ impl Registry {
     /// [`ScopeStats::announced`].
     pub fn set_announced_limits(&self, key: impl Into<Scope>, limits: AnnouncedLimits) {
         self.scheduler().set_announced_limits(&key.into(), limits);
+    }
+
+    /// Whether `status` is backoff feedback for scope `key` (its backoff
+    /// `http_codes`). Cheaper than [`scope_config`](Self::scope_config):
+    /// nothing is copied.
+    pub fn is_backoff_status(&self, key: &str, status: u16) -> bool {
+        self.scheduler()
+            .config_arc(key)
+            .get_backoff()
+            .is_backoff_status(status)
     }
 
     /// The config scope `key` uses (its own, or the default one), with the

@@ -310,14 +310,16 @@ impl ScopeState {
             .max();
         match ready_at {
             Some(at) if at > now => {
-                // A backoff step back may shorten the delay before then:
-                // look again at that instant.
+                // A backoff step back or the end of a pacing may shorten the
+                // delay before then: look again at that instant.
                 let step_back = effective.backoff.map(|backoff| backoff.next_step_back);
-                ScopeCheck::Until(
-                    step_back
-                        .filter(|&back| back > now)
-                        .map_or(at, |back| back.min(at)),
-                )
+                let pacing_end = self.contributions.pacing.map(|(_, until)| until);
+                let relief = [step_back, pacing_end]
+                    .into_iter()
+                    .flatten()
+                    .filter(|&relief| relief > now)
+                    .min();
+                ScopeCheck::Until(relief.map_or(at, |relief| relief.min(at)))
             }
             _ => ScopeCheck::Ready { lane },
         }
@@ -1086,14 +1088,18 @@ impl Scheduler {
         let id = self.scope_id(key);
         let scope = &mut self.scopes[id];
         let cap = scope.config.get_backoff().max_delay;
-        scope.contributions.pacing = pacing.map(|(delay, until)| (delay.min(cap), until));
+        let longest = saturating_add(now, MAX_CONFIG_DELAY);
+        scope.contributions.pacing = pacing.map(|(delay, until)| (delay.min(cap), until.min(longest)));
         self.dirty.push(id);
         self.run_dispatch(now, wake);
     }
 
     pub(crate) fn set_announced_limits(&mut self, key: &Scope, limits: AnnouncedLimits) {
         let id = self.scope_id(key);
-        self.scopes[id].contributions.announced = Some(Box::new(limits));
+        match &mut self.scopes[id].contributions.announced {
+            Some(known) => **known = limits,
+            empty => *empty = Some(Box::new(limits)),
+        }
     }
 
     pub(crate) fn config_of(&self, key: &str) -> ScopeConfig {

@@ -1,0 +1,82 @@
+use std::task::{Context, Poll};
+
+use tower_service::Service;
+
+use super::future::ResponseFuture;
+use super::observe::{Observer, Settings};
+use crate::registry::Registry;
+
+/// Reads the rate-limit headers of each response and holds or paces the
+/// request's scopes accordingly. See the [module docs](crate::retry_after).
+///
+/// It adds no failure mode: errors of the inner service pass through
+/// unchanged, and a malformed header only costs a debug event.
+///
+/// # Clone
+///
+/// A clone shares the registry (and so every hold it sets); the inner
+/// service is cloned.
+#[derive(Debug, Clone)]
+pub struct RetryAfter<S> {
+    inner: S,
+    registry: Registry,
+    settings: Settings,
+}
+
+impl<S> RetryAfter<S> {
+    /// Wraps `inner`, reporting to `registry`, with the defaults of
+    /// [`RetryAfterLayer::new`](super::RetryAfterLayer::new). Use the layer
+    /// to change them.
+    pub fn new(inner: S, registry: Registry) -> Self {
+        Self::with_settings(inner, registry, Settings::default())
+    }
+
+    pub(crate) fn with_settings(inner: S, registry: Registry, settings: Settings) -> Self {
+        RetryAfter {
+            inner,
+            registry,
+            settings,
+        }
+    }
+
+    /// The registry this service reports to.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for RetryAfter<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        // Read before the request is moved into the inner service: the
+        // `Scopes` extension Throttle inserted, or what the resolver says.
+        let scopes = self.registry.scopes_of(&request);
+        let observer = Observer::new(self.registry.clone(), scopes, self.settings);
+        ResponseFuture::new(self.inner.call(request), observer)
+    }
+}
