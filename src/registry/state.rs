@@ -577,17 +577,25 @@ impl Scheduler {
             return false;
         }
         let ticket = &self.tickets[id];
+        let mut first_lane = None;
         for slot in &ticket.slots {
             let scope = &self.scopes[slot.scope];
             if !scope.queue.is_empty() {
                 return false;
             }
             let effective = scope.effective(now, self.max_concurrency);
-            if !matches!(scope.check(now, &effective), ScopeCheck::Ready { .. }) {
-                return false;
+            match scope.check(now, &effective) {
+                ScopeCheck::Ready { lane } => {
+                    first_lane.get_or_insert((lane, effective));
+                }
+                _ => return false,
             }
         }
-        self.send(id, now, wake);
+        match (&ticket.slots, first_lane) {
+            // One scope, just checked: no need to check it again.
+            (Slots::One(_), Some(chosen)) => self.send_on_lanes(id, now, wake, Some(chosen)),
+            _ => self.send(id, now, wake),
+        }
         true
     }
 
@@ -672,8 +680,13 @@ impl Scheduler {
     /// Scrapy's AutoThrottle step, and the latency average shown in stats.
     fn observe_latency(&mut self, id: ScopeId, latency: Duration, status: u16, adjust_autothrottle: bool) {
         let scope = &mut self.scopes[id];
+        // A moving average with weight 1/5 for the newest sample, in whole
+        // nanoseconds (no float conversion on the completion path).
         scope.latency = Some(match scope.latency {
-            Some(average) => average.mul_f64(0.8) + latency.mul_f64(0.2),
+            Some(average) => {
+                let nanos = (average.as_nanos() * 4 + latency.as_nanos()) / 5;
+                Duration::from_nanos(nanos.min(u128::from(u64::MAX)) as u64)
+            }
             None => latency,
         });
         let (Some(autothrottle), Some(old), true) = (
@@ -855,6 +868,18 @@ impl Scheduler {
     /// Sends ticket `id`: takes a lane in each scope, starts each scope's
     /// delays (with a fresh jitter draw) and counts it in flight.
     fn send(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) {
+        self.send_on_lanes(id, now, wake, None);
+    }
+
+    /// [`send`](Self::send), with the lane of a one-scope ticket already
+    /// chosen by the caller under this same lock.
+    fn send_on_lanes(
+        &mut self,
+        id: TicketId,
+        now: Instant,
+        wake: &mut WakeList,
+        chosen: Option<(usize, Effective)>,
+    ) {
         let max_concurrency = self.max_concurrency;
         let ticket = &mut self.tickets[id];
         for slot in ticket.slots.iter_mut() {
@@ -863,9 +888,17 @@ impl Scheduler {
             {
                 rampup.roll(now, config);
             }
-            scope.note_backoff_recovery(now, max_concurrency);
-            let effective = scope.effective(now, max_concurrency);
-            let lane = match scope.check(now, &effective) {
+            let (check, effective) = match chosen {
+                Some((lane, effective)) if scope.contributions.backoff.is_none() => {
+                    (ScopeCheck::Ready { lane }, effective)
+                }
+                _ => {
+                    scope.note_backoff_recovery(now, max_concurrency);
+                    let effective = scope.effective(now, max_concurrency);
+                    (scope.check(now, &effective), effective)
+                }
+            };
+            let lane = match check {
                 ScopeCheck::Ready { lane } => lane,
                 // Callers only send after every scope allowed it under the
                 // same lock; should that ever break, a fresh lane keeps the

@@ -96,8 +96,33 @@ pub struct HostResolver;
 
 impl ScopeResolver for HostResolver {
     fn resolve(&self, head: &RequestHead<'_>) -> Scopes {
+        if let Some(authority) = head.uri.authority() {
+            return Scopes::one(scope_of_authority(authority));
+        }
         Scopes::one(head.host().map_or_else(|| Scope::new(""), Scope::new))
     }
+}
+
+thread_local! {
+    /// The last authority resolved on this thread and its scope. Crawls
+    /// send runs of requests to the same site; reusing the scope skips
+    /// parsing the host out of the authority and allocating its key.
+    static LAST_AUTHORITY: std::cell::RefCell<Option<(http::uri::Authority, Scope)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn scope_of_authority(authority: &http::uri::Authority) -> Scope {
+    LAST_AUTHORITY.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some((known, scope)) = last.as_ref() {
+            if known.as_str() == authority.as_str() {
+                return scope.clone();
+            }
+        }
+        let scope = Scope::new(lower_cased(authority.host()));
+        *last = Some((authority.clone(), scope.clone()));
+        scope
+    })
 }
 
 #[cfg(test)]
@@ -115,6 +140,24 @@ mod tests {
             .body(())
             .unwrap();
         assert_eq!(host_scope(request), "books.toscrape.com");
+    }
+
+    #[test]
+    fn host_resolver_gives_each_authority_its_own_scope_in_any_order() {
+        let uris = [
+            ("https://a.example/", "a.example"),
+            ("https://b.example:8080/", "b.example"),
+            ("https://a.example/x", "a.example"),
+            ("https://user@A.Example:1/", "a.example"),
+            ("https://a.example/", "a.example"),
+        ];
+        for (uri, expected) in uris {
+            assert_eq!(
+                host_scope(http::Request::get(uri).body(()).unwrap()),
+                expected,
+                "{uri}"
+            );
+        }
     }
 
     #[test]

@@ -30,9 +30,9 @@ pin_project! {
     #[project = StateProj]
     enum State<S, Req, F> {
         Waiting {
-            // Both are taken exactly once, when the request is sent.
-            service: Option<S>,
-            request: Option<Req>,
+            // Boxed so the future stays small for the common case of a
+            // request sent at once; taken exactly once, when it is sent.
+            waiting: Option<Box<(S, Req)>>,
         },
         Calling {
             #[pin]
@@ -55,8 +55,7 @@ where
             }
         } else {
             State::Waiting {
-                service: Some(service),
-                request: Some(request),
+                waiting: Some(Box::new((service, request))),
             }
         };
         ResponseFuture {
@@ -77,14 +76,15 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Waiting { service, request } => {
+                StateProj::Waiting { waiting } => {
                     if this.ticket.poll_send(cx).is_pending() {
                         return Poll::Pending;
                     }
-                    let (Some(mut service), Some(request)) = (service.take(), request.take()) else {
+                    let Some(waiting) = waiting.take() else {
                         this.state.set(State::Done);
                         continue;
                     };
+                    let (mut service, request) = *waiting;
                     // `service` is the handle `Throttle::poll_ready` readied.
                     let future = service.call(request);
                     this.state.set(State::Calling { future });
