@@ -37,8 +37,29 @@
 //! # }
 //! ```
 //!
-//! See the [`registry`] module for the state model and admission rules, and
-//! [`throttle`] for the middleware itself.
+//! # The layers
+//!
+//! ```text
+//! request ──► RobotsDelay ──► Throttle ──► RetryAfter ──► Backoff ──► inner client
+//! ```
+//!
+//! [`Throttle`] is the one scheduler: it decides *when* a request is sent.
+//! The other layers observe and report **feedback** to the registry, which
+//! changes what `Throttle` allows next:
+//!
+//! - [`backoff`]: 429/5xx, timeouts and connection failures slow the scope
+//!   down exponentially; quiet windows recover it. Opt-in
+//!   [rampup](RampupConfig) searches for the fastest pace a server accepts;
+//!   [`backoff::BackoffRetry`] re-sends through the throttle.
+//! - [`retry_after`]: `Retry-After` and rate-limit headers hold scopes until
+//!   the server says, and can pace a scope to an announced quota.
+//! - AutoThrottle ([`AutoThrottleConfig`]): Scrapy's latency-adaptive delay,
+//!   computed by `Throttle` itself.
+//!
+//! The effective limits of a scope are the most restrictive of its config
+//! and every contribution; [`Registry::scope_stats`] shows each of them and
+//! which one is in force. See the [`registry`] module for the state model
+//! and admission rules.
 //!
 //! [tower]: https://docs.rs/tower
 
