@@ -10,7 +10,9 @@
 //!   returns to the fastest pace known to be safe at once, and remembers
 //!   the probe as the slowest pace known to trigger backoff;
 //! - backoffs beyond the target at a pace believed safe mean the server got
-//!   stricter: the scope forgets what it knew and slows down by `factor`.
+//!   stricter (or latency jitter makes arrivals bunch up): the scope forgets
+//!   what it knew and slows down, by 10 % at first and more each time it
+//!   happens again, up to `factor`.
 //!
 //! Probes go to the middle (in rate) between the fastest safe pace and the
 //! slowest unsafe one, but always at least 1 % faster than the safe pace, so
@@ -120,6 +122,9 @@ pub(crate) struct RampupState {
     probing: bool,
     /// Windows completed, for stats and tests.
     pub(crate) windows: u64,
+    /// Slow-downs at a pace believed safe since a window last ended within
+    /// the target.
+    slowdowns: u32,
 }
 
 impl RampupState {
@@ -132,6 +137,7 @@ impl RampupState {
             backoffs: 0,
             probing: false,
             windows: 0,
+            slowdowns: 0,
         }
     }
 
@@ -144,6 +150,9 @@ impl RampupState {
         let within_target = self.backoffs <= *config.backoff_target.end();
         if below_target {
             self.safe = Some(self.delay);
+        }
+        if within_target {
+            self.slowdowns = 0;
         }
         if below_target || (within_target && self.retreated_from_probe()) {
             self.start_probe(config);
@@ -186,10 +195,16 @@ impl RampupState {
             self.delay = self.safe.unwrap_or(self.delay);
             self.probing = false;
         } else if self.backoffs > *config.backoff_target.end() {
-            // The pace believed safe is not: the server changed.
+            // The pace believed safe is not. Near the boundary that is
+            // usually latency jitter (a late arrival makes the next gap
+            // short), so slow down gently first, and harder each time it
+            // happens again before a window ends within the target: 10 %,
+            // 20 %, 40 %, 80 %, then `factor`.
+            self.slowdowns = self.slowdowns.saturating_add(1);
+            let step = (1.0 + 0.1 * 2f64.powi(self.slowdowns.min(16) as i32 - 1)).min(config.factor);
             self.unsafe_ = Some(self.delay);
             self.safe = None;
-            let slower = self.delay.as_secs_f64().max(0.001) * config.factor;
+            let slower = self.delay.as_secs_f64().max(0.001) * step;
             self.delay = Duration::try_from_secs_f64(slower)
                 .unwrap_or(config.max_delay)
                 .min(config.max_delay);
@@ -253,7 +268,10 @@ mod tests {
             "one backoff is the target"
         );
         state.on_backoff(now, &config);
-        assert_eq!(state.delay, Duration::from_millis(200));
+        assert_eq!(state.delay, Duration::from_millis(110), "gently at first");
+        state.on_backoff(now, &config);
+        state.on_backoff(now, &config);
+        assert_eq!(state.delay, Duration::from_millis(132), "harder when it goes on");
     }
 
     #[test]
