@@ -37,8 +37,10 @@
 //! # }
 //! ```
 //!
-//! See the [`registry`] module for the state model and admission rules, and
-//! [`throttle`] for the middleware itself.
+//! See the [`registry`] module for the state model and admission rules,
+//! [`throttle`] for the middleware itself, and [`robots`] for
+//! [`RobotsDelayLayer`], which fetches each site's robots.txt and applies its
+//! Crawl-delay (and, optionally, its rules).
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -54,14 +56,16 @@
 mod error;
 pub mod parse;
 pub mod registry;
+pub mod robots;
 pub mod scope;
 pub mod throttle;
 
-pub use error::ConfigError;
+pub use error::{ConfigError, Error};
 pub use registry::{
     AnnouncedLimits, AutoThrottleConfig, BackoffConfig, Feedback, FeedbackKind, Jitter, LimitSource,
     Registry, RegistryBuilder, ScopeConfig, ScopeStats, Stats,
 };
+pub use robots::{RobotsDelay, RobotsDelayLayer};
 pub use scope::{AutoThrottleExempt, HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
 pub use throttle::{Throttle, ThrottleLayer};
 
