@@ -223,8 +223,9 @@ struct EntryState {
     waiters: Slab<Waker>,
     /// Consecutive unreachable results, for the retry backoff.
     failures: u32,
-    /// Every scope this origin's requests were seen with, so a later result
-    /// reaches all of them, and each scope is told once per result.
+    /// Every scope this origin's requests were seen with: each is told the
+    /// Crawl-delay on its first request, and again when a later result
+    /// changes it.
     scopes: HashSet<Scope>,
 }
 
