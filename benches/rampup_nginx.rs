@@ -28,7 +28,10 @@ use tower_throttle::{BackoffLayer, RampupConfig, Registry, ScopeConfig, Throttle
 const WINDOW: Duration = Duration::from_secs(5);
 
 fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 struct Nginx {
@@ -45,7 +48,9 @@ impl Drop for Nginx {
 }
 
 fn start_nginx(rate: u64, port: u16) -> Option<Nginx> {
-    let binary = ["/usr/sbin/nginx", "/usr/bin/nginx"].into_iter().find(|p| std::path::Path::new(p).exists())?;
+    let binary = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())?;
     let dir = std::env::temp_dir().join(format!("tower-throttle-nginx-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("www")).ok()?;
     std::fs::write(dir.join("www/index.html"), "ok\n").ok()?;
@@ -76,7 +81,11 @@ async fn main() {
     // `cargo bench` passes `--bench`; `cargo bench --no-run` never runs this.
     let rate = env_or("RAMPUP_RATE", 20);
     let seconds = env_or("RAMPUP_SECONDS", 120);
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let Some(_nginx) = start_nginx(rate, port) else {
         println!("rampup_nginx: skipped, nginx is not installed (apt-get install -y nginx-light)");
         return;
@@ -124,7 +133,11 @@ async fn main() {
         handles.push(tokio::spawn(async move {
             let response = future.await.expect("nginx answers");
             let window = ((Instant::now() - start).as_secs_f64() / WINDOW.as_secs_f64()) as usize;
-            let counter = if response.status() == 429 { &rejected } else { &accepted };
+            let counter = if response.status() == 429 {
+                &rejected
+            } else {
+                &accepted
+            };
             counter[window.min(windows)].fetch_add(1, Ordering::Relaxed);
             response.into_body().collect().await.ok();
         }));

@@ -1,4 +1,5 @@
-//! Errors.
+//! Errors: [`ConfigError`] for rejected settings, [`Error`] for requests a
+//! layer fails.
 
 use std::fmt;
 
@@ -49,3 +50,179 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// A type-erased error, as the inner services of this crate's layers may
+/// return (the same type as `tower::BoxError`).
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The error of a layer that can fail a request on its own account, such as
+/// [`RobotsDelay`](crate::RobotsDelay): either the layer refused the request,
+/// or the inner service failed.
+///
+/// The type is opaque so that its kinds can grow without breaking callers;
+/// ask it with the predicates ([`is_robots_disallowed`](Self::is_robots_disallowed),
+/// [`is_inner`](Self::is_inner)). An inner service's error is kept boxed and
+/// is this error's [`source`](std::error::Error::source); take it back with
+/// [`into_inner`](Self::into_inner) to downcast it. When the inner error is
+/// itself an `Error` of this crate (two such layers stacked), it is passed
+/// through as it is rather than wrapped twice.
+///
+/// ```
+/// use tower_throttle::Error;
+///
+/// fn describe(err: &Error) -> &'static str {
+///     if err.is_robots_disallowed() {
+///         "skipped: robots.txt says no"
+///     } else {
+///         "the request failed"
+///     }
+/// }
+/// # let _ = describe;
+/// ```
+pub struct Error {
+    kind: ErrorKind,
+}
+
+enum ErrorKind {
+    /// robots.txt disallows the request (or is unreachable while rules are
+    /// obeyed, which RFC 9309 treats as a complete disallow).
+    RobotsDisallowed {
+        origin: String,
+        path: String,
+        unreachable: bool,
+    },
+    Inner(BoxError),
+}
+
+impl Error {
+    pub(crate) fn robots_disallowed(origin: String, path: String, unreachable: bool) -> Self {
+        Error {
+            kind: ErrorKind::RobotsDisallowed {
+                origin,
+                path,
+                unreachable,
+            },
+        }
+    }
+
+    /// Wraps an inner service's error, passing an `Error` of this crate
+    /// through unchanged.
+    pub(crate) fn inner(err: impl Into<BoxError>) -> Self {
+        match err.into().downcast::<Error>() {
+            Ok(err) => *err,
+            Err(err) => Error {
+                kind: ErrorKind::Inner(err),
+            },
+        }
+    }
+
+    /// Whether the request was refused because robots.txt disallows it, or
+    /// because the site's robots.txt is unreachable while its rules are
+    /// obeyed. The inner service never saw the request.
+    pub fn is_robots_disallowed(&self) -> bool {
+        matches!(self.kind, ErrorKind::RobotsDisallowed { .. })
+    }
+
+    /// Whether the inner service failed (its error is the
+    /// [`source`](std::error::Error::source)).
+    pub fn is_inner(&self) -> bool {
+        matches!(self.kind, ErrorKind::Inner(_))
+    }
+
+    /// The inner service's error, to downcast it; `None` when the error is
+    /// the layer's own.
+    pub fn into_inner(self) -> Option<BoxError> {
+        match self.kind {
+            ErrorKind::Inner(err) => Some(err),
+            ErrorKind::RobotsDisallowed { .. } => None,
+        }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ErrorKind::RobotsDisallowed {
+                origin,
+                path,
+                unreachable,
+            } => f
+                .debug_struct("Error")
+                .field("kind", &"RobotsDisallowed")
+                .field("origin", origin)
+                .field("path", path)
+                .field("unreachable", unreachable)
+                .finish(),
+            ErrorKind::Inner(err) => f
+                .debug_struct("Error")
+                .field("kind", &"Inner")
+                .field("source", err)
+                .finish(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ErrorKind::RobotsDisallowed {
+                origin,
+                path,
+                unreachable: false,
+            } => write!(f, "robots.txt of {origin} disallows {path}"),
+            ErrorKind::RobotsDisallowed {
+                origin,
+                path,
+                unreachable: true,
+            } => write!(
+                f,
+                "robots.txt of {origin} is unreachable, so {path} is disallowed until it can be fetched"
+            ),
+            ErrorKind::Inner(_) => f.write_str("inner service error"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            ErrorKind::Inner(err) => Some(&**err),
+            ErrorKind::RobotsDisallowed { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn robots_disallowed_is_its_own_failure_without_source() {
+        let err = Error::robots_disallowed("https://example.com".into(), "/private/x".into(), false);
+        assert!(err.is_robots_disallowed());
+        assert!(!err.is_inner());
+        assert!(err.source().is_none());
+        assert_eq!(
+            err.to_string(),
+            "robots.txt of https://example.com disallows /private/x"
+        );
+        assert!(err.into_inner().is_none());
+    }
+
+    #[test]
+    fn inner_errors_are_the_source_and_are_not_wrapped_twice() {
+        let io = std::io::Error::other("connection reset");
+        let err = Error::inner(io);
+        assert!(err.is_inner());
+        assert_eq!(err.to_string(), "inner service error");
+        assert_eq!(err.source().unwrap().to_string(), "connection reset");
+
+        let twice = Error::inner(err);
+        assert!(twice.is_inner());
+        assert!(twice.into_inner().unwrap().downcast::<std::io::Error>().is_ok());
+
+        let disallowed = Error::robots_disallowed("http://a".into(), "/".into(), true);
+        assert!(Error::inner(disallowed).is_robots_disallowed());
+    }
+}

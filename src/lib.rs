@@ -55,6 +55,8 @@
 //!   the server says, and can pace a scope to an announced quota.
 //! - AutoThrottle ([`AutoThrottleConfig`]): Scrapy's latency-adaptive delay,
 //!   computed by `Throttle` itself.
+//! - [`robots`]: [`RobotsDelayLayer`] fetches each site's robots.txt once,
+//!   applies its Crawl-delay and, optionally, its Allow/Disallow rules.
 //!
 //! The effective limits of a scope are the most restrictive of its config
 //! and every contribution; [`Registry::scope_stats`] shows each of them and
@@ -77,16 +79,18 @@ mod error;
 pub mod parse;
 pub mod registry;
 pub mod retry_after;
+pub mod robots;
 pub mod scope;
 pub mod throttle;
 
 pub use backoff::{Backoff, BackoffLayer};
-pub use error::ConfigError;
+pub use error::{ConfigError, Error};
 pub use registry::{
     AnnouncedLimits, AutoThrottleConfig, BackoffConfig, Feedback, FeedbackKind, Jitter, LimitSource,
     RampupConfig, Registry, RegistryBuilder, ScopeConfig, ScopeStats, Stats,
 };
 pub use retry_after::{RetryAfter, RetryAfterLayer};
+pub use robots::{RobotsDelay, RobotsDelayLayer};
 pub use scope::{AutoThrottleExempt, HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
 pub use throttle::{Throttle, ThrottleLayer};
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::{duplex_service, full_request, get, status};
+use support::{duplex_service, full_request, full_status, get};
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_throttle::{
@@ -80,7 +80,7 @@ async fn the_delay_follows_latency_steps_and_in_flight_settles_near_the_target()
             meter.lock().unwrap().change(1);
             tokio::time::sleep(latency).await;
             meter.lock().unwrap().change(-1);
-            status(200)
+            full_status(200)
         }
     });
     let registry = Registry::builder()

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::join_all;
-use support::{duplex_service, full_request, get, status};
+use support::{duplex_service, full_request, full_status, get};
 use tokio::time::Instant;
 use tower::retry::RetryLayer;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -503,7 +503,7 @@ async fn without_rampup_a_rate_limited_crawl_backs_off_and_recovers() {
     let handler_site = site.clone();
     let server = duplex_service(move |_request| {
         let code = handler_site.answer();
-        async move { status(code) }
+        async move { full_status(code) }
     });
     let registry = Registry::builder().default_scope(exact(1)).build().unwrap();
     let mut service = ServiceBuilder::new()
@@ -535,7 +535,7 @@ async fn with_rampup_a_rate_limited_crawl_settles_near_the_server_rate() {
     let handler_site = site.clone();
     let server = duplex_service(move |_request| {
         let code = handler_site.answer();
-        async move { status(code) }
+        async move { full_status(code) }
     });
     let registry = Registry::builder()
         .default_scope(exact(1).delay(secs(1)).rampup(RampupConfig::default()))

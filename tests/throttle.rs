@@ -612,3 +612,62 @@ async fn waiters_go_when_a_pacing_ends_rather_than_when_its_delay_would() {
     finish_all(launch(&mut service, requests).await).await;
     assert_eq!(recorder.millis(), vec![0, 3000, 3000]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn jitter_never_shortens_a_gap_below_the_robots_crawl_delay() {
+    let registry = Registry::builder()
+        .default_scope(ScopeConfig::default().delay_per_slot(Duration::ZERO).jitter(0.5))
+        .jitter_seed(3)
+        .build()
+        .unwrap();
+    registry.set_robots_delay("example.com", Some(Duration::from_secs(3)));
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry.clone()).layer(recorder.service(Duration::ZERO));
+    let requests = (0..50)
+        .map(|i| get(&format!("https://example.com/{i}")))
+        .collect();
+    finish_all(launch(&mut service, requests).await).await;
+    let sends: Vec<Duration> = recorder.sent().iter().map(|s| s.at).collect();
+    let gaps: Vec<Duration> = sends.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().all(|gap| *gap >= ms(3000) && *gap <= ms(4501)),
+        "{gaps:?}"
+    );
+    assert!(
+        gaps.iter().any(|gap| *gap > ms(3000)),
+        "jitter still lengthens gaps"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn robots_yields_only_to_the_limits_a_scope_config_sets() {
+    let registry = Registry::builder()
+        .scope("lanes.example", ScopeConfig::default().concurrency(2))
+        .scope("paced.example", ScopeConfig::default().delay(ms(500)))
+        .build()
+        .unwrap();
+    for scope in ["lanes.example", "paced.example", "default.example"] {
+        registry.set_robots_delay(scope, Some(Duration::from_secs(3)));
+    }
+    let lanes = registry.scope_stats("lanes.example").unwrap();
+    assert_eq!(
+        (lanes.concurrency, lanes.concurrency_limited_by),
+        (2, tower_throttle::LimitSource::Config)
+    );
+    assert_eq!(
+        (lanes.delay, lanes.delay_limited_by),
+        (Duration::from_secs(3), tower_throttle::LimitSource::Robots)
+    );
+    assert!(lanes.robots_delay_applies);
+    let paced = registry.scope_stats("paced.example").unwrap();
+    assert_eq!(
+        (paced.delay, paced.delay_limited_by),
+        (ms(500), tower_throttle::LimitSource::Config)
+    );
+    assert_eq!(paced.concurrency, 1);
+    let default = registry.scope_stats("default.example").unwrap();
+    assert_eq!(
+        (default.delay, default.delay_limited_by),
+        (Duration::from_secs(3), tower_throttle::LimitSource::Robots)
+    );
+}

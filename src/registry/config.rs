@@ -149,6 +149,16 @@ pub struct ScopeConfig {
     pub(crate) autothrottle: Setting<AutoThrottleConfig>,
     pub(crate) rampup: Setting<RampupConfig>,
     pub(crate) ignore_robots_txt: bool,
+    /// Which limits were set by a builder call (not left at their default):
+    /// robots.txt only yields to limits a scope config actually sets.
+    pub(crate) set_by_user: SetByUser,
+}
+
+/// The limits a [`ScopeConfig`] sets explicitly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct SetByUser {
+    pub(crate) concurrency: bool,
+    pub(crate) delay: bool,
 }
 
 /// A setting a scope config may leave to the default scope's config.
@@ -186,6 +196,7 @@ impl Default for ScopeConfig {
             autothrottle: Setting::Inherit,
             rampup: Setting::Inherit,
             ignore_robots_txt: false,
+            set_by_user: SetByUser::default(),
         }
     }
 }
@@ -195,12 +206,14 @@ impl ScopeConfig {
     /// (at least 1; capped by the registry's `max_concurrency`).
     pub fn concurrency(mut self, lanes: u32) -> Self {
         self.concurrency = lanes;
+        self.set_by_user.concurrency = true;
         self
     }
 
     /// Minimum time between the sends of any two requests of the scope.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self.set_by_user.delay = true;
         self
     }
 
@@ -262,7 +275,11 @@ impl ScopeConfig {
     }
 
     /// Silences the warning logged when robots.txt asks for a Crawl-delay
-    /// that this scope's explicit config overrides.
+    /// that this scope's own config overrides. (A scope config given with
+    /// [`RegistryBuilder::scope`](crate::RegistryBuilder::scope) or
+    /// [`Registry::set_scope`](crate::Registry::set_scope) keeps the
+    /// `concurrency` and `delay` it sets explicitly; robots.txt still applies
+    /// to the ones it leaves at their defaults.)
     pub fn ignore_robots_txt(mut self, ignore: bool) -> Self {
         self.ignore_robots_txt = ignore;
         self

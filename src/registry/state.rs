@@ -60,6 +60,10 @@ impl LastSend {
     fn next_allowed(&self, gap: Duration, jitter: &Jitter) -> Instant {
         saturating_add(self.at, scale(gap, jitter.factor(self.draw)))
     }
+
+    fn next_allowed_at_least(&self, gap: Duration, jitter: &Jitter, floor: Duration) -> Instant {
+        saturating_add(self.at, scale(gap, jitter.factor(self.draw)).max(floor))
+    }
 }
 
 fn scale(gap: Duration, factor: f64) -> Duration {
@@ -109,7 +113,26 @@ pub(crate) struct Contributions {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct RobotsDelay {
     pub(crate) crawl_delay: Duration,
-    pub(crate) applies: bool,
+    /// Whether it sets the scope's concurrency to 1 (not when the scope's
+    /// own config sets a concurrency).
+    pub(crate) limits_concurrency: bool,
+    /// Whether it raises the scope's delay (not when the scope's own config
+    /// sets a delay).
+    pub(crate) limits_delay: bool,
+}
+
+impl RobotsDelay {
+    fn for_config(crawl_delay: Duration, config: &ScopeConfig, explicit: bool) -> Self {
+        RobotsDelay {
+            crawl_delay,
+            limits_concurrency: !(explicit && config.set_by_user.concurrency),
+            limits_delay: !(explicit && config.set_by_user.delay),
+        }
+    }
+
+    fn applies(&self) -> bool {
+        self.limits_concurrency || self.limits_delay
+    }
 }
 
 /// The limits of a scope at one instant, with what set each of them.
@@ -121,6 +144,8 @@ pub(crate) struct Effective {
     pub(crate) delay_source: LimitSource,
     pub(crate) delay_per_slot: Duration,
     pub(crate) jitter: Jitter,
+    /// No gap between two sends is shorter than this, whatever the jitter.
+    pub(crate) delay_floor: Duration,
     /// The backoff in force, if any.
     pub(crate) backoff: Option<BackoffNow>,
 }
@@ -216,6 +241,7 @@ impl ScopeState {
                 // Rampup paces precisely: the boundary it finds is only
                 // worth something if sends keep to it.
                 jitter: Jitter::NONE,
+                delay_floor: Duration::ZERO,
                 backoff: None,
             },
             None => Effective {
@@ -225,13 +251,21 @@ impl ScopeState {
                 delay_source: LimitSource::Config,
                 delay_per_slot: config.delay_per_slot,
                 jitter: config.jitter,
+                delay_floor: Duration::ZERO,
                 backoff: None,
             },
         };
         effective.lower_concurrency(max_concurrency, LimitSource::MaxConcurrency);
-        if let Some(robots) = self.contributions.robots.filter(|robots| robots.applies) {
-            effective.lower_concurrency(1, LimitSource::Robots);
-            effective.raise_delay(robots.crawl_delay, LimitSource::Robots);
+        if let Some(robots) = self.contributions.robots {
+            if robots.limits_concurrency {
+                effective.lower_concurrency(1, LimitSource::Robots);
+            }
+            if robots.limits_delay {
+                effective.raise_delay(robots.crawl_delay, LimitSource::Robots);
+                // The site asked for at least this much: jitter may
+                // lengthen a gap, never shorten it below the Crawl-delay.
+                effective.delay_floor = robots.crawl_delay;
+            }
         }
         if let Some(delay) = self.contributions.autothrottle_delay {
             effective.raise_delay(delay, LimitSource::AutoThrottle);
@@ -301,9 +335,9 @@ impl ScopeState {
         let Some((lane, lane_free)) = self.soonest_free_lane(now, effective) else {
             return ScopeCheck::Full;
         };
-        let next_send = self
-            .last_send
-            .map(|last| last.next_allowed(effective.delay, &effective.jitter));
+        let next_send = self.last_send.map(|last| {
+            last.next_allowed_at_least(effective.delay, &effective.jitter, effective.delay_floor)
+        });
         let ready_at = [lane_free, next_send, self.contributions.hold_until]
             .into_iter()
             .flatten()
@@ -985,7 +1019,7 @@ impl Scheduler {
                 (Some(autothrottle), None) => Some(autothrottle.start(config.delay)),
             };
             if let Some(robots) = &mut contributions.robots {
-                robots.applies = false;
+                *robots = RobotsDelay::for_config(robots.crawl_delay, &config, true);
             }
             match (config.get_rampup(), &contributions.rampup) {
                 (None, _) => contributions.rampup = None,
@@ -1066,11 +1100,13 @@ impl Scheduler {
         let id = self.scope_id(key);
         let scope = &mut self.scopes[id];
         let previous = scope.contributions.robots;
-        scope.contributions.robots = crawl_delay.map(|crawl_delay| RobotsDelay {
-            crawl_delay,
-            applies: !scope.explicit,
-        });
-        let overridden = scope.explicit && crawl_delay.is_some();
+        let (config, explicit) = (scope.config.clone(), scope.explicit);
+        scope.contributions.robots =
+            crawl_delay.map(|crawl_delay| RobotsDelay::for_config(crawl_delay, &config, explicit));
+        let overridden = scope
+            .contributions
+            .robots
+            .is_some_and(|robots| !robots.limits_concurrency || !robots.limits_delay);
         let known_before = previous.is_some_and(|robots| Some(robots.crawl_delay) == crawl_delay);
         if overridden && !scope.config.ignore_robots_txt && !known_before {
             tracing::warn!(
@@ -1168,7 +1204,7 @@ impl Scheduler {
             backoff_feedbacks: scope.backoff_feedbacks,
             autothrottle_delay: contributions.autothrottle_delay,
             robots_delay: contributions.robots.map(|robots| robots.crawl_delay),
-            robots_delay_applies: contributions.robots.is_some_and(|robots| robots.applies),
+            robots_delay_applies: contributions.robots.is_some_and(|robots| robots.applies()),
             rampup_delay: contributions.rampup.as_ref().map(|rampup| rampup.delay),
             rampup_windows: contributions.rampup.as_ref().map_or(0, |rampup| rampup.windows),
             latency: scope.latency,

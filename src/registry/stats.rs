@@ -92,8 +92,9 @@ pub struct ScopeStats {
     pub autothrottle_delay: Option<Duration>,
     /// The robots.txt Crawl-delay known for the scope.
     pub robots_delay: Option<Duration>,
-    /// Whether that Crawl-delay applies (an explicit scope config overrides
-    /// it).
+    /// Whether that Crawl-delay limits the scope: a scope config of its own
+    /// keeps the `concurrency` and `delay` it sets, and when it sets both
+    /// the Crawl-delay does not apply.
     pub robots_delay_applies: bool,
     /// The pace rampup has set, when rampup is on.
     pub rampup_delay: Option<Duration>,

@@ -23,6 +23,7 @@
 
 mod resolver;
 
+pub(crate) use resolver::lower_cased;
 pub use resolver::{HostResolver, RequestHead, ScopeResolver};
 
 use std::borrow::Borrow;

@@ -3,7 +3,7 @@ use std::borrow::Cow;
 use super::{Scope, Scopes};
 
 /// Host names are almost always lower-case already; only copy when not.
-fn lower_cased(host: &str) -> Cow<'_, str> {
+pub(crate) fn lower_cased(host: &str) -> Cow<'_, str> {
     if host.bytes().any(|byte| byte.is_ascii_uppercase()) {
         Cow::Owned(host.to_ascii_lowercase())
     } else {

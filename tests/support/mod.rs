@@ -196,9 +196,122 @@ pub fn full_request(uri: &str) -> http::Request<Full<Bytes>> {
     http::Request::get(uri).body(Full::new(Bytes::new())).unwrap()
 }
 
-pub fn status(code: u16) -> http::Response<Full<Bytes>> {
+pub fn full_status(code: u16) -> http::Response<Full<Bytes>> {
     http::Response::builder()
         .status(code)
         .body(Full::new(Bytes::new()))
         .unwrap()
+}
+
+/// The response body of the in-process robots.txt sites (any body, boxed).
+pub type TestBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// A complete body.
+pub fn body(text: &str) -> TestBody {
+    use http_body_util::BodyExt;
+    Full::new(Bytes::from(text.to_owned())).boxed()
+}
+
+/// A body that never sends anything and never ends.
+pub fn endless_body() -> TestBody {
+    use http_body_util::BodyExt;
+    let frames = futures::stream::pending::<Result<hyper::body::Frame<Bytes>, Infallible>>();
+    http_body_util::StreamBody::new(frames).boxed()
+}
+
+/// A 200 response carrying `text` (a robots.txt).
+pub fn robots_txt(text: &str) -> http::Response<TestBody> {
+    http::Response::new(body(text))
+}
+
+/// An empty response with `status`.
+pub fn status(status: u16) -> http::Response<TestBody> {
+    let mut response = http::Response::new(body(""));
+    *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+    response
+}
+
+/// A redirect with `status` to `location`.
+pub fn redirect(status_code: u16, location: &str) -> http::Response<TestBody> {
+    let mut response = status(status_code);
+    response
+        .headers_mut()
+        .insert(http::header::LOCATION, location.parse().unwrap());
+    response
+}
+
+/// A response extension for [`RobotsSite`]: answer only after this long.
+#[derive(Debug, Clone, Copy)]
+pub struct AnswerAfter(pub Duration);
+
+/// `response`, answered after `latency`.
+pub fn after(latency: Duration, mut response: http::Response<TestBody>) -> http::Response<TestBody> {
+    response.extensions_mut().insert(AnswerAfter(latency));
+    response
+}
+
+/// An in-process site (any host) for robots.txt tests. Requests whose path
+/// contains `robots` are robots.txt fetches: recorded in `fetches` and
+/// answered by the script given to [`RobotsSite::service`]. Every other
+/// request is a page: recorded in `pages` and answered 200 at once.
+#[derive(Clone)]
+pub struct RobotsSite {
+    pub pages: Recorder,
+    pub fetches: Recorder,
+}
+
+impl RobotsSite {
+    pub fn new() -> Self {
+        RobotsSite {
+            pages: Recorder::new(),
+            fetches: Recorder::new(),
+        }
+    }
+
+    /// The inner service. `robots` gets each robots.txt request and how many
+    /// fetches came before it, and returns the answer (delayed with
+    /// [`after`] if wanted).
+    pub fn service<F>(
+        &self,
+        robots: F,
+    ) -> impl tower::Service<
+        http::Request<()>,
+        Response = http::Response<TestBody>,
+        Error = Infallible,
+        Future = impl Future<Output = Result<http::Response<TestBody>, Infallible>> + Send,
+    > + Clone
+           + Send
+           + 'static
+    where
+        F: Fn(&http::Request<()>, usize) -> http::Response<TestBody> + Send + Sync + 'static,
+    {
+        let site = self.clone();
+        let robots = Arc::new(robots);
+        tower::service_fn(move |request: http::Request<()>| {
+            let response = if request.uri().path().contains("robots") {
+                let before = site.fetches.sent().len();
+                site.fetches.record(&request);
+                robots(&request, before)
+            } else {
+                site.pages.record(&request);
+                http::Response::new(body(""))
+            };
+            async move {
+                if let Some(AnswerAfter(latency)) = response.extensions().get::<AnswerAfter>().copied() {
+                    tokio::time::sleep(latency).await;
+                }
+                Ok::<_, Infallible>(response)
+            }
+        })
+    }
+
+    /// Paths of the pages the site was asked for, in order.
+    pub fn page_paths(&self) -> Vec<String> {
+        self.pages.sent().into_iter().map(|sent| sent.path).collect()
+    }
+
+    /// Paths of the robots.txt fetches, in order.
+    pub fn fetch_paths(&self) -> Vec<String> {
+        self.fetches.sent().into_iter().map(|sent| sent.path).collect()
+    }
 }

@@ -1,0 +1,205 @@
+//! The response future of [`RobotsDelay`](super::RobotsDelay).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::cache::OriginEntry;
+use super::layer::Shared;
+use crate::error::{BoxError, Error};
+use crate::scope::Scopes;
+
+pin_project! {
+    /// Waits for the origin's robots.txt when it is not known yet, then
+    /// readies the inner service and drives its future. Dropping it while
+    /// it waits leaves the fetch running for the requests that come next.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct ResponseFuture<S, ReqBody>
+    where
+        S: Service<http::Request<ReqBody>>,
+    {
+        #[pin]
+        state: State<S, http::Request<ReqBody>, S::Future>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, Req, F> {
+        Waiting {
+            wait: Wait,
+            // Both are taken exactly once, when the rules are known.
+            service: Option<S>,
+            request: Option<Req>,
+        },
+        Readying {
+            service: S,
+            request: Option<Req>,
+        },
+        Calling {
+            #[pin]
+            future: F,
+        },
+        Failed {
+            error: Option<Error>,
+        },
+        Done,
+    }
+}
+
+/// A request's place among those waiting for an origin's fetch. Dropping it
+/// gives the place up.
+struct Wait {
+    shared: Arc<Shared>,
+    entry: Arc<OriginEntry>,
+    /// The number of fetches the entry had finished when the request came.
+    round: u64,
+    /// The waiter's key in the entry, once polled.
+    waiter: Option<usize>,
+    scopes: Scopes,
+}
+
+impl Drop for Wait {
+    fn drop(&mut self) {
+        if let Some(waiter) = self.waiter.take() {
+            self.entry.leave(self.round, waiter);
+        }
+    }
+}
+
+impl<S, ReqBody> ResponseFuture<S, ReqBody>
+where
+    S: Service<http::Request<ReqBody>>,
+{
+    pub(super) fn calling(future: S::Future) -> Self {
+        ResponseFuture {
+            state: State::Calling { future },
+        }
+    }
+
+    pub(super) fn failed(error: Error) -> Self {
+        ResponseFuture {
+            state: State::Failed { error: Some(error) },
+        }
+    }
+
+    pub(super) fn waiting(
+        shared: Arc<Shared>,
+        entry: Arc<OriginEntry>,
+        round: u64,
+        scopes: Scopes,
+        service: S,
+        request: http::Request<ReqBody>,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Waiting {
+                wait: Wait {
+                    shared,
+                    entry,
+                    round,
+                    waiter: None,
+                    scopes,
+                },
+                service: Some(service),
+                request: Some(request),
+            },
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    S::Error: Into<BoxError>,
+{
+    type Output = Result<S::Response, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Waiting {
+                    wait,
+                    service,
+                    request,
+                } => {
+                    let known = match wait.entry.poll_known(
+                        cx,
+                        wait.round,
+                        &mut wait.waiter,
+                        &wait.scopes,
+                        &wait.shared.registry,
+                    ) {
+                        Poll::Ready(known) => known,
+                        Poll::Pending => return Poll::Pending,
+                    };
+                    let (Some(service), Some(request)) = (service.take(), request.take()) else {
+                        this.state.set(State::Done);
+                        continue;
+                    };
+                    let checked = known.check(&wait.shared.config, wait.entry.origin(), &request);
+                    match checked {
+                        Ok(()) => this.state.set(State::Readying {
+                            service,
+                            request: Some(request),
+                        }),
+                        Err(error) => this.state.set(State::Failed { error: Some(error) }),
+                    }
+                }
+                StateProj::Readying { service, request } => {
+                    match service.poll_ready(cx) {
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(err)) => {
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(Error::inner(err)));
+                        }
+                        Poll::Pending => return Poll::Pending,
+                    }
+                    let Some(request) = request.take() else {
+                        this.state.set(State::Done);
+                        continue;
+                    };
+                    let future = service.call(request);
+                    this.state.set(State::Calling { future });
+                }
+                StateProj::Calling { future } => {
+                    let output = match future.poll(cx) {
+                        Poll::Ready(output) => output,
+                        Poll::Pending => return Poll::Pending,
+                    };
+                    this.state.set(State::Done);
+                    return Poll::Ready(output.map_err(Error::inner));
+                }
+                StateProj::Failed { error } => {
+                    let error = error.take();
+                    this.state.set(State::Done);
+                    if let Some(error) = error {
+                        return Poll::Ready(Err(error));
+                    }
+                }
+                StateProj::Done => panic!("ResponseFuture polled after completion"),
+            }
+        }
+    }
+}
+
+impl<S, ReqBody> fmt::Debug for ResponseFuture<S, ReqBody>
+where
+    S: Service<http::Request<ReqBody>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Waiting { .. } => "waiting for robots.txt",
+            State::Readying { .. } => "readying",
+            State::Calling { .. } => "calling",
+            State::Failed { .. } => "failed",
+            State::Done => "done",
+        };
+        f.debug_struct("ResponseFuture").field("state", &state).finish()
+    }
+}

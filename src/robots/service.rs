@@ -1,0 +1,179 @@
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::header::{HeaderValue, USER_AGENT};
+use http_body::Body;
+use tokio::time::Instant;
+use tower_service::Service;
+
+use super::cache::{Arrival, Origin};
+use super::fetch::{spawn_fetch, FetchTemplate};
+use super::future::ResponseFuture;
+use super::layer::{Config, Shared};
+use crate::error::{BoxError, Error};
+use crate::registry::Registry;
+use crate::scope::Scopes;
+
+/// Fetches each origin's robots.txt before its first request, reports its
+/// Crawl-delay to the registry, and optionally obeys its rules. See the
+/// [module docs](crate::robots).
+///
+/// The robots.txt fetch is a request the layer builds itself, with an empty
+/// body: `ReqBody::default()` (hence the `ReqBody: Default` bound; `()`,
+/// `String`, `http_body_util::Full` and `Empty` qualify). It needs the
+/// response body to implement [`http_body::Body`] to read the file.
+///
+/// # Errors
+///
+/// [`Error::is_robots_disallowed`] when rules are obeyed and robots.txt
+/// disallows the request (or is unreachable); [`Error::is_inner`] when the
+/// inner service fails, with its error as the source.
+///
+/// # Panics
+///
+/// `call` panics outside a Tokio runtime when it has to start a robots.txt
+/// fetch (the fetch runs on a task of its own).
+///
+/// # Clone
+///
+/// A clone shares the registry and the robots cache.
+pub struct RobotsDelay<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S: Clone> Clone for RobotsDelay<S> {
+    fn clone(&self) -> Self {
+        RobotsDelay {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for RobotsDelay<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RobotsDelay")
+            .field("inner", &self.inner)
+            .field("shared", &self.shared)
+            .finish()
+    }
+}
+
+impl<S> RobotsDelay<S> {
+    /// Wraps `inner` with the default settings of
+    /// [`RobotsDelayLayer::new`](super::RobotsDelayLayer::new); use the
+    /// layer to change them.
+    pub fn new(inner: S, registry: Registry) -> Self {
+        Self::from_shared(inner, Arc::new(Shared::new(registry, Config::default())))
+    }
+
+    pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
+        RobotsDelay { inner, shared }
+    }
+
+    /// The registry Crawl-delays are reported to.
+    pub fn registry(&self) -> &Registry {
+        &self.shared.registry
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The handle `poll_ready` readied, leaving a fresh clone in its place.
+    fn take_readied(&mut self) -> S
+    where
+        S: Clone,
+    {
+        let clone = self.inner.clone();
+        std::mem::replace(&mut self.inner, clone)
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for RobotsDelay<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    ReqBody: Default + Send + 'static,
+    ResBody: Body + Send + 'static,
+    ResBody::Data: Send,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = S::Response;
+    type Error = Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Error::inner)
+    }
+
+    fn call(&mut self, mut request: http::Request<ReqBody>) -> Self::Future {
+        let Some(origin) = Origin::of(request.uri()) else {
+            // No robots.txt to ask (origin-form URI, another scheme).
+            return ResponseFuture::calling(self.take_readied().call(request));
+        };
+        let shared = &self.shared;
+        let scopes = shared.registry.scopes_of(&request);
+        let now = Instant::now();
+        let entry = shared.cache.entry(&origin, now);
+        match entry.arrive(&scopes, &shared.registry, now) {
+            Arrival::Known(known) => {
+                if let Err(err) = known.check(&shared.config, &origin, &request) {
+                    // The readied handle stays ready for the next call.
+                    return ResponseFuture::failed(err);
+                }
+                request.extensions_mut().insert(scopes);
+                ResponseFuture::calling(self.take_readied().call(request))
+            }
+            Arrival::Wait { round, start_fetch } => {
+                // A waiting request must hold no readiness of the inner
+                // service: with Throttle inside, that is a queue place, or
+                // with `fixed_scope` an admitted send, which the fetch itself
+                // may need. Give up what `poll_ready` reserved; the request
+                // readies its own handle once the rules are known.
+                let fresh = self.inner.clone();
+                drop(std::mem::replace(&mut self.inner, fresh));
+                if start_fetch {
+                    let template = FetchTemplate {
+                        user_agent: request
+                            .headers()
+                            .get(USER_AGENT)
+                            .cloned()
+                            .or_else(|| configured_user_agent(&shared.config)),
+                        scopes: request.extensions().get::<Scopes>().cloned(),
+                    };
+                    spawn_fetch(self.inner.clone(), shared.clone(), entry.clone(), template);
+                }
+                tracing::debug!(
+                    target: "tower_throttle",
+                    %origin,
+                    path = request.uri().path(),
+                    "request waits for robots.txt"
+                );
+                request.extensions_mut().insert(scopes.clone());
+                ResponseFuture::waiting(shared.clone(), entry, round, scopes, self.inner.clone(), request)
+            }
+        }
+    }
+}
+
+fn configured_user_agent(config: &Config) -> Option<HeaderValue> {
+    if config.user_agent.is_empty() {
+        return None;
+    }
+    HeaderValue::from_str(&config.user_agent).ok()
+}
