@@ -35,9 +35,10 @@
 //! [`Registry::set_robots_delay`](crate::Registry::set_robots_delay) to each
 //! scope the origin's requests are throttled by (their `Scopes` extension,
 //! or what the registry's resolver says). Such a scope sends one request at
-//! a time, the Crawl-delay apart (or its own delay, if longer; the scope's
-//! jitter applies to either); a scope with an explicit config
-//! keeps its own limits, with a warning unless it sets
+//! a time, the Crawl-delay apart (or its own delay, if longer; jitter may
+//! lengthen a gap but never shorten it below the Crawl-delay); a scope with
+//! a config of its own keeps the `concurrency` and `delay` that config sets
+//! explicitly, with a warning unless it sets
 //! [`ignore_robots_txt`](crate::ScopeConfig::ignore_robots_txt).
 //! [`ScopeStats`](crate::ScopeStats) shows it: `robots_delay`,
 //! `robots_delay_applies`, and `LimitSource::Robots` as what limits the
