@@ -230,7 +230,10 @@ async fn answer(
         };
     }
     let count = counters[index].fetch_add(1, Ordering::SeqCst) + 1;
-    if site.rate_limit_every.is_some_and(|every| count.is_multiple_of(every)) {
+    if site
+        .rate_limit_every
+        .is_some_and(|every| count.is_multiple_of(every))
+    {
         let mut response = respond(429, "slow down");
         response
             .headers_mut()
