@@ -1,7 +1,8 @@
 //! Per-request overhead of `Throttle` against peers, measured in one run on
 //! one thread: the bare service, `tower::limit::ConcurrencyLimit`, a
 //! `governor` keyed rate-limit check, and `Throttle` with one scope and with
-//! 100 000 scopes visited round-robin.
+//! 100 000 scopes visited round-robin (and with one scope without recording
+//! the resolved scopes in the request extensions).
 //!
 //! Every variant builds the same request (a pre-parsed URI cloned into a new
 //! `http::Request`) and drives `ready` + `call` + the response future to
@@ -114,6 +115,13 @@ fn overhead(c: &mut Criterion) {
 
     group.bench_function("throttle/1_scope", |b| {
         let mut service = ThrottleLayer::new(unthrottled_registry()).layer_service(bare());
+        b.iter_custom(|iters| runtime.block_on(drive(&mut service, &one, iters)));
+    });
+
+    group.bench_function("throttle/1_scope_unrecorded", |b| {
+        // `record_scopes(false)`: no `Scopes` extension inserted.
+        let layer = ThrottleLayer::new(unthrottled_registry()).record_scopes(false);
+        let mut service = layer.layer_service(bare());
         b.iter_custom(|iters| runtime.block_on(drive(&mut service, &one, iters)));
     });
 

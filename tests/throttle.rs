@@ -671,3 +671,28 @@ async fn robots_yields_only_to_the_limits_a_scope_config_sets() {
         (Duration::from_secs(3), tower_throttle::LimitSource::Robots)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn without_recorded_scopes_inner_layers_resolve_the_same_scopes_themselves() {
+    let registry = registry_with(exact(1, Duration::ZERO, Duration::ZERO));
+    let seen: Arc<Mutex<Option<Scopes>>> = Arc::default();
+    let seen_inner = seen.clone();
+    let inner = tower::service_fn(move |request: http::Request<()>| {
+        *seen_inner.lock().unwrap() = request.extensions().get::<Scopes>().cloned();
+        async {
+            let response = http::Response::builder().status(429).body(()).unwrap();
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let service = tower::ServiceBuilder::new()
+        .layer(ThrottleLayer::new(registry.clone()).record_scopes(false))
+        .layer(tower_throttle::BackoffLayer::new(registry.clone()))
+        .service(inner);
+    service.oneshot(get("https://example.com/")).await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), None, "nothing inserted");
+    assert_eq!(
+        registry.scope_stats("example.com").unwrap().backoff_level,
+        1,
+        "backoff found the scope"
+    );
+}

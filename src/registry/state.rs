@@ -58,10 +58,13 @@ struct LastSend {
 
 impl LastSend {
     fn next_allowed(&self, gap: Duration, jitter: &Jitter) -> Instant {
-        saturating_add(self.at, scale(gap, jitter.factor(self.draw)))
+        self.next_allowed_at_least(gap, jitter, Duration::ZERO)
     }
 
     fn next_allowed_at_least(&self, gap: Duration, jitter: &Jitter, floor: Duration) -> Instant {
+        if gap.is_zero() && floor.is_zero() {
+            return self.at;
+        }
         saturating_add(self.at, scale(gap, jitter.factor(self.draw)).max(floor))
     }
 }
@@ -718,8 +721,10 @@ impl Scheduler {
         // nanoseconds (no float conversion on the completion path).
         scope.latency = Some(match scope.latency {
             Some(average) => {
-                let nanos = (average.as_nanos() * 4 + latency.as_nanos()) / 5;
-                Duration::from_nanos(nanos.min(u128::from(u64::MAX)) as u64)
+                let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 8);
+                let average = nanos(average).min(u64::MAX / 8);
+                let latest = nanos(latency).min(u64::MAX / 8);
+                Duration::from_nanos((average * 4 + latest) / 5)
             }
             None => latency,
         });
@@ -751,10 +756,14 @@ impl Scheduler {
                 lane.busy = false;
             }
             scope.in_flight -= 1;
-            self.dirty.push(slot.scope);
+            if !scope.queue.is_empty() {
+                self.dirty.push(slot.scope);
+            }
         }
         self.in_flight -= 1;
-        self.serve_global_queue(now, wake);
+        if !self.global_queue.is_empty() {
+            self.serve_global_queue(now, wake);
+        }
         self.run_dispatch(now, wake);
     }
 

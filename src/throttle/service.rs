@@ -23,6 +23,7 @@ pub struct Throttle<S> {
     inner: S,
     registry: Registry,
     fixed: Option<Scopes>,
+    pub(super) record_scopes: bool,
     reserved: Reserved,
 }
 
@@ -50,6 +51,7 @@ impl<S: Clone> Clone for Throttle<S> {
             inner: self.inner.clone(),
             registry: self.registry.clone(),
             fixed: self.fixed.clone(),
+            record_scopes: self.record_scopes,
             reserved: Reserved::Nothing,
         }
     }
@@ -66,6 +68,7 @@ impl<S> Throttle<S> {
             inner,
             registry,
             fixed,
+            record_scopes: true,
             reserved: Reserved::Nothing,
         }
     }
@@ -136,9 +139,11 @@ where
 
     fn call(&mut self, mut request: http::Request<ReqBody>) -> Self::Future {
         let reserved = std::mem::replace(&mut self.reserved, Reserved::Nothing);
-        let scopes = match &self.fixed {
-            Some(scopes) => scopes.clone(),
-            None => self.registry.scopes_of(&request),
+        let given = request.extensions().get::<Scopes>();
+        let already_recorded = given.is_some() && self.fixed.is_none();
+        let scopes = match (&self.fixed, given) {
+            (Some(scopes), _) | (None, Some(scopes)) => scopes.clone(),
+            (None, None) => self.registry.scopes_of(&request),
         };
         let ticket = match reserved {
             Reserved::Place(place) => {
@@ -153,7 +158,9 @@ where
             Reserved::Nothing => panic!("poll_ready must be called first"),
         };
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
-        request.extensions_mut().insert(scopes);
+        if self.record_scopes && !already_recorded {
+            request.extensions_mut().insert(scopes);
+        }
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         ResponseFuture::new(inner, request, ticket, adjust_autothrottle)
