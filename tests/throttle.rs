@@ -696,3 +696,31 @@ async fn without_recorded_scopes_inner_layers_resolve_the_same_scopes_themselves
         "backoff found the scope"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn host_and_parents_resolver_applies_the_toscrape_limits_by_itself() {
+    let registry = Registry::builder()
+        .resolver(tower_throttle::scope::HostAndParentsResolver)
+        .max_concurrency(64)
+        .default_scope(exact(1, Duration::ZERO, Duration::ZERO))
+        .scope("toscrape.com", exact(32, Duration::ZERO, Duration::ZERO))
+        .scope("books.toscrape.com", exact(24, Duration::ZERO, Duration::ZERO))
+        .scope("quotes.toscrape.com", exact(16, Duration::ZERO, Duration::ZERO))
+        .build()
+        .unwrap();
+    let tracker = InFlightTracker::new(11, 50);
+    let mut service = ThrottleLayer::new(registry.clone()).layer(tracker.clone());
+    let hosts = ["books.toscrape.com", "quotes.toscrape.com", "toscrape.com"];
+    let requests = (0..600)
+        .map(|i| get(&format!("https://{}/{i}", hosts[i % 3])))
+        .collect();
+    let handles = launch(&mut service, requests).await;
+    tokio::time::timeout(Duration::from_secs(3600), finish_all(handles))
+        .await
+        .expect("no deadlock");
+    assert_eq!(tracker.peak("toscrape.com"), 32);
+    assert!(tracker.peak("books.toscrape.com") <= 24);
+    assert!(tracker.peak("quotes.toscrape.com") <= 16);
+    assert_eq!(registry.scope_stats("books.toscrape.com").unwrap().sent, 200);
+    assert_eq!(registry.scope_stats("toscrape.com").unwrap().sent, 600);
+}

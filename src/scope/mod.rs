@@ -22,9 +22,13 @@
 //! feedback to the same scopes.
 
 mod resolver;
+mod resolvers;
 
 pub(crate) use resolver::lower_cased;
 pub use resolver::{HostResolver, RequestHead, ScopeResolver};
+pub use resolvers::EndpointResolver;
+#[cfg(feature = "public-suffix")]
+pub use resolvers::{HostAndParentsResolver, RegistrableDomainResolver};
 
 use std::borrow::Borrow;
 use std::fmt;
