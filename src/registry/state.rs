@@ -1241,3 +1241,4 @@ impl Scheduler {
         }
     }
 }
+
