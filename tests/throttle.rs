@@ -724,3 +724,40 @@ async fn host_and_parents_resolver_applies_the_toscrape_limits_by_itself() {
     assert_eq!(registry.scope_stats("books.toscrape.com").unwrap().sent, 200);
     assert_eq!(registry.scope_stats("toscrape.com").unwrap().sent, 600);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_freed_queue_place_reaches_a_live_waiter_when_the_first_one_gave_up() {
+    let registry = Registry::builder()
+        .max_queued(1)
+        .default_scope(exact(1, Duration::from_secs(10), Duration::ZERO))
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry).layer(recorder.service(Duration::ZERO));
+    // /0 goes at once; /1 waits for the delay and holds the only place.
+    let handles = launch(
+        &mut service,
+        vec![get("https://example.com/0"), get("https://example.com/1")],
+    )
+    .await;
+    let mut stays = service.clone();
+    let start = Instant::now();
+    let stayer = tokio::spawn(async move {
+        stays.ready().await.unwrap();
+        Instant::now()
+    });
+    tokio::task::yield_now().await;
+    let mut gives_up = service.clone();
+    let quitter = tokio::spawn(async move {
+        gives_up.ready().await.unwrap();
+    });
+    tokio::task::yield_now().await;
+    quitter.abort();
+    // At 10 s /1 is sent and frees the place: the remaining waiter gets it.
+    let ready_at = tokio::time::timeout(Duration::from_secs(60), stayer)
+        .await
+        .expect("the freed place was not lost")
+        .unwrap();
+    assert_eq!(ready_at - start, Duration::from_secs(10));
+    finish_all(handles).await;
+}

@@ -67,12 +67,13 @@ pub use stats::{AnnouncedLimits, LimitSource, ScopeStats, Stats};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
+use tokio_util::sync::PollSemaphore;
 
 use crate::error::ConfigError;
 use crate::scope::{HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
@@ -113,18 +114,20 @@ struct Shared {
     scheduler: Mutex<Scheduler>,
     resolver: Box<dyn ScopeResolver>,
     max_queued: usize,
-    queued: AtomicUsize,
-    /// How many wakers `queue_waiters` holds, so releasing a place skips
-    /// its lock in the common case of nobody waiting.
-    queue_waiter_count: AtomicUsize,
-    queue_waiters: Mutex<Vec<Waker>>,
+    /// The `max_queued` places: a permit per request admitted by
+    /// `poll_ready` and not yet sent. A semaphore hands a freed place to a
+    /// waiter even when the waiter it first woke has gone away.
+    queue_places: Arc<Semaphore>,
 }
 
 impl fmt::Debug for Registry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Registry")
             .field("max_queued", &self.shared.max_queued)
-            .field("queued", &self.shared.queued.load(Ordering::Relaxed))
+            .field(
+                "queued",
+                &(self.shared.max_queued - self.shared.queue_places.available_permits()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -276,44 +279,10 @@ impl Registry {
         }
     }
 
-    /// Reserves one place among `max_queued`, or registers `cx` to be woken
-    /// when one frees.
-    pub(crate) fn poll_queue_place(&self, cx: &mut Context<'_>) -> Poll<QueuePlace> {
-        if self.try_reserve_place() {
-            return Poll::Ready(self.place());
-        }
-        let mut waiters = self
-            .shared
-            .queue_waiters
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if !waiters.iter().any(|known| known.will_wake(cx.waker())) {
-            waiters.push(cx.waker().clone());
-            self.shared.queue_waiter_count.fetch_add(1, Ordering::SeqCst);
-        }
-        drop(waiters);
-        // A place may have freed between the failed attempt and the
-        // registration; try once more so that wake-up is not lost.
-        if self.try_reserve_place() {
-            return Poll::Ready(self.place());
-        }
-        Poll::Pending
-    }
-
-    fn try_reserve_place(&self) -> bool {
-        let max = self.shared.max_queued;
-        self.shared
-            .queued
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| {
-                (queued < max).then_some(queued + 1)
-            })
-            .is_ok()
-    }
-
-    fn place(&self) -> QueuePlace {
-        QueuePlace {
-            registry: Some(self.clone()),
-        }
+    /// A handle that reserves places among `max_queued` (one per service
+    /// clone: it keeps the state of a pending reservation).
+    pub(crate) fn queue_places(&self) -> PollSemaphore {
+        PollSemaphore::new(self.shared.queue_places.clone())
     }
 
     /// Queues a request, which consumes its queue place, and sends it at
@@ -324,14 +293,11 @@ impl Registry {
             .scheduler()
             .enqueue(scopes, priority.0, Instant::now(), &mut wake);
         wake_all(wake);
-        let registry = place.hand_over();
-        if sent {
-            release_place(&registry);
-        }
         Ticket {
-            registry,
+            registry: self.clone(),
             id,
-            queue_place: !sent,
+            // A request sent at once gives its place back now.
+            place: (!sent).then_some(place.permit),
             finished: false,
             sleep: None,
         }
@@ -345,48 +311,15 @@ fn wake_all(wake: WakeList) {
 }
 
 /// One of the `max_queued` places, reserved by `poll_ready`. Dropping it
-/// gives the place back and wakes a caller waiting for one.
+/// gives the place back.
+#[derive(Debug)]
 pub(crate) struct QueuePlace {
-    /// `None` once a ticket took over the place (and its release).
-    registry: Option<Registry>,
-}
-
-impl fmt::Debug for QueuePlace {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("QueuePlace")
-    }
+    permit: OwnedSemaphorePermit,
 }
 
 impl QueuePlace {
-    /// Hands the place (and the registry handle it holds) to a ticket,
-    /// which releases it when it is sent or dropped.
-    fn hand_over(mut self) -> Registry {
-        self.registry.take().expect("a place is handed over once")
-    }
-}
-
-impl Drop for QueuePlace {
-    fn drop(&mut self) {
-        if let Some(registry) = &self.registry {
-            release_place(registry);
-        }
-    }
-}
-
-fn release_place(registry: &Registry) {
-    let shared = &registry.shared;
-    shared.queued.fetch_sub(1, Ordering::SeqCst);
-    if shared.queue_waiter_count.load(Ordering::SeqCst) == 0 {
-        return;
-    }
-    let mut waiters = shared
-        .queue_waiters
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    if let Some(waker) = waiters.pop() {
-        shared.queue_waiter_count.fetch_sub(1, Ordering::SeqCst);
-        drop(waiters);
-        waker.wake();
+    pub(crate) fn new(permit: OwnedSemaphorePermit) -> Self {
+        QueuePlace { permit }
     }
 }
 
@@ -396,7 +329,8 @@ fn release_place(registry: &Registry) {
 pub(crate) struct Ticket {
     registry: Registry,
     id: TicketId,
-    queue_place: bool,
+    /// The queue place, held until the request is sent.
+    place: Option<OwnedSemaphorePermit>,
     finished: bool,
     /// Only the first waiter of a scope keeps a timer, so most tickets never
     /// allocate one.
@@ -407,7 +341,7 @@ impl fmt::Debug for Ticket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ticket")
             .field("id", &self.id)
-            .field("queue_place", &self.queue_place)
+            .field("queued", &self.place.is_some())
             .field("finished", &self.finished)
             .finish()
     }
@@ -416,7 +350,7 @@ impl fmt::Debug for Ticket {
 impl Ticket {
     /// Whether the request was sent (it may be handed to the inner service).
     pub(crate) fn is_sent(&self) -> bool {
-        !self.queue_place
+        self.place.is_none()
     }
 
     /// Resolves when the request may be sent.
@@ -433,8 +367,7 @@ impl Ticket {
             wake_all(wake);
             let timer = match polled {
                 TicketPoll::Sent => {
-                    self.queue_place = false;
-                    release_place(&self.registry);
+                    self.place = None;
                     return Poll::Ready(());
                 }
                 TicketPoll::Waiting { timer: None } => return Poll::Pending,
@@ -464,10 +397,7 @@ impl Ticket {
             .scheduler()
             .finish(self.id, outcome, Instant::now(), &mut wake);
         wake_all(wake);
-        if self.queue_place {
-            self.queue_place = false;
-            release_place(&self.registry);
-        }
+        self.place = None;
     }
 }
 
@@ -562,6 +492,13 @@ impl RegistryBuilder {
         if self.max_queued == 0 {
             return Err(ConfigError::new("max_queued", 0, "must be at least 1"));
         }
+        if self.max_queued > Semaphore::MAX_PERMITS {
+            return Err(ConfigError::new(
+                "max_queued",
+                self.max_queued,
+                "must be at most tokio's Semaphore::MAX_PERMITS",
+            ));
+        }
         self.default_scope.validate("default scope")?;
         for (key, config) in &self.scopes {
             config.validate(&format!("scope {:?}", key.as_str()))?;
@@ -578,9 +515,7 @@ impl RegistryBuilder {
                 scheduler: Mutex::new(scheduler),
                 resolver: self.resolver,
                 max_queued: self.max_queued,
-                queued: AtomicUsize::new(0),
-                queue_waiter_count: AtomicUsize::new(0),
-                queue_waiters: Mutex::new(Vec::new()),
+                queue_places: Arc::new(Semaphore::new(self.max_queued)),
             }),
         })
     }

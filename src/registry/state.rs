@@ -1241,4 +1241,3 @@ impl Scheduler {
         }
     }
 }
-

@@ -4,6 +4,8 @@ use std::task::{Context, Poll};
 use tower_service::Service;
 
 use super::future::ResponseFuture;
+use tokio_util::sync::PollSemaphore;
+
 use crate::registry::{QueuePlace, Registry, Ticket};
 use crate::scope::{AutoThrottleExempt, Priority, Scopes};
 
@@ -24,6 +26,9 @@ pub struct Throttle<S> {
     registry: Registry,
     fixed: Option<Scopes>,
     pub(super) record_scopes: bool,
+    /// Reserves queue places; each clone has its own (it keeps the state of
+    /// a pending reservation).
+    places: PollSemaphore,
     reserved: Reserved,
 }
 
@@ -52,6 +57,7 @@ impl<S: Clone> Clone for Throttle<S> {
             registry: self.registry.clone(),
             fixed: self.fixed.clone(),
             record_scopes: self.record_scopes,
+            places: self.registry.queue_places(),
             reserved: Reserved::Nothing,
         }
     }
@@ -64,9 +70,11 @@ impl<S> Throttle<S> {
     }
 
     pub(crate) fn with_fixed_scopes(inner: S, registry: Registry, fixed: Option<Scopes>) -> Self {
+        let places = registry.queue_places();
         Throttle {
             inner,
             registry,
+            places,
             fixed,
             record_scopes: true,
             reserved: Reserved::Nothing,
@@ -93,9 +101,16 @@ impl<S> Throttle<S> {
         self.inner
     }
 
+    fn poll_queue_place(&mut self, cx: &mut Context<'_>) -> Poll<QueuePlace> {
+        self.places.poll_acquire(cx).map(|permit| {
+            // The registry owns the semaphore and never closes it.
+            QueuePlace::new(permit.expect("the registry never closes its queue places"))
+        })
+    }
+
     fn poll_fixed_scope_admission(&mut self, cx: &mut Context<'_>, scopes: Scopes) -> Poll<()> {
         if let Reserved::Nothing = self.reserved {
-            let place = match self.registry.poll_queue_place(cx) {
+            let place = match self.poll_queue_place(cx) {
                 Poll::Ready(place) => place,
                 Poll::Pending => return Poll::Pending,
             };
@@ -129,7 +144,7 @@ where
             return self.poll_fixed_scope_admission(cx, scopes).map(Ok);
         }
         if let Reserved::Nothing = self.reserved {
-            match self.registry.poll_queue_place(cx) {
+            match self.poll_queue_place(cx) {
                 Poll::Ready(place) => self.reserved = Reserved::Place(place),
                 Poll::Pending => return Poll::Pending,
             }

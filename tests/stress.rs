@@ -1,0 +1,193 @@
+//! The scheduler under real parallelism: a multi-threaded runtime, many
+//! scopes (some requests with several), random latencies, random
+//! cancellations. Asserts the invariants, not instants: no scope ever
+//! exceeds its lanes, the global limit holds, every request that is not
+//! cancelled completes, and everything is released at the end.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tower::{Service, ServiceExt};
+use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
+
+#[derive(Clone, Default)]
+struct Limits {
+    in_flight: Arc<Mutex<HashMap<String, u32>>>,
+    global: Arc<AtomicU32>,
+    violations: Arc<AtomicU32>,
+    completed: Arc<AtomicU32>,
+}
+
+/// Counts a request in flight from its first poll until it completes or
+/// is dropped (a cancelled request frees its lane too).
+struct InFlight {
+    limits: Limits,
+    scopes: Vec<String>,
+}
+
+impl InFlight {
+    fn enter(limits: Limits, scopes: Vec<String>) -> Self {
+        {
+            let mut in_flight = limits.in_flight.lock().unwrap();
+            for scope in &scopes {
+                let count = in_flight.entry(scope.clone()).or_default();
+                *count += 1;
+                if *count > LANES {
+                    limits.violations.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+        if limits.global.fetch_add(1, Ordering::SeqCst) + 1 > MAX_CONCURRENCY {
+            limits.violations.fetch_add(1, Ordering::SeqCst);
+        }
+        InFlight { limits, scopes }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.limits.global.fetch_sub(1, Ordering::SeqCst);
+        let mut in_flight = self.limits.in_flight.lock().unwrap();
+        for scope in &self.scopes {
+            *in_flight.get_mut(scope).unwrap() -= 1;
+        }
+    }
+}
+
+const LANES: u32 = 3;
+const MAX_CONCURRENCY: u32 = 8;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_requests_with_cancellations_keep_every_limit_and_release_everything() {
+    let registry = Registry::builder()
+        .max_concurrency(MAX_CONCURRENCY)
+        .max_queued(200)
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(LANES)
+                .delay(Duration::from_micros(200))
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.5),
+        )
+        .build()
+        .unwrap();
+    let limits = Limits::default();
+    let inner_limits = limits.clone();
+    let inner = tower::service_fn(move |request: http::Request<()>| {
+        let limits = inner_limits.clone();
+        let scopes: Vec<String> = request
+            .extensions()
+            .get::<Scopes>()
+            .unwrap()
+            .iter()
+            .map(|(scope, _)| scope.to_string())
+            .collect();
+        let latency = Duration::from_micros(fastrand::u64(0..2_000));
+        async move {
+            let _in_flight = InFlight::enter(limits, scopes);
+            tokio::time::sleep(latency).await;
+            Ok::<_, Infallible>(http::Response::new(()))
+        }
+    });
+    let service = ThrottleLayer::new(registry.clone()).layer_on(inner);
+
+    let mut producers = Vec::new();
+    for producer in 0..8u64 {
+        let service = service.clone();
+        let completed = limits.completed.clone();
+        producers.push(tokio::spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(producer);
+            let mut handles = Vec::new();
+            for i in 0..400 {
+                let mut request = http::Request::get(format!("https://site{}.example/{i}", rng.u8(0..6)))
+                    .body(())
+                    .unwrap();
+                if rng.u8(0..4) == 0 {
+                    let scopes = [
+                        format!("site{}.example", rng.u8(0..6)),
+                        format!("group{}", rng.u8(0..2)),
+                    ];
+                    request.extensions_mut().insert(Scopes::from(scopes));
+                }
+                let mut service = service.clone();
+                let cancel = rng.u8(0..5) == 0;
+                let completed = completed.clone();
+                let handle = tokio::spawn(async move {
+                    service.ready().await.unwrap().call(request).await.unwrap();
+                    completed.fetch_add(1, Ordering::SeqCst);
+                });
+                if cancel {
+                    tokio::time::sleep(Duration::from_micros(rng.u64(0..500))).await;
+                    handle.abort();
+                } else {
+                    handles.push(handle);
+                }
+            }
+            let mut kept = 0;
+            for handle in handles {
+                handle.await.unwrap();
+                kept += 1;
+            }
+            kept
+        }));
+    }
+    let mut kept = 0;
+    let all = async {
+        for producer in producers {
+            kept += producer.await.unwrap();
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(20), all).await.is_err() {
+        let stats = registry.stats();
+        let busy: Vec<_> = stats
+            .scopes
+            .iter()
+            .filter(|s| s.in_flight > 0 || s.queued > 0)
+            .map(|s| (s.scope.to_string(), s.in_flight, s.queued))
+            .collect();
+        panic!(
+            "stuck: in flight {}, waiting {}, busy scopes {busy:?}",
+            stats.in_flight, stats.waiting
+        );
+    }
+
+    assert_eq!(
+        limits.violations.load(Ordering::SeqCst),
+        0,
+        "a limit was exceeded"
+    );
+    assert!(limits.completed.load(Ordering::SeqCst) >= kept);
+    // Aborted tasks are dropped asynchronously; give them a moment.
+    for _ in 0..100 {
+        let stats = registry.stats();
+        if stats.in_flight == 0 && stats.waiting == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stats = registry.stats();
+    assert_eq!((stats.in_flight, stats.waiting), (0, 0), "everything released");
+    assert!(stats
+        .scopes
+        .iter()
+        .all(|scope| scope.in_flight == 0 && scope.queued == 0));
+    // The queue places are all back: a fresh handle is ready at once.
+    let mut fresh = service.clone();
+    tokio::time::timeout(Duration::from_secs(1), fresh.ready())
+        .await
+        .expect("queue places released")
+        .unwrap();
+}
+
+trait LayerOn {
+    fn layer_on<S>(&self, inner: S) -> tower_throttle::Throttle<S>;
+}
+
+impl LayerOn for ThrottleLayer {
+    fn layer_on<S>(&self, inner: S) -> tower_throttle::Throttle<S> {
+        tower::Layer::layer(self, inner)
+    }
+}
