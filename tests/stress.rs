@@ -191,3 +191,82 @@ impl LayerOn for ThrottleLayer {
         tower::Layer::layer(self, inner)
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_first_requests_with_cancellations_fetch_each_robots_txt_exactly_once() {
+    use http_body_util::Full;
+    use hyper::body::Bytes;
+    use tower::ServiceBuilder;
+    use tower_throttle::RobotsDelayLayer;
+
+    let registry = Registry::builder()
+        .max_concurrency(32)
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(4)
+                .delay(Duration::ZERO)
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap();
+    let fetches: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let counted = fetches.clone();
+    let site = tower::service_fn(move |request: http::Request<Full<Bytes>>| {
+        let host = request.uri().host().unwrap_or_default().to_owned();
+        let robots = request.uri().path() == "/robots.txt";
+        if robots {
+            *counted.lock().unwrap().entry(host.clone()).or_default() += 1;
+        }
+        let latency = Duration::from_micros(fastrand::u64(0..3_000));
+        async move {
+            tokio::time::sleep(latency).await;
+            let body = if robots && host.starts_with("site1") {
+                "User-agent: *\nDisallow:\n"
+            } else {
+                "ok"
+            };
+            let status = if robots && host.starts_with("site2") {
+                404
+            } else {
+                200
+            };
+            let mut response = http::Response::new(Full::new(Bytes::from(body)));
+            *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let client = ServiceBuilder::new()
+        .layer(RobotsDelayLayer::new(registry.clone()))
+        .layer(ThrottleLayer::new(registry.clone()))
+        .service(site);
+
+    let mut kept = Vec::new();
+    let mut rng = fastrand::Rng::with_seed(9);
+    for i in 0..2_000 {
+        let request = http::Request::get(format!("https://site{}.example/{i}", rng.u8(0..10)))
+            .body(Full::default())
+            .unwrap();
+        let client = client.clone();
+        let handle = tokio::spawn(async move { client.oneshot(request).await.map(|r| r.status()) });
+        if rng.u8(0..5) == 0 {
+            handle.abort();
+        } else {
+            kept.push(handle);
+        }
+    }
+    let all = async {
+        for handle in kept {
+            assert!(handle.await.unwrap().unwrap().is_success());
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), all)
+        .await
+        .expect("every request that was not cancelled completes");
+    let fetches = fetches.lock().unwrap();
+    assert!(
+        fetches.values().all(|&count| count == 1),
+        "one fetch per origin: {fetches:?}"
+    );
+    assert_eq!(fetches.len(), 10);
+}
