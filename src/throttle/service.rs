@@ -15,7 +15,9 @@ use crate::scope::{AutoThrottleExempt, Priority, Scopes};
 /// # Panics
 ///
 /// `call` panics when `poll_ready` did not return `Ready(Ok(()))` first, as
-/// the tower contract requires.
+/// the tower contract requires. Waiting uses tokio's timers, so requests
+/// that have to wait must be polled inside a tokio runtime with time
+/// enabled (`#[tokio::main]` has it), as for `tower::timeout`.
 ///
 /// # Clone
 ///
