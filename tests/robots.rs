@@ -707,3 +707,38 @@ async fn loopback_crawl_delay_spaces_page_arrivals_and_fetches_robots_txt_once()
         Some(Duration::from_millis(200))
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn extreme_settings_neither_panic_nor_stall() {
+    let registry = registry();
+    let site = RobotsSite::new();
+    let layer = RobotsDelayLayer::new(registry.clone())
+        .max_delay(Duration::MAX)
+        .cache_ttl(Duration::ZERO)
+        .fetch_timeout(Duration::MAX)
+        .max_body_bytes(0)
+        .user_agent("");
+    let client = client(&registry, layer, &site, |_, _| {
+        robots_txt("User-agent: *\nCrawl-delay: 1e300\n")
+    });
+    send_ok(&client, &PAGES[..2]).await;
+    // A zero-byte bound reads nothing, so no Crawl-delay is known.
+    assert_eq!(registry.scope_stats("example.com").unwrap().robots_delay, None);
+
+    let registry = registry_with_huge_crawl_delay().await;
+    let stats = registry.scope_stats("example.com").unwrap();
+    assert_eq!(stats.robots_delay, Some(Duration::MAX));
+}
+
+/// A Crawl-delay too large for a Duration, with no cap: the delay saturates
+/// and the scope still answers stats; nothing panics.
+async fn registry_with_huge_crawl_delay() -> Registry {
+    let registry = registry();
+    let site = RobotsSite::new();
+    let layer = RobotsDelayLayer::new(registry.clone()).max_delay(Duration::MAX);
+    let client = client(&registry, layer, &site, |_, _| {
+        robots_txt("User-agent: *\nCrawl-delay: 1e300\n")
+    });
+    send_ok(&client, &PAGES[..1]).await;
+    registry
+}
