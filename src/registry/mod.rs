@@ -16,21 +16,36 @@
 //!   from [`RegistryBuilder::scope`] or the default, replaceable at runtime
 //!   with [`Registry::set_scope`];
 //! - **contributions**: limits added by the feedback layers, one field per
-//!   source (today: a *hold*, an instant before which nothing is sent; to
-//!   come: backoff level, AutoThrottle delay, robots.txt Crawl-delay, quota
-//!   window). The *effective* limits are the most restrictive of the config
-//!   and every contribution: the smallest concurrency and the largest delay.
-//!   [`ScopeStats`] says which source set each one. A new source is a new
-//!   field and one more term in that fold; the scheduler does not change;
-//! - **lanes**: each lane carries at most one request in flight and the
-//!   earliest instant it may send again (`delay_per_slot` after its last
-//!   send). Lanes are created on first use, so an idle scope costs little
-//!   whatever its concurrency;
-//! - the scope's **next send** instant (`delay` after its last send) and
-//!   its **queue** of waiting requests.
+//!   source:
+//!   - a *hold* (Retry-After, rate-limit resets): nothing is sent before
+//!     an instant, capped at the backoff `max_delay`;
+//!   - *backoff*: level, delay and concurrency after the last step; quiet
+//!     windows step it back, computed from the instant of the last step
+//!     when the limits are read (no timer);
+//!   - *AutoThrottle*'s delay, adjusted on every response;
+//!   - *robots.txt*'s Crawl-delay: concurrency 1 and at least that delay,
+//!     except for the settings a scope config of its own sets explicitly;
+//!     jitter never shortens a gap below it;
+//!   - *pacing* to a server-announced quota, until its reset;
+//!   - *rampup*'s pace, which replaces the configured delay and lanes of a
+//!     scope that opted in.
 //!
-//! Jitter is drawn once per send when the next instants are computed, and
-//! never stored in the limits, so the mean gap equals the configured delay.
+//!   The *effective* limits are the most restrictive of the config and every
+//!   contribution: the smallest concurrency and the largest delay.
+//!   [`ScopeStats`] says which source set each one. A new source (quotas,
+//!   a shared store's reservations) is a new field and one more term in
+//!   that fold; the scheduler does not change;
+//! - **lanes**: each lane carries at most one request in flight and the
+//!   instant and jitter draw of its last send (the next send on it may
+//!   come `delay_per_slot` later). Lanes are created on first use, so an
+//!   idle scope costs little whatever its concurrency;
+//! - the scope's **last send** (the next may come `delay` later) and its
+//!   **queue** of waiting requests.
+//!
+//! Jitter is drawn once per send, as a position in `[0, 1)`; the gap that
+//! follows is computed when it is checked, from the delay and jitter range
+//! in force then. Nothing drawn is ever folded into a limit, so jitter does
+//! not compound and the mean gap equals the configured delay.
 //!
 //! # Admission
 //!
