@@ -118,6 +118,9 @@ pub(crate) struct RampupState {
     unsafe_: Option<Duration>,
     window_start: Instant,
     backoffs: u32,
+    /// Backoffs this window at the pace believed safe (not while probing):
+    /// only these say the safe pace is not.
+    backoffs_when_safe: u32,
     /// Whether the current window is probing a pace faster than `safe`.
     probing: bool,
     /// Windows completed, for stats and tests.
@@ -135,6 +138,7 @@ impl RampupState {
             unsafe_: None,
             window_start: now,
             backoffs: 0,
+            backoffs_when_safe: 0,
             probing: false,
             windows: 0,
             slowdowns: 0,
@@ -159,6 +163,7 @@ impl RampupState {
         }
         self.windows += 1;
         self.backoffs = 0;
+        self.backoffs_when_safe = 0;
         // Windows without any event are skipped: they change nothing.
         let elapsed = now.saturating_duration_since(self.window_start);
         let whole = (elapsed.as_nanos() / config.window.as_nanos()).min(u128::from(u32::MAX)) as u32;
@@ -194,7 +199,10 @@ impl RampupState {
             self.unsafe_ = Some(self.delay);
             self.delay = self.safe.unwrap_or(self.delay);
             self.probing = false;
-        } else if self.backoffs > *config.backoff_target.end() {
+            return;
+        }
+        self.backoffs_when_safe += 1;
+        if self.backoffs_when_safe > *config.backoff_target.end() {
             // The pace believed safe is not. Near the boundary that is
             // usually latency jitter (a late arrival makes the next gap
             // short), so slow down gently first, and harder each time it
@@ -209,6 +217,7 @@ impl RampupState {
                 .unwrap_or(config.max_delay)
                 .min(config.max_delay);
             self.backoffs = 0;
+            self.backoffs_when_safe = 0;
             self.window_start = now;
         }
     }
