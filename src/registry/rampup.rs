@@ -11,7 +11,7 @@
 //!   the probe as the slowest pace known to trigger backoff;
 //! - backoffs beyond the target at a pace believed safe mean the server got
 //!   stricter (or latency jitter makes arrivals bunch up): the scope forgets
-//!   what it knew and slows down, by 10 % at first and more each time it
+//!   what it knew and slows down, by 5 % at first and more each time it
 //!   happens again, up to `factor`.
 //!
 //! Probes go to the middle (in rate) between the fastest safe pace and the
@@ -206,10 +206,10 @@ impl RampupState {
             // The pace believed safe is not. Near the boundary that is
             // usually latency jitter (a late arrival makes the next gap
             // short), so slow down gently first, and harder each time it
-            // happens again before a window ends within the target: 10 %,
-            // 20 %, 40 %, 80 %, then `factor`.
+            // happens again before a window ends within the target: 5 %,
+            // 10 %, 20 %, 40 %, 80 %, then `factor`.
             self.slowdowns = self.slowdowns.saturating_add(1);
-            let step = (1.0 + 0.1 * 2f64.powi(self.slowdowns.min(16) as i32 - 1)).min(config.factor);
+            let step = (1.0 + 0.05 * 2f64.powi(self.slowdowns.min(16) as i32 - 1)).min(config.factor);
             self.unsafe_ = Some(self.delay);
             self.safe = None;
             let slower = self.delay.as_secs_f64().max(0.001) * step;
@@ -277,10 +277,20 @@ mod tests {
             "one backoff is the target"
         );
         state.on_backoff(now, &config);
-        assert_eq!(state.delay, Duration::from_millis(110), "gently at first");
+        let close = |a: Duration, b: Duration| a.abs_diff(b) < Duration::from_micros(1);
+        assert!(
+            close(state.delay, Duration::from_millis(105)),
+            "gently at first: {:?}",
+            state.delay
+        );
         state.on_backoff(now, &config);
         state.on_backoff(now, &config);
-        assert_eq!(state.delay, Duration::from_millis(132), "harder when it goes on");
+        // 100 ms × 1.05 × 1.10.
+        assert!(
+            close(state.delay, Duration::from_micros(115_500)),
+            "harder when it goes on: {:?}",
+            state.delay
+        );
     }
 
     #[test]
