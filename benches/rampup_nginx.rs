@@ -54,8 +54,10 @@ fn start_nginx(rate: u64, port: u16) -> Option<Nginx> {
     let dir = std::env::temp_dir().join(format!("tower-throttle-nginx-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("www")).ok()?;
     std::fs::write(dir.join("www/index.html"), "ok\n").ok()?;
+    // One process, no master: killing the child stops nginx entirely (a
+    // killed master would leave its workers running).
     let config = format!(
-        "worker_processes 1;\ndaemon off;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
+        "master_process off;\ndaemon off;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
          events {{ worker_connections 1024; }}\n\
          http {{\n  access_log off;\n  client_body_temp_path {dir};\n  proxy_temp_path {dir};\n  fastcgi_temp_path {dir};\n  uwsgi_temp_path {dir};\n  scgi_temp_path {dir};\n\
          limit_req_zone $server_name zone=api:1m rate={rate}r/s;\n\
