@@ -6,19 +6,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tower::{Layer, ServiceExt};
+use tower_throttle::parse::rate_limit_headers::HEADER_NAMES as HEADERS;
 use tower_throttle::{BackoffConfig, Registry, RetryAfterLayer, ScopeConfig, ThrottleLayer};
-
-const HEADERS: [&str; 9] = [
-    "retry-after",
-    "ratelimit",
-    "ratelimit-policy",
-    "ratelimit-reset",
-    "ratelimit-remaining",
-    "x-ratelimit-reset",
-    "x-ratelimit-remaining",
-    "x-rate-limit-reset",
-    "x-rate-limit-remaining",
-];
 
 fn header_value() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![

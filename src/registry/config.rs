@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::autothrottle::AutoThrottleConfig;
 use super::backoff::BackoffConfig;
 use super::rampup::RampupConfig;
@@ -13,6 +15,14 @@ fn default_backoff() -> &'static BackoffConfig {
 /// The longest delay any setting accepts. Longer values are almost certainly
 /// a unit mistake (milliseconds given as seconds) and would overflow timers.
 pub const MAX_CONFIG_DELAY: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// `at + gap`, or [`MAX_CONFIG_DELAY`] after `at` when `gap` is too large to
+/// add (`Duration::MAX` from an unbounded setting): never a panic.
+pub(crate) fn saturating_add(at: Instant, gap: Duration) -> Instant {
+    at.checked_add(gap)
+        .or_else(|| at.checked_add(MAX_CONFIG_DELAY))
+        .unwrap_or(at)
+}
 
 /// Random variation applied to every computed wait: each wait is multiplied
 /// by a factor drawn uniformly from `[1 - below, 1 + above]`.

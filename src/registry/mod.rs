@@ -74,6 +74,7 @@ mod stats;
 
 pub use autothrottle::AutoThrottleConfig;
 pub use backoff::{BackoffConfig, DEFAULT_BACKOFF_CODES};
+pub(crate) use config::saturating_add;
 pub use config::{Jitter, ScopeConfig, MAX_CONFIG_DELAY};
 pub use feedback::{Feedback, FeedbackKind};
 pub use rampup::RampupConfig;
@@ -194,8 +195,7 @@ impl Registry {
     /// call rate-limit feedback (Retry-After, RateLimit resets) uses.
     pub fn hold(&self, key: impl Into<Scope>, duration: Duration) {
         let now = Instant::now();
-        let until = now.checked_add(duration).unwrap_or(now + MAX_CONFIG_DELAY);
-        self.hold_until(key, until);
+        self.hold_until(key, saturating_add(now, duration));
     }
 
     /// Holds scope `key` until `until`. See [`hold`](Self::hold).

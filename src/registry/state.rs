@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use std::sync::Arc;
 
 use super::backoff::{BackoffNow, BackoffState};
-use super::config::{Jitter, ScopeConfig, MAX_CONFIG_DELAY};
+use super::config::{saturating_add, Jitter, ScopeConfig, MAX_CONFIG_DELAY};
 use super::feedback::{Feedback, FeedbackKind};
 use super::rampup::RampupState;
 use super::stats::{AnnouncedLimits, LimitSource, ScopeStats, Stats};
@@ -74,12 +74,6 @@ fn scale(gap: Duration, factor: f64) -> Duration {
         return gap;
     }
     Duration::try_from_secs_f64(gap.as_secs_f64() * factor).unwrap_or(MAX_CONFIG_DELAY)
-}
-
-fn saturating_add(at: Instant, gap: Duration) -> Instant {
-    at.checked_add(gap)
-        .or_else(|| at.checked_add(MAX_CONFIG_DELAY))
-        .unwrap_or(at)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -184,10 +178,8 @@ struct ScopeState {
     reported_cost: f64,
     latency: Option<Duration>,
     queue: BTreeMap<OrderKey, TicketId>,
-    /// When the scope's own time limits next let its head go, if they are
-    /// what holds it.
-    wake_at: Option<Instant>,
-    /// The waiter told to keep the scope's timer, and until when.
+    /// The waiter told to keep the scope's timer, and the instant the
+    /// scope's own time limits next let its head go.
     timer_owner: Option<(TicketId, Instant)>,
 }
 
@@ -225,7 +217,6 @@ impl ScopeState {
             reported_cost: 0.0,
             latency: None,
             queue: BTreeMap::new(),
-            wake_at: None,
             timer_owner: None,
         }
     }
@@ -846,13 +837,11 @@ impl Scheduler {
             self.passed.clear();
             match self.evaluate(id, Some(scope_id), now) {
                 Verdict::Admit => {
-                    let passed_here = self.scopes[scope_id]
-                        .queue
-                        .values()
-                        .take(skipped_here)
-                        .copied()
-                        .collect::<Vec<_>>();
-                    for passed in passed_here.into_iter().chain(self.passed.drain(..)) {
+                    // The waiters skipped here are the first ones in the queue.
+                    for &passed in self.scopes[scope_id].queue.values().take(skipped_here) {
+                        self.tickets[passed].bypassed += 1;
+                    }
+                    for passed in self.passed.drain(..) {
                         self.tickets[passed].bypassed += 1;
                     }
                     return Some(id);
@@ -999,7 +988,6 @@ impl Scheduler {
     /// waiter keeps a timer for it (one timer per scope).
     fn set_timer(&mut self, scope_id: ScopeId, at: Option<Instant>, wake: &mut WakeList) {
         let scope = &mut self.scopes[scope_id];
-        scope.wake_at = at;
         let owner = match (at, scope.queue.values().next()) {
             (Some(at), Some(&first)) => Some((first, at)),
             _ => None,

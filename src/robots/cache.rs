@@ -18,7 +18,7 @@ use super::layer::Config;
 use super::FIRST_RETRY_DELAY;
 use crate::error::Error;
 use crate::parse::robots_txt::RobotsRules;
-use crate::registry::Registry;
+use crate::registry::{saturating_add, Registry};
 use crate::scope::{lower_cased, Scope, Scopes};
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -420,11 +420,6 @@ impl EntryState {
 fn retry_delay(failures: u32, cache_ttl: Duration) -> Duration {
     let doublings = failures.saturating_sub(1).min(31);
     FIRST_RETRY_DELAY.saturating_mul(1 << doublings).min(cache_ttl)
-}
-
-fn saturating_add(now: Instant, duration: Duration) -> Instant {
-    now.checked_add(duration)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 #[cfg(test)]

@@ -146,7 +146,8 @@ impl RobotsDelayLayer {
     /// How long a fetched robots.txt is used (default 24 h, the most
     /// RFC 9309 recommends). The first request to an origin after that
     /// fetches it again and waits for it, like the first request ever.
-    /// It also caps the retry backoff of an unreachable robots.txt.
+    /// It also caps the retry backoff of an unreachable robots.txt. A TTL
+    /// too large to add to an instant (`Duration::MAX`) counts as 7 days.
     pub fn cache_ttl(self, ttl: Duration) -> Self {
         self.with(|config| config.cache_ttl = ttl)
     }
