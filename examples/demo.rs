@@ -24,7 +24,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::time::Instant;
 use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_throttle::backoff::BackoffRetry;
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ScopeConfig, ThrottleLayer};
 
 /// What each virtual site does, and why it is in the demo.
@@ -116,13 +115,14 @@ async fn main() -> Result<(), BoxError> {
             request
         }
     };
+    let backoff = BackoffLayer::new(registry.clone());
     let client = ServiceBuilder::new()
         // A 429 is re-sent (at most 3 times) through the throttle.
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(RetryLayer::new(backoff.retry_policy(3)))
         .layer(RobotsDelayLayer::new(registry.clone()).user_agent("demo-bot/1.0"))
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(RetryAfterLayer::new(registry.clone()))
-        .layer(BackoffLayer::new(registry.clone()))
+        .layer(backoff)
         .map_request(record_send)
         .service(loopback_client());
 

@@ -15,7 +15,7 @@ use tower::retry::RetryLayer;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::backoff::{BackoffRetry, TryCloneBody};
 use tower_throttle::{
-    BackoffConfig, BackoffLayer, LimitSource, RampupConfig, Registry, ScopeConfig, ThrottleLayer,
+    BackoffConfig, BackoffLayer, Feedback, LimitSource, RampupConfig, Registry, ScopeConfig, ThrottleLayer,
 };
 
 fn secs(s: u64) -> Duration {
@@ -562,4 +562,196 @@ async fn with_rampup_a_rate_limited_crawl_settles_near_the_server_rate() {
     let stats = registry.scope_stats("api.example").unwrap();
     assert_eq!(stats.delay_limited_by, LimitSource::Rampup);
     assert!(stats.rampup_windows >= 29);
+}
+
+/// A scraping API: the HTTP status is always 200, the target site's status
+/// is in `X-Upstream-Status-Code`. Answers each call with the next scripted
+/// upstream status (200 once exhausted) and records when each call came.
+fn scraping_api(
+    upstream: impl IntoIterator<Item = u16>,
+    status: u16,
+    sent: &Arc<Mutex<Vec<Duration>>>,
+) -> impl Service<http::Request<String>, Response = http::Response<()>, Error = Infallible, Future = impl Send>
+       + Clone
+       + Send {
+    let script = Arc::new(Mutex::new(upstream.into_iter().collect::<VecDeque<u16>>()));
+    let start = Instant::now();
+    let calls = sent.clone();
+    tower::service_fn(move |_request: http::Request<String>| {
+        calls.lock().unwrap().push(start.elapsed());
+        let upstream = script.lock().unwrap().pop_front().unwrap_or(200);
+        let response = http::Response::builder()
+            .status(status)
+            .header("X-Upstream-Status-Code", upstream)
+            .body(())
+            .unwrap();
+        std::future::ready(Ok::<_, Infallible>(response))
+    })
+}
+
+fn upstream_status(head: &tower_throttle::backoff::ResponseHead<'_>, config: &BackoffConfig) -> Feedback {
+    let upstream = head.headers["X-Upstream-Status-Code"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    if config.is_backoff_status(upstream) {
+        Feedback::backoff()
+    } else {
+        Feedback::success()
+    }
+}
+
+/// Retry → Throttle → Backoff judging by the upstream status, over `api`.
+fn retrying_upstream_status_stack<S>(
+    registry: &Registry,
+    api: S,
+) -> impl Service<http::Request<String>, Response = http::Response<()>, Error = tower::BoxError>
+where
+    S: Service<http::Request<String>, Response = http::Response<()>, Error = Infallible> + Clone,
+{
+    ServiceBuilder::new()
+        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(BackoffLayer::new(registry.clone()).on_response(upstream_status))
+        .service(api)
+        .map_err(|never: Infallible| -> tower::BoxError { match never {} })
+}
+
+fn payload() -> http::Request<String> {
+    http::Request::get("https://api.example/")
+        .body(String::from("payload"))
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_response_the_hook_calls_backoff_is_retried() {
+    let registry = Registry::builder().default_scope(exact(1)).build().unwrap();
+    let sent = Arc::default();
+    let api = scraping_api([429], 200, &sent);
+    let service = retrying_upstream_status_stack(&registry, api);
+    let response = service.oneshot(payload()).await.unwrap();
+    assert_eq!(response.headers()["X-Upstream-Status-Code"], "200");
+    // The upstream 429 set a 1 s backoff delay; the retry waited for it.
+    assert_eq!(*sent.lock().unwrap(), vec![secs(0), secs(1)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_503_the_hook_exempts_is_not_retried() {
+    let registry = Registry::builder().default_scope(exact(1)).build().unwrap();
+    // HTTP 503 from the API, but the target site answered 200.
+    let sent = Arc::default();
+    let api = scraping_api([200, 200], 503, &sent);
+    let service = retrying_upstream_status_stack(&registry, api);
+    let response = service.oneshot(payload()).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(sent.lock().unwrap().len(), 1);
+    assert_eq!(registry.scope_stats("api.example").unwrap().backoff_level, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_backoff_layer_the_retry_falls_back_to_the_scope_status_rule() {
+    let registry = Registry::builder()
+        .default_scope(exact(1).backoff(BackoffConfig::default().jitter(0.0).http_codes([418])))
+        .build()
+        .unwrap();
+    let inner = Scripted::new([418, 503]);
+    let service = ServiceBuilder::new()
+        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(ThrottleLayer::new(registry.clone()))
+        .service(inner.clone());
+    let response = service.oneshot(payload()).await.unwrap();
+    // 418 is in this scope's http_codes, 503 is not.
+    assert_eq!(response.status(), 503);
+    assert_eq!(inner.sent().len(), 2);
+}
+
+/// A body type the test treats as foreign: it does not implement
+/// `TryCloneBody`.
+#[derive(Debug, Clone, PartialEq)]
+struct ForeignBody(&'static str);
+
+#[tokio::test(start_paused = true)]
+async fn a_body_cloning_closure_makes_a_foreign_body_retryable() {
+    let registry = Registry::builder().default_scope(exact(1)).build().unwrap();
+    let inner = Scripted::new([503]);
+    let bodies: Arc<Mutex<Vec<ForeignBody>>> = Arc::default();
+    let seen = bodies.clone();
+    let recording = tower::service_fn(move |request: http::Request<ForeignBody>| {
+        seen.lock().unwrap().push(request.body().clone());
+        inner.clone().oneshot(request)
+    });
+    let policy =
+        BackoffRetry::new(registry.clone(), 3).clone_body_with(|body: &ForeignBody| Some(body.clone()));
+    let service = ServiceBuilder::new()
+        .layer(RetryLayer::new(policy))
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(BackoffLayer::new(registry.clone()))
+        .service(recording);
+    let request = http::Request::get("https://site.example/")
+        .body(ForeignBody("form"))
+        .unwrap();
+    let response = service.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        *bodies.lock().unwrap(),
+        vec![ForeignBody("form"), ForeignBody("form")]
+    );
+}
+
+/// An error no default rule knows.
+#[derive(Debug)]
+struct UpstreamBusy;
+
+impl std::fmt::Display for UpstreamBusy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("upstream busy")
+    }
+}
+
+impl std::error::Error for UpstreamBusy {}
+
+#[tokio::test(start_paused = true)]
+async fn the_layers_retry_policy_judges_errors_with_the_layers_hook() {
+    let registry = Registry::builder().default_scope(exact(1)).build().unwrap();
+    let calls: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let start = Instant::now();
+    let seen = calls.clone();
+    let flaky = tower::service_fn(move |_request: http::Request<String>| {
+        let mut calls = seen.lock().unwrap();
+        calls.push(start.elapsed());
+        let result = match calls.len() {
+            1 => Err(UpstreamBusy),
+            _ => Ok(http::Response::new(())),
+        };
+        std::future::ready(result)
+    });
+    let backoff = BackoffLayer::new(registry.clone()).on_error(|error| {
+        if error.downcast_ref::<UpstreamBusy>().is_some() {
+            Feedback::backoff()
+        } else {
+            Feedback::success()
+        }
+    });
+    // The default rule does not know this error: no retry.
+    let plain = ServiceBuilder::new()
+        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(backoff.clone())
+        .service(flaky.clone());
+    assert!(plain.oneshot(payload()).await.is_err());
+    // The layer's own policy shares its hook: retried after the backoff.
+    calls.lock().unwrap().clear();
+    let judged = ServiceBuilder::new()
+        .layer(RetryLayer::new(backoff.retry_policy(3)))
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(backoff)
+        .service(flaky);
+    let retried_from = Instant::now();
+    judged.oneshot(payload()).await.unwrap();
+    assert_eq!(calls.lock().unwrap().len(), 2);
+    assert!(
+        retried_from.elapsed() >= secs(1),
+        "the retry waited for the backoff delay"
+    );
 }

@@ -761,3 +761,78 @@ async fn a_freed_queue_place_reaches_a_live_waiter_when_the_first_one_gave_up() 
     assert_eq!(ready_at - start, Duration::from_secs(10));
     finish_all(handles).await;
 }
+
+/// Scope `slow.example` has a 10 s delay; every other scope has none.
+fn slow_and_fast_registry() -> Registry {
+    Registry::builder()
+        .default_scope(exact(1, Duration::ZERO, Duration::ZERO))
+        .scope("slow.example", exact(1, Duration::from_secs(10), Duration::ZERO))
+        .build()
+        .unwrap()
+}
+
+/// Sends two requests of the slow scope, then two of a fast one, through
+/// `ThrottleLayer` over `inner` (an inner service with a limit of one).
+/// The second slow request waits 10 s for its scope; it must not keep the
+/// inner service's only permit meanwhile, so the fast ones go at once.
+async fn slow_waiter_leaves_the_inner_service_to_others<S>(inner: S, recorder: &Recorder)
+where
+    S: Service<http::Request<()>, Response = http::Response<()>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + std::fmt::Debug + 'static,
+{
+    let mut service = ThrottleLayer::new(slow_and_fast_registry()).layer(inner);
+    let requests = vec![
+        get("https://slow.example/slow0"),
+        get("https://slow.example/slow1"),
+        get("https://fast.example/fast0"),
+        get("https://fast.example/fast1"),
+    ];
+    finish_all(launch(&mut service, requests).await).await;
+    assert_eq!(recorder.millis_of("/fast"), vec![0, 0]);
+    assert_eq!(recorder.millis_of("/slow"), vec![0, 10_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_request_holds_no_permit_of_an_inner_concurrency_limit() {
+    let recorder = Recorder::new();
+    let inner = tower::limit::ConcurrencyLimit::new(recorder.service(Duration::ZERO), 1);
+    slow_waiter_leaves_the_inner_service_to_others(inner, &recorder).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_request_holds_no_place_in_an_inner_buffer() {
+    let recorder = Recorder::new();
+    let inner = tower::buffer::Buffer::new(recorder.service(Duration::ZERO), 1);
+    slow_waiter_leaves_the_inner_service_to_others(inner, &recorder).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_scope_service_waiting_for_admission_holds_no_inner_permit() {
+    let recorder = Recorder::new();
+    let inner = tower::limit::ConcurrencyLimit::new(recorder.service(Duration::ZERO), 1);
+    let registry = slow_and_fast_registry();
+    let mut slow = ThrottleLayer::new(registry.clone())
+        .fixed_scope("slow.example")
+        .layer(inner.clone());
+    let mut fast = ThrottleLayer::new(registry)
+        .fixed_scope("fast.example")
+        .layer(inner);
+    slow.ready().await.unwrap();
+    slow.call(get("https://slow.example/slow0")).await.unwrap();
+    // The second slow admission waits 10 s in `poll_ready`.
+    let slow_task = tokio::spawn(async move {
+        slow.ready().await.unwrap();
+        slow.call(get("https://slow.example/slow1")).await.unwrap();
+    });
+    tokio::task::yield_now().await;
+    for i in 0..2 {
+        fast.ready().await.unwrap();
+        fast.call(get(&format!("https://fast.example/fast{i}")))
+            .await
+            .unwrap();
+    }
+    slow_task.await.unwrap();
+    assert_eq!(recorder.millis_of("/fast"), vec![0, 0]);
+    assert_eq!(recorder.millis_of("/slow"), vec![0, 10_000]);
+}

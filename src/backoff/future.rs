@@ -9,6 +9,7 @@ use std::task::{ready, Context, Poll};
 use pin_project_lite::pin_project;
 
 use super::classify::{ErrorView, ResponseHead};
+use super::judged::Judged;
 use super::layer::Shared;
 use crate::registry::Feedback;
 use crate::scope::Scopes;
@@ -44,13 +45,25 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let output = ready!(this.inner.poll(cx));
+        let mut output = ready!(this.inner.poll(cx));
         let shared: &Shared = this.shared;
-        match &output {
+        match &mut output {
             Ok(response) => {
                 let head = ResponseHead::of(response);
                 let registry = &shared.registry;
-                registry.feedback_each(this.scopes, |config| (shared.on_response)(&head, config));
+                // A request with several scopes is judged once per scope;
+                // the response carries backoff when any scope got it.
+                let mut verdict: Option<Feedback> = None;
+                registry.feedback_each(this.scopes, |config| {
+                    let feedback = (shared.on_response)(&head, config);
+                    if verdict.is_none_or(|kept| !kept.is_backoff() && feedback.is_backoff()) {
+                        verdict = Some(feedback);
+                    }
+                    feedback
+                });
+                if let Some(feedback) = verdict {
+                    response.extensions_mut().insert(Judged::new(feedback));
+                }
             }
             Err(error) => {
                 let feedback: Feedback = (shared.on_error)(&ErrorView::of(error));

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::classify::{default_error_feedback, default_response_feedback, ErrorView, ResponseHead};
-use super::Backoff;
+use super::{Backoff, BackoffRetry};
 use crate::registry::{BackoffConfig, Feedback, Registry};
 
 pub(crate) type ResponseHook = dyn Fn(&ResponseHead<'_>, &BackoffConfig) -> Feedback + Send + Sync;
@@ -79,6 +79,19 @@ impl BackoffLayer {
         F: Fn(&ErrorView<'_>) -> Feedback + Send + Sync + 'static,
     {
         self.rebuild(|shared| shared.on_error = Arc::new(hook))
+    }
+
+    /// A [`BackoffRetry`] policy that re-sends, at most `max_retries` times,
+    /// what this layer judges backoff feedback: responses through the
+    /// [`Judged`](super::Judged) extension the layer attaches, errors
+    /// through the layer's own `on_error` hook. Put the `Retry` layer
+    /// outside `Throttle` and this layer inside it.
+    pub fn retry_policy(&self, max_retries: u32) -> BackoffRetry {
+        BackoffRetry::with_error_hook(
+            self.shared.registry.clone(),
+            max_retries,
+            self.shared.on_error.clone(),
+        )
     }
 
     fn rebuild(self, change: impl FnOnce(&mut Shared)) -> Self {

@@ -75,17 +75,24 @@
 //! # }
 //! ```
 //!
+//! Each response leaves this layer with a [`Judged`] extension carrying the
+//! feedback reported for it, so layers outside judge it the same way.
+//!
 //! To re-send backoff responses, put a [`tower::retry::Retry`] with
-//! [`BackoffRetry`] *outside* Throttle: each retry then waits its turn in
-//! the (now slower) scope like any other request.
+//! [`BackoffLayer::retry_policy`] (or [`BackoffRetry::new`]) *outside*
+//! Throttle: each retry then waits its turn in the (now slower) scope like
+//! any other request, and what is retried is exactly what this layer
+//! called backoff feedback.
 
 mod classify;
 pub mod future;
+mod judged;
 mod layer;
 mod retry;
 mod service;
 
 pub use classify::{default_error_feedback, default_response_feedback, ErrorView, ResponseHead};
+pub use judged::Judged;
 pub use layer::BackoffLayer;
-pub use retry::{BackoffRetry, TryCloneBody};
+pub use retry::{BackoffRetry, CloneBody, CloneByTrait, TryCloneBody};
 pub use service::Backoff;

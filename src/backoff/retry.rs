@@ -3,14 +3,20 @@ use std::fmt;
 use bytes::Bytes;
 use tower::retry::Policy;
 
+use std::sync::Arc;
+
 use super::classify::{default_error_feedback, ErrorView};
+use super::judged::Judged;
+use super::layer::ErrorHook;
 use crate::registry::Registry;
+use crate::scope::Scopes;
 
 /// Request bodies that can (sometimes) be copied for a retry.
 ///
 /// Implemented for in-memory bodies; a streaming body returns `None`, and
 /// its request is then not retried. Implement it for your own body type to
-/// make its requests retryable.
+/// make its requests retryable; for a body type of another crate, give
+/// [`BackoffRetry::clone_body_with`] a closure instead.
 pub trait TryCloneBody: Sized {
     /// A copy of the body, or `None` when it cannot be replayed.
     fn try_clone_body(&self) -> Option<Self>;
@@ -44,16 +50,58 @@ impl TryCloneBody for hyper::body::Incoming {
     }
 }
 
+/// How [`BackoffRetry`] copies a request body for a retry.
+///
+/// [`CloneByTrait`] (the default) uses [`TryCloneBody`]; any
+/// `Fn(&B) -> Option<B>` closure is a `CloneBody<B>` too, for body types
+/// of other crates, which the orphan rule keeps you from implementing
+/// `TryCloneBody` for (see [`BackoffRetry::clone_body_with`]).
+pub trait CloneBody<B> {
+    /// A copy of `body`, or `None` when it cannot be replayed (the request
+    /// is then not retried).
+    fn clone_body(&self, body: &B) -> Option<B>;
+}
+
+/// Copies bodies through [`TryCloneBody`]: the default [`CloneBody`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CloneByTrait;
+
+impl<B: TryCloneBody> CloneBody<B> for CloneByTrait {
+    fn clone_body(&self, body: &B) -> Option<B> {
+        body.try_clone_body()
+    }
+}
+
+impl<B, F> CloneBody<B> for F
+where
+    F: Fn(&B) -> Option<B>,
+{
+    fn clone_body(&self, body: &B) -> Option<B> {
+        self(body)
+    }
+}
+
 /// A [`tower::retry::Policy`] that re-sends requests whose response was
-/// backoff feedback (a status in the scope's backoff `http_codes`) or whose
-/// error was (a timeout, a connection failure), at most `max_retries` times
-/// per request.
+/// backoff feedback or whose error was (a timeout, a connection failure),
+/// at most `max_retries` times per request.
+///
+/// A response is judged once, by [`BackoffLayer`](crate::BackoffLayer)
+/// with whatever hooks it was given: the policy reads the [`Judged`]
+/// extension that layer attaches, so a response your `on_response` hook
+/// calls backoff is retried and one it exempts is not. Without a
+/// `BackoffLayer` inside, the policy falls back to the status rule of the
+/// request's scopes (their backoff `http_codes`). Errors carry no
+/// extensions: [`BackoffRetry::new`] judges them with
+/// [`default_error_feedback`](super::default_error_feedback), and
+/// [`BackoffLayer::retry_policy`](crate::BackoffLayer::retry_policy) with
+/// the layer's own `on_error` hook.
 ///
 /// Put the `Retry` layer *outside* [`Throttle`](crate::Throttle): each
 /// retry then goes through the throttle again and waits its turn in the
 /// scope, which the backoff feedback of the failed attempt has just slowed
 /// down. The policy adds no sleep of its own. Requests whose body cannot be
-/// copied ([`TryCloneBody`] returns `None`) are not retried.
+/// copied are not retried: see [`TryCloneBody`] and
+/// [`clone_body_with`](Self::clone_body_with).
 ///
 /// ```
 /// use std::time::Duration;
@@ -63,22 +111,25 @@ impl TryCloneBody for hyper::body::Incoming {
 /// use tower_throttle::{BackoffLayer, Registry, ThrottleLayer};
 ///
 /// let registry = Registry::default();
+/// let backoff = BackoffLayer::new(registry.clone());
 /// let client = ServiceBuilder::new()
-///     .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+///     .layer(RetryLayer::new(backoff.retry_policy(3)))
 ///     .layer(ThrottleLayer::new(registry.clone()))
-///     .layer(BackoffLayer::new(registry))
+///     .layer(backoff)
 ///     .service(tower::service_fn(|_request: http::Request<String>| async {
 ///         Ok::<_, std::convert::Infallible>(http::Response::new(()))
 ///     }));
 /// # drop(client);
 /// ```
 #[derive(Clone)]
-pub struct BackoffRetry {
+pub struct BackoffRetry<C = CloneByTrait> {
     registry: Registry,
     retries_left: u32,
+    on_error: Arc<ErrorHook>,
+    clone_body: C,
 }
 
-impl fmt::Debug for BackoffRetry {
+impl<C> fmt::Debug for BackoffRetry<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BackoffRetry")
             .field("retries_left", &self.retries_left)
@@ -88,12 +139,50 @@ impl fmt::Debug for BackoffRetry {
 
 impl BackoffRetry {
     /// Retries each request at most `max_retries` times (so at most
-    /// `max_retries + 1` attempts), judging responses by the backoff
-    /// settings of the request's scopes in `registry`.
+    /// `max_retries + 1` attempts). Responses are judged by the
+    /// [`Judged`] extension of the `BackoffLayer` inside, or by the
+    /// backoff `http_codes` of the request's scopes in `registry`; errors
+    /// by [`default_error_feedback`].
     pub fn new(registry: Registry, max_retries: u32) -> Self {
+        Self::with_error_hook(registry, max_retries, Arc::new(default_error_feedback))
+    }
+
+    pub(crate) fn with_error_hook(registry: Registry, max_retries: u32, on_error: Arc<ErrorHook>) -> Self {
         BackoffRetry {
             registry,
             retries_left: max_retries,
+            on_error,
+            clone_body: CloneByTrait,
+        }
+    }
+}
+
+impl<C> BackoffRetry<C> {
+    /// Copies request bodies with `clone_body` (return `None` for a body
+    /// that cannot be replayed) instead of [`TryCloneBody`]: the way to
+    /// retry requests whose body type comes from another crate.
+    ///
+    /// ```
+    /// use tower::retry::RetryLayer;
+    /// use tower_throttle::backoff::BackoffRetry;
+    /// use tower_throttle::Registry;
+    ///
+    /// // A body type of another crate, cheap to copy.
+    /// # #[derive(Clone)] struct ForeignBody;
+    /// let policy = BackoffRetry::new(Registry::default(), 3)
+    ///     .clone_body_with(|body: &ForeignBody| Some(body.clone()));
+    /// let layer = RetryLayer::new(policy);
+    /// # drop(layer);
+    /// ```
+    pub fn clone_body_with<B, F>(self, clone_body: F) -> BackoffRetry<F>
+    where
+        F: Fn(&B) -> Option<B> + Clone,
+    {
+        BackoffRetry {
+            registry: self.registry,
+            retries_left: self.retries_left,
+            on_error: self.on_error,
+            clone_body,
         }
     }
 
@@ -102,20 +191,26 @@ impl BackoffRetry {
         request: &http::Request<ReqBody>,
         response: &http::Response<ResBody>,
     ) -> bool {
+        if let Some(judged) = response.extensions().get::<Judged>() {
+            return judged.is_backoff();
+        }
         let status = response.status().as_u16();
-        let scopes = self.registry.scopes_of(request);
-        scopes.iter().any(|(scope, _)| {
-            self.registry
-                .scope_config(scope.as_str())
-                .get_backoff()
-                .is_backoff_status(status)
-        })
+        match request.extensions().get::<Scopes>() {
+            Some(scopes) => self.any_scope_backs_off_on(scopes, status),
+            None => self.any_scope_backs_off_on(&self.registry.scopes_of(request), status),
+        }
+    }
+
+    fn any_scope_backs_off_on(&self, scopes: &Scopes, status: u16) -> bool {
+        scopes
+            .iter()
+            .any(|(scope, _)| self.registry.is_backoff_status(scope.as_str(), status))
     }
 }
 
-impl<ReqBody, ResBody, E> Policy<http::Request<ReqBody>, http::Response<ResBody>, E> for BackoffRetry
+impl<ReqBody, ResBody, E, C> Policy<http::Request<ReqBody>, http::Response<ResBody>, E> for BackoffRetry<C>
 where
-    ReqBody: TryCloneBody,
+    C: CloneBody<ReqBody>,
     E: 'static,
 {
     type Future = std::future::Ready<()>;
@@ -130,7 +225,7 @@ where
         }
         let retry = match result {
             Ok(response) => self.is_backoff_response(request, response),
-            Err(error) => default_error_feedback(&ErrorView::of(error)).is_backoff(),
+            Err(error) => (self.on_error)(&ErrorView::of(error)).is_backoff(),
         };
         if !retry {
             return None;
@@ -146,7 +241,7 @@ where
     }
 
     fn clone_request(&mut self, request: &http::Request<ReqBody>) -> Option<http::Request<ReqBody>> {
-        let body = request.body().try_clone_body()?;
+        let body = self.clone_body.clone_body(request.body())?;
         let mut copy = http::Request::new(body);
         *copy.method_mut() = request.method().clone();
         *copy.uri_mut() = request.uri().clone();

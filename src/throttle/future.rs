@@ -29,6 +29,10 @@ pin_project! {
 pin_project! {
     #[project = StateProj]
     enum State<S, Req, F> {
+        // Waiting for the scopes to admit the request, then for the inner
+        // service to be ready. The handle was never readied, or gave its
+        // readiness back: a waiting request holds nothing of the inner
+        // service (no `ConcurrencyLimit` permit, no `Buffer` slot).
         Waiting {
             // Boxed so the future stays small for the common case of a
             // request sent at once; taken exactly once, when it is sent.
@@ -46,16 +50,25 @@ impl<S, Req> ResponseFuture<S, Req>
 where
     S: Service<Req>,
 {
-    pub(crate) fn new(mut service: S, request: Req, ticket: Ticket, adjust_autothrottle: bool) -> Self {
+    /// `readied` is the handle `Throttle::poll_ready` readied.
+    pub(crate) fn new(mut readied: S, request: Req, ticket: Ticket, adjust_autothrottle: bool) -> Self
+    where
+        S: Clone,
+    {
         // The common case: the request could be sent at once, so the inner
         // call starts now and the waiting state is never entered.
         let state = if ticket.is_sent() {
             State::Calling {
-                future: service.call(request),
+                future: readied.call(request),
             }
         } else {
+            // Give the readiness back while the request waits: a clone is
+            // not ready, and dropping the readied handle releases whatever
+            // it reserved, so other scopes' requests can use it meanwhile.
+            let unreadied = readied.clone();
+            drop(readied);
             State::Waiting {
-                waiting: Some(Box::new((service, request))),
+                waiting: Some(Box::new((unreadied, request))),
             }
         };
         ResponseFuture {
@@ -68,7 +81,7 @@ where
 
 impl<S, Req, ResBody> Future for ResponseFuture<S, Req>
 where
-    S: Service<Req, Response = http::Response<ResBody>>,
+    S: Service<Req, Response = http::Response<ResBody>> + Clone,
 {
     type Output = Result<S::Response, S::Error>;
 
@@ -80,12 +93,22 @@ where
                     if this.ticket.poll_send(cx).is_pending() {
                         return Poll::Pending;
                     }
-                    let Some(waiting) = waiting.take() else {
+                    let Some(parked) = waiting.as_mut() else {
                         this.state.set(State::Done);
                         continue;
                     };
-                    let (mut service, request) = *waiting;
-                    // `service` is the handle `Throttle::poll_ready` readied.
+                    // Admitted: the request keeps its lanes while the inner
+                    // service gets ready (its own limits come after ours).
+                    match parked.0.poll_ready(cx) {
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(error)) => {
+                            this.ticket.finish(Outcome::NoResponse);
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(error));
+                        }
+                        Poll::Pending => return Poll::Pending,
+                    }
+                    let (mut service, request) = *waiting.take().expect("checked above");
                     let future = service.call(request);
                     this.state.set(State::Calling { future });
                 }

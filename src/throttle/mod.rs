@@ -9,11 +9,19 @@
 //! [`Priority`](crate::Priority)); a slow scope never delays another.
 //!
 //! Backpressure: `poll_ready` reserves one of the registry's `max_queued`
-//! places and readies the inner service; when every place is taken it
+//! places, then readies the inner service; when every place is taken it
 //! returns `Pending` until one frees. With [`ThrottleLayer::fixed_scope`],
-//! `poll_ready` instead waits until that scope admits a send, and `call`
-//! sends at once: useful in front of a `tower::buffer::Buffer` or when you
-//! want to know readiness *before* building the request.
+//! `poll_ready` instead waits until that scope admits a send, then readies
+//! the inner service, and `call` sends at once: useful in front of a
+//! `tower::buffer::Buffer` or when you want to know readiness *before*
+//! building the request.
+//!
+//! A request that has to wait for its scopes gives the inner service's
+//! readiness back while it waits (it drops the readied handle and keeps an
+//! unreadied clone), and readies its own handle once admitted. So an inner
+//! service with limits of its own (`ConcurrencyLimit`, `Buffer`, a pool
+//! that reserves) lends nothing to a waiting request, and a slow scope
+//! never keeps another scope's requests out of it.
 //!
 //! Dropping a response future at any point (waiting, in flight) releases
 //! everything it held: its queue place, its lanes, its global permit.

@@ -134,24 +134,20 @@ where
     type Future = ResponseFuture<S, http::Request<ReqBody>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // The inner service is readied first: a fixed-scope admission is a
-        // send, and its instant should not be spent waiting on the inner
-        // service.
-        match self.inner.poll_ready(cx) {
-            Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
-            Poll::Pending => return Poll::Pending,
-        }
+        // Our own reservation comes first and the inner service is readied
+        // last, so nothing of the inner service (a `ConcurrencyLimit`
+        // permit, a `Buffer` slot) is held while this caller waits on us.
         if let Some(scopes) = self.fixed.clone() {
-            return self.poll_fixed_scope_admission(cx, scopes).map(Ok);
-        }
-        if let Reserved::Nothing = self.reserved {
+            if self.poll_fixed_scope_admission(cx, scopes).is_pending() {
+                return Poll::Pending;
+            }
+        } else if let Reserved::Nothing = self.reserved {
             match self.poll_queue_place(cx) {
                 Poll::Ready(place) => self.reserved = Reserved::Place(place),
                 Poll::Pending => return Poll::Pending,
             }
         }
-        Poll::Ready(Ok(()))
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut request: http::Request<ReqBody>) -> Self::Future {
