@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use super::config::validate_delay;
+use super::time::validate_delay;
 use crate::error::ConfigError;
 
 /// AutoThrottle settings (Scrapy's `AUTOTHROTTLE_*`). Enable it per scope

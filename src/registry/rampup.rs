@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::time::validate_delay;
 use crate::error::ConfigError;
 
 /// Rampup settings; enable per scope with
@@ -84,8 +85,8 @@ impl RampupConfig {
         if self.window.is_zero() {
             return Err(ConfigError::new(field("window"), self.window, "must be positive"));
         }
-        super::config::validate_delay(&field("window"), self.window)?;
-        super::config::validate_delay(&field("max_delay"), self.max_delay)?;
+        validate_delay(&field("window"), self.window)?;
+        validate_delay(&field("max_delay"), self.max_delay)?;
         if self.min_delay > self.max_delay {
             return Err(ConfigError::new(
                 field("min_delay"),

@@ -1,0 +1,620 @@
+//! The scheduler: tickets, per-scope queues, dispatch and timers.
+//!
+//! Everything here runs under the registry's lock and never blocks, sleeps
+//! or reads the clock: every call takes `now` from its caller, so the
+//! admission algorithm can be tested at fixed instants. What one scope
+//! allows at `now` is [`ScopeState`]'s business; the scheduler orders the
+//! waiters, admits them all-or-nothing across their scopes, and keeps one
+//! timer per scope. The futures in `throttle` do the waiting. See the
+//! module docs of `registry` for the model.
+
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::Duration;
+
+use slab::Slab;
+use tokio::time::Instant;
+
+use super::config::ScopeConfig;
+use super::feedback::{AnnouncedLimits, Feedback};
+use super::scope_state::{Effective, ScopeCheck, ScopeState};
+use super::ticket::{OrderKey, Seat, Seats, Status, TicketState};
+pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
+use crate::scope::{Scope, Scopes};
+
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// How many waiters behind the head of a scope a dispatch looks at when the
+/// head is held back by another of its scopes. Bounds the work per event.
+const MAX_SCAN: usize = 32;
+
+/// How many times a waiter may be passed in a scope while another of its
+/// scopes holds it back. After that it keeps its place: later waiters wait
+/// behind it, so a multi-scope request cannot be starved.
+const MAX_BYPASS: u32 = 16;
+
+/// What stopped a waiter at an evaluation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Verdict {
+    Admit,
+    HeldBy(ScopeId),
+    Global,
+}
+
+/// A scope as the scheduler keeps it: its state, and its waiters.
+#[derive(Debug)]
+pub(crate) struct ScopeEntry {
+    pub(crate) state: ScopeState,
+    /// The waiters, in order.
+    queue: BTreeMap<OrderKey, TicketId>,
+    /// The waiter told to keep the scope's timer, and the instant the
+    /// scope's own time limits next let its head go.
+    timer_owner: Option<(TicketId, Instant)>,
+}
+
+impl ScopeEntry {
+    /// Requests waiting for this scope.
+    pub(crate) fn queued(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+/// The whole scheduling state of a registry.
+#[derive(Debug)]
+pub(crate) struct Scheduler {
+    /// Scope configs are shared: every scope without its own config points
+    /// at this one.
+    default_config: Arc<ScopeConfig>,
+    overrides: HashMap<Scope, Arc<ScopeConfig>>,
+    index: HashMap<Scope, ScopeId>,
+    scopes: Slab<ScopeEntry>,
+    tickets: Slab<TicketState>,
+    next_seq: u64,
+    max_concurrency: u32,
+    in_flight: u32,
+    /// Waiters whose scopes all allow them but the global limit does not.
+    global_queue: BTreeMap<OrderKey, TicketId>,
+    rng: fastrand::Rng,
+    dirty: Vec<ScopeId>,
+    passed: Vec<TicketId>,
+}
+
+impl Scheduler {
+    pub(crate) fn new(
+        default_config: ScopeConfig,
+        overrides: impl IntoIterator<Item = (Scope, ScopeConfig)>,
+        max_concurrency: u32,
+        rng: fastrand::Rng,
+    ) -> Self {
+        let mut overrides_map = HashMap::default();
+        overrides_map.extend(
+            overrides
+                .into_iter()
+                .map(|(key, config)| (key, Arc::new(config.inherit_from(&default_config)))),
+        );
+        Scheduler {
+            default_config: Arc::new(default_config),
+            overrides: overrides_map,
+            index: HashMap::default(),
+            scopes: Slab::new(),
+            tickets: Slab::new(),
+            next_seq: 0,
+            max_concurrency,
+            in_flight: 0,
+            global_queue: BTreeMap::new(),
+            rng,
+            dirty: Vec::new(),
+            passed: Vec::new(),
+        }
+    }
+
+    fn scope_id(&mut self, key: &Scope, now: Instant) -> ScopeId {
+        if let Some(&id) = self.index.get(key.as_str()) {
+            return id;
+        }
+        let (config, explicit) = match self.overrides.get(key.as_str()) {
+            Some(config) => (config.clone(), true),
+            None => (self.default_config.clone(), false),
+        };
+        let id = self.scopes.insert(ScopeEntry {
+            state: ScopeState::new(key.clone(), config, explicit, now),
+            queue: BTreeMap::new(),
+            timer_owner: None,
+        });
+        self.index.insert(key.clone(), id);
+        id
+    }
+
+    /// Queues a request for `scopes`; sends it at once when nothing is
+    /// ahead of it and every limit allows.
+    pub(crate) fn enqueue(
+        &mut self,
+        scopes: &Scopes,
+        priority: i32,
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> (TicketId, bool) {
+        let ids: Vec<ScopeId>;
+        let seats = if scopes.len() == 1 {
+            let (scope, _cost) = scopes.iter().next().expect("a Scopes is never empty");
+            Seats::One([Seat {
+                scope: self.scope_id(scope, now),
+                lane: usize::MAX,
+            }])
+        } else {
+            ids = scopes
+                .iter()
+                .map(|(scope, _cost)| self.scope_id(scope, now))
+                .collect();
+            Seats::from_iter(ids.iter().map(|&scope| Seat {
+                scope,
+                lane: usize::MAX,
+            }))
+        };
+        let order = OrderKey {
+            priority: Reverse(priority),
+            seq: self.next_seq,
+        };
+        self.next_seq += 1;
+        let id = self.tickets.insert(TicketState {
+            order,
+            seats,
+            status: Status::Queued,
+            waker: None,
+            bypassed: 0,
+            held_by: None,
+            in_global_queue: false,
+            enqueued_at: now,
+            sent_at: None,
+        });
+        if self.try_send_directly(id, now, wake) {
+            return (id, true);
+        }
+        let ticket = &self.tickets[id];
+        for seat in &ticket.seats {
+            self.scopes[seat.scope].queue.insert(order, id);
+            self.dirty.push(seat.scope);
+        }
+        self.run_dispatch(now, wake);
+        let sent = self.tickets[id].status == Status::InFlight;
+        if !sent {
+            tracing::debug!(
+                target: "tower_throttle",
+                scopes = ?scopes,
+                "request waits for its scopes to allow it"
+            );
+        }
+        (id, sent)
+    }
+
+    /// The fast path: every scope has an empty queue and allows a send now.
+    fn try_send_directly(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) -> bool {
+        if self.in_flight >= self.max_concurrency {
+            return false;
+        }
+        let ticket = &self.tickets[id];
+        let mut first_lane = None;
+        for seat in &ticket.seats {
+            let scope = &self.scopes[seat.scope];
+            if !scope.queue.is_empty() {
+                return false;
+            }
+            let effective = scope.state.effective(now, self.max_concurrency);
+            match scope.state.check(now, &effective) {
+                ScopeCheck::Ready { lane } => {
+                    first_lane.get_or_insert((lane, effective));
+                }
+                _ => return false,
+            }
+        }
+        match (&ticket.seats, first_lane) {
+            // One scope, just checked: no need to check it again.
+            (Seats::One(_), Some(chosen)) => self.send_on_lanes(id, now, wake, Some(chosen)),
+            _ => self.send(id, now, wake),
+        }
+        true
+    }
+
+    /// Polls a waiting ticket: runs the timers it keeps, and says whether it
+    /// was sent or how long to sleep.
+    pub(crate) fn poll_ticket(
+        &mut self,
+        id: TicketId,
+        now: Instant,
+        waker: &Waker,
+        wake: &mut WakeList,
+    ) -> TicketPoll {
+        if self.tickets[id].status == Status::InFlight {
+            return TicketPoll::Sent;
+        }
+        self.fire_due_timers(id, now);
+        self.run_dispatch(now, wake);
+        let ticket = &mut self.tickets[id];
+        if ticket.status == Status::InFlight {
+            return TicketPoll::Sent;
+        }
+        match &ticket.waker {
+            Some(known) if known.will_wake(waker) => {}
+            _ => ticket.waker = Some(waker.clone()),
+        }
+        TicketPoll::Waiting {
+            timer: self.timer_of(id),
+        }
+    }
+
+    fn fire_due_timers(&mut self, id: TicketId, now: Instant) {
+        for seat in &self.tickets[id].seats {
+            let scope = &mut self.scopes[seat.scope];
+            if let Some((owner, at)) = scope.timer_owner {
+                if owner == id && at <= now {
+                    scope.timer_owner = None;
+                    self.dirty.push(seat.scope);
+                }
+            }
+        }
+    }
+
+    /// The earliest timer this ticket keeps for one of its scopes.
+    fn timer_of(&self, id: TicketId) -> Option<Instant> {
+        self.tickets[id]
+            .seats
+            .iter()
+            .filter_map(|seat| match self.scopes[seat.scope].timer_owner {
+                Some((owner, at)) if owner == id => Some(at),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Marks a request finished (response or error): frees its lanes and
+    /// its global permit, and lets the next waiters go. A ticket still
+    /// waiting just leaves its queues. A response feeds each scope's
+    /// latency average and AutoThrottle.
+    pub(crate) fn finish(&mut self, id: TicketId, outcome: Outcome, now: Instant, wake: &mut WakeList) {
+        let ticket = self.tickets.remove(id);
+        match ticket.status {
+            Status::InFlight => {
+                if let (
+                    Outcome::Response {
+                        status,
+                        adjust_autothrottle,
+                    },
+                    Some(sent),
+                ) = (outcome, ticket.sent_at)
+                {
+                    let latency = now.saturating_duration_since(sent);
+                    for seat in &ticket.seats {
+                        self.scopes[seat.scope]
+                            .state
+                            .observe_latency(latency, status, adjust_autothrottle);
+                    }
+                }
+                self.release_lanes(&ticket, now, wake);
+            }
+            Status::Queued => self.leave_queues(id, &ticket, now, wake),
+        }
+    }
+
+    fn release_lanes(&mut self, ticket: &TicketState, now: Instant, wake: &mut WakeList) {
+        for seat in &ticket.seats {
+            let scope = &mut self.scopes[seat.scope];
+            scope.state.release_lane(seat.lane);
+            if !scope.queue.is_empty() {
+                self.dirty.push(seat.scope);
+            }
+        }
+        self.in_flight -= 1;
+        if !self.global_queue.is_empty() {
+            self.serve_global_queue(now, wake);
+        }
+        self.run_dispatch(now, wake);
+    }
+
+    fn leave_queues(&mut self, id: TicketId, ticket: &TicketState, now: Instant, wake: &mut WakeList) {
+        for seat in &ticket.seats {
+            let scope = &mut self.scopes[seat.scope];
+            scope.queue.remove(&ticket.order);
+            if matches!(scope.timer_owner, Some((owner, _)) if owner == id) {
+                scope.timer_owner = None;
+            }
+            self.dirty.push(seat.scope);
+        }
+        if ticket.in_global_queue {
+            self.global_queue.remove(&ticket.order);
+        }
+        self.run_dispatch(now, wake);
+    }
+
+    /// Hands freed global permits to the oldest waiters that only lacked one.
+    fn serve_global_queue(&mut self, now: Instant, wake: &mut WakeList) {
+        while self.in_flight < self.max_concurrency {
+            let Some((_, id)) = self.global_queue.pop_first() else {
+                return;
+            };
+            self.tickets[id].in_global_queue = false;
+            self.passed.clear();
+            if self.evaluate(id, None, now) == Verdict::Admit {
+                self.send(id, now, wake);
+            }
+        }
+    }
+
+    fn run_dispatch(&mut self, now: Instant, wake: &mut WakeList) {
+        while let Some(scope) = self.dirty.pop() {
+            self.dispatch(scope, now, wake);
+        }
+    }
+
+    /// Sends as many waiters of `scope_id` as its limits allow, in order,
+    /// and sets its timer when time is what holds the head back.
+    fn dispatch(&mut self, scope_id: ScopeId, now: Instant, wake: &mut WakeList) {
+        loop {
+            let scope = &self.scopes[scope_id];
+            if scope.queue.is_empty() {
+                self.set_timer(scope_id, None, wake);
+                return;
+            }
+            let effective = scope.state.effective(now, self.max_concurrency);
+            match scope.state.check(now, &effective) {
+                ScopeCheck::Full => {
+                    self.set_timer(scope_id, None, wake);
+                    return;
+                }
+                ScopeCheck::Until(at) => {
+                    self.set_timer(scope_id, Some(at), wake);
+                    return;
+                }
+                ScopeCheck::Ready { .. } => {}
+            }
+            self.set_timer(scope_id, None, wake);
+            match self.pick_waiter(scope_id, now) {
+                Some(id) => self.send(id, now, wake),
+                None => return,
+            }
+        }
+    }
+
+    /// The first waiter of a ready scope that every one of its scopes
+    /// allows now, passing over (a bounded number of) waiters that another
+    /// scope holds back.
+    fn pick_waiter(&mut self, scope_id: ScopeId, now: Instant) -> Option<TicketId> {
+        let candidates: Vec<TicketId> = self.scopes[scope_id]
+            .queue
+            .values()
+            .take(MAX_SCAN)
+            .copied()
+            .collect();
+        let mut skipped_here = 0;
+        for id in candidates {
+            self.passed.clear();
+            match self.evaluate(id, Some(scope_id), now) {
+                Verdict::Admit => {
+                    // The waiters skipped here are the first ones in the queue.
+                    for &passed in self.scopes[scope_id].queue.values().take(skipped_here) {
+                        self.tickets[passed].bypassed += 1;
+                    }
+                    for passed in self.passed.drain(..) {
+                        self.tickets[passed].bypassed += 1;
+                    }
+                    return Some(id);
+                }
+                Verdict::Global => {
+                    let ticket = &mut self.tickets[id];
+                    if !ticket.in_global_queue {
+                        ticket.in_global_queue = true;
+                        self.global_queue.insert(ticket.order, id);
+                    }
+                    return None;
+                }
+                Verdict::HeldBy(other) => {
+                    let ticket = &mut self.tickets[id];
+                    ticket.held_by = Some(other);
+                    if other == scope_id || ticket.bypassed >= MAX_BYPASS {
+                        return None;
+                    }
+                    skipped_here += 1;
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether every scope of ticket `id` lets it go now. `known_ready` is
+    /// a scope whose limits and order were just checked by the caller.
+    fn evaluate(&mut self, id: TicketId, known_ready: Option<ScopeId>, now: Instant) -> Verdict {
+        let ticket = &self.tickets[id];
+        let order = ticket.order;
+        for seat in &ticket.seats {
+            if Some(seat.scope) == known_ready {
+                continue;
+            }
+            let scope = &self.scopes[seat.scope];
+            let effective = scope.state.effective(now, self.max_concurrency);
+            if !matches!(scope.state.check(now, &effective), ScopeCheck::Ready { .. }) {
+                return Verdict::HeldBy(seat.scope);
+            }
+            for &ahead in scope.queue.range(..order).map(|(_, id)| id).take(MAX_SCAN + 1) {
+                let ahead_ticket = &self.tickets[ahead];
+                let passable = matches!(ahead_ticket.held_by, Some(other) if other != seat.scope)
+                    && ahead_ticket.bypassed < MAX_BYPASS;
+                if !passable || self.passed.len() > MAX_SCAN {
+                    return Verdict::HeldBy(seat.scope);
+                }
+                self.passed.push(ahead);
+            }
+        }
+        if self.in_flight >= self.max_concurrency {
+            return Verdict::Global;
+        }
+        Verdict::Admit
+    }
+
+    /// Sends ticket `id`: takes a lane in each scope, starts each scope's
+    /// delays (with a fresh jitter draw) and counts it in flight.
+    fn send(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) {
+        self.send_on_lanes(id, now, wake, None);
+    }
+
+    /// [`send`](Self::send), with the lane of a one-scope ticket already
+    /// chosen by the caller under this same lock.
+    fn send_on_lanes(
+        &mut self,
+        id: TicketId,
+        now: Instant,
+        wake: &mut WakeList,
+        chosen: Option<(usize, Effective)>,
+    ) {
+        let ticket = &mut self.tickets[id];
+        for seat in ticket.seats.iter_mut() {
+            let scope = &mut self.scopes[seat.scope];
+            seat.lane = scope.state.take_lane(
+                now,
+                chosen,
+                self.max_concurrency,
+                &mut self.rng,
+                ticket.enqueued_at,
+            );
+            if scope.queue.remove(&ticket.order).is_some() {
+                self.dirty.push(seat.scope);
+            }
+        }
+        if ticket.in_global_queue {
+            ticket.in_global_queue = false;
+            self.global_queue.remove(&ticket.order);
+        }
+        ticket.status = Status::InFlight;
+        ticket.sent_at = Some(now);
+        if let Some(waker) = ticket.waker.take() {
+            wake.push(waker);
+        }
+        self.in_flight += 1;
+    }
+
+    /// Records when a scope's head may next go, and makes sure its first
+    /// waiter keeps a timer for it (one timer per scope).
+    fn set_timer(&mut self, scope_id: ScopeId, at: Option<Instant>, wake: &mut WakeList) {
+        let scope = &mut self.scopes[scope_id];
+        let owner = match (at, scope.queue.values().next()) {
+            (Some(at), Some(&first)) => Some((first, at)),
+            _ => None,
+        };
+        if scope.timer_owner == owner {
+            return;
+        }
+        scope.timer_owner = owner;
+        if let Some((first, _)) = owner {
+            if let Some(waker) = &self.tickets[first].waker {
+                wake.push(waker.clone());
+            }
+        }
+    }
+
+    /// Replaces a scope's config; waiters re-evaluate at once.
+    pub(crate) fn set_scope(&mut self, key: Scope, config: ScopeConfig, now: Instant, wake: &mut WakeList) {
+        let config = Arc::new(config.inherit_from(&self.default_config));
+        if let Some(&id) = self.index.get(key.as_str()) {
+            self.scopes[id].state.replace_config(config.clone(), now);
+            self.dirty.push(id);
+        }
+        self.overrides.insert(key, config);
+        self.run_dispatch(now, wake);
+    }
+
+    /// Applies feedback about one response (or error) to scope `key`.
+    pub(crate) fn feedback(&mut self, key: &Scope, feedback: Feedback, now: Instant, wake: &mut WakeList) {
+        let id = self.scope_id(key, now);
+        if self.scopes[id]
+            .state
+            .apply_feedback(feedback, now, self.max_concurrency)
+        {
+            self.dirty.push(id);
+            self.run_dispatch(now, wake);
+        }
+    }
+
+    /// The config scope `key` uses, without creating the scope.
+    pub(crate) fn config_arc(&self, key: &str) -> Arc<ScopeConfig> {
+        match self.index.get(key) {
+            Some(&id) => self.scopes[id].state.config.clone(),
+            None => self.overrides.get(key).unwrap_or(&self.default_config).clone(),
+        }
+    }
+
+    /// Records a robots.txt Crawl-delay for scope `key` (`None`: no delay
+    /// known); see [`ScopeState::set_robots_delay`].
+    pub(crate) fn set_robots_delay(
+        &mut self,
+        key: &Scope,
+        crawl_delay: Option<Duration>,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let id = self.scope_id(key, now);
+        self.scopes[id].state.set_robots_delay(crawl_delay);
+        self.dirty.push(id);
+        self.run_dispatch(now, wake);
+    }
+
+    /// Holds scope `key` until `until`; see [`ScopeState::hold`].
+    pub(crate) fn hold(&mut self, key: &Scope, until: Instant, now: Instant, wake: &mut WakeList) {
+        let id = self.scope_id(key, now);
+        if self.scopes[id].state.hold(until, now) {
+            self.dirty.push(id);
+            self.run_dispatch(now, wake);
+        }
+    }
+
+    /// Paces scope `key`, or stops pacing it; see [`ScopeState::set_pacing`].
+    pub(crate) fn set_pacing(
+        &mut self,
+        key: &Scope,
+        pacing: Option<(Duration, Instant)>,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let id = self.scope_id(key, now);
+        self.scopes[id].state.set_pacing(pacing, now);
+        self.dirty.push(id);
+        self.run_dispatch(now, wake);
+    }
+
+    pub(crate) fn set_announced_limits(&mut self, key: &Scope, limits: AnnouncedLimits, now: Instant) {
+        let id = self.scope_id(key, now);
+        self.scopes[id].state.set_announced_limits(limits);
+    }
+
+    pub(crate) fn config_of(&self, key: &str) -> ScopeConfig {
+        let config = self.overrides.get(key).unwrap_or(&self.default_config);
+        ScopeConfig::clone(config)
+    }
+
+    /// The scope `key`, if the scheduler has seen it.
+    pub(crate) fn scope(&self, key: &str) -> Option<&ScopeEntry> {
+        self.index.get(key).map(|&id| &self.scopes[id])
+    }
+
+    /// Every scope the scheduler knows.
+    pub(crate) fn scopes(&self) -> impl Iterator<Item = &ScopeEntry> {
+        self.scopes.iter().map(|(_, scope)| scope)
+    }
+
+    /// The global cap on requests in flight.
+    pub(crate) fn max_concurrency(&self) -> u32 {
+        self.max_concurrency
+    }
+
+    /// Requests in flight over all scopes.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// Requests waiting to be sent.
+    pub(crate) fn waiting(&self) -> usize {
+        self.tickets
+            .iter()
+            .filter(|(_, ticket)| ticket.status == Status::Queued)
+            .count()
+    }
+}
