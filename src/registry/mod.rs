@@ -35,10 +35,11 @@
 //!   [`ScopeStats`] says which source set each one. A new source (quotas,
 //!   a shared store's reservations) is a new field and one more term in
 //!   that fold; the scheduler does not change;
-//! - **lanes**: each lane carries at most one request in flight and the
-//!   instant and jitter draw of its last send (the next send on it may
-//!   come `delay_per_slot` later). Lanes are created on first use, so an
-//!   idle scope costs little whatever its concurrency;
+//! - **lanes** (what Scrapy calls *slots*, hence the setting's name
+//!   `delay_per_slot`): each lane carries at most one request in flight
+//!   and the instant and jitter draw of its last send (the next send on it
+//!   may come `delay_per_slot` later). Lanes are created on first use, so
+//!   an idle scope costs little whatever its concurrency;
 //! - the scope's **last send** (the next may come `delay` later) and its
 //!   **queue** of waiting requests.
 //!
@@ -63,6 +64,22 @@
 //! Nothing polls: a waiting request sleeps until an event that concerns one
 //! of its scopes (a send, a completion, a config change, a hold, a timer).
 //! Each scope has at most one timer, kept by its first waiter.
+//!
+//! # Layout
+//!
+//! - `scope_state.rs`: one scope at a given instant: its config,
+//!   contributions, lanes and last sends, the effective limits and what
+//!   they allow next, and the per-scope half of every feedback handler;
+//! - `scheduler.rs`: the queues, all-or-nothing dispatch and the one timer
+//!   per scope; pure (every call is given `now`), and unit-tested at fixed
+//!   instants; `ticket.rs`: a request's order and its seat (scope and
+//!   lane) in each of its scopes;
+//! - `config.rs`, `backoff.rs`, `rampup.rs`, `autothrottle.rs`: settings
+//!   and the feedback sources' own state machines; `time.rs`: jitter and
+//!   duration helpers, the leaf they all import;
+//! - `stats.rs`: the snapshots; `feedback.rs`: what feedback layers report;
+//! - this file: the [`Registry`] handle around the locked scheduler, and
+//!   the `Ticket` a throttled request holds.
 
 mod autothrottle;
 mod backoff;
