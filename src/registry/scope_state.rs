@@ -369,6 +369,9 @@ impl ScopeState {
     /// one the scope's limits give now. Starts the lane's and the scope's
     /// delays with fresh jitter draws and counts the request in flight.
     /// Returns the lane.
+    // Inline: this and `observe_latency` were part of the scheduler's send
+    // and finish paths before they moved here, and are on every request.
+    #[inline]
     pub(crate) fn take_lane(
         &mut self,
         now: Instant,
@@ -440,6 +443,7 @@ impl ScopeState {
     }
 
     /// Scrapy's AutoThrottle step, and the latency average shown in stats.
+    #[inline]
     pub(crate) fn observe_latency(&mut self, latency: Duration, status: u16, adjust_autothrottle: bool) {
         // A moving average with weight 1/5 for the newest sample, in whole
         // nanoseconds (no float conversion on the completion path).
