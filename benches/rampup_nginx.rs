@@ -105,10 +105,7 @@ async fn main() {
             ScopeConfig::default()
                 .concurrency(1)
                 .delay(Duration::from_secs(1))
-                .rampup(RampupConfig {
-                    window: WINDOW,
-                    ..RampupConfig::default()
-                }),
+                .rampup(RampupConfig::default().window(WINDOW)),
         )
         .build()
         .unwrap();

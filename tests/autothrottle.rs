@@ -25,10 +25,7 @@ fn autothrottled(target_concurrency: f64) -> ScopeConfig {
         .delay(Duration::ZERO)
         .delay_per_slot(Duration::ZERO)
         .jitter(0.0)
-        .autothrottle(AutoThrottleConfig {
-            target_concurrency,
-            ..AutoThrottleConfig::default()
-        })
+        .autothrottle(AutoThrottleConfig::default().target_concurrency(target_concurrency))
 }
 
 /// Time-weighted count of requests the server is working on.

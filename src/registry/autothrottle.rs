@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use super::config::validate_delay;
+use super::time::validate_delay;
 use crate::error::ConfigError;
 
 /// AutoThrottle settings (Scrapy's `AUTOTHROTTLE_*`). Enable it per scope
@@ -26,23 +26,27 @@ use crate::error::ConfigError;
 /// use tower_throttle::{AutoThrottleConfig, Registry, ScopeConfig};
 ///
 /// let registry = Registry::builder()
-///     .default_scope(ScopeConfig::default().autothrottle(AutoThrottleConfig {
-///         target_concurrency: 2.0,
-///         ..AutoThrottleConfig::default()
-///     }))
+///     .default_scope(
+///         ScopeConfig::default().autothrottle(AutoThrottleConfig::default().target_concurrency(2.0)),
+///     )
 ///     .build()?;
 /// # Ok::<(), tower_throttle::ConfigError>(())
 /// ```
+///
+/// | setting | default |
+/// |---|---|
+/// | `target_concurrency` | 1.0 |
+/// | `start_delay` | 5 s |
+/// | `max_delay` | 60 s |
+///
+/// Values are checked when the registry is built (or when
+/// [`Registry::set_scope`](crate::Registry::set_scope) is called): a bad
+/// value is a [`ConfigError`] naming the field.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AutoThrottleConfig {
-    /// Requests the scope should have in flight on average (default 1.0);
-    /// must be finite and above 0.
-    pub target_concurrency: f64,
-    /// The delay before the first response adjusts it (default 5 s); the
-    /// configured delay wins when larger.
-    pub start_delay: Duration,
-    /// The largest delay AutoThrottle sets (default 60 s).
-    pub max_delay: Duration,
+    target_concurrency: f64,
+    start_delay: Duration,
+    max_delay: Duration,
 }
 
 impl Default for AutoThrottleConfig {
@@ -56,6 +60,41 @@ impl Default for AutoThrottleConfig {
 }
 
 impl AutoThrottleConfig {
+    /// Requests the scope should have in flight on average (default 1.0;
+    /// must be finite and above 0).
+    pub fn target_concurrency(mut self, target: f64) -> Self {
+        self.target_concurrency = target;
+        self
+    }
+
+    /// The delay before the first response adjusts it (default 5 s); the
+    /// configured delay wins when larger.
+    pub fn start_delay(mut self, delay: Duration) -> Self {
+        self.start_delay = delay;
+        self
+    }
+
+    /// The largest delay AutoThrottle sets (default 60 s).
+    pub fn max_delay(mut self, delay: Duration) -> Self {
+        self.max_delay = delay;
+        self
+    }
+
+    /// Requests the scope should have in flight on average.
+    pub fn get_target_concurrency(&self) -> f64 {
+        self.target_concurrency
+    }
+
+    /// The delay before the first response adjusts it.
+    pub fn get_start_delay(&self) -> Duration {
+        self.start_delay
+    }
+
+    /// The largest delay AutoThrottle sets.
+    pub fn get_max_delay(&self) -> Duration {
+        self.max_delay
+    }
+
     pub(crate) fn validate(&self, name: &str) -> Result<(), ConfigError> {
         if !(self.target_concurrency.is_finite() && self.target_concurrency > 0.0) {
             return Err(ConfigError::new(

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::config::{validate_delay, Jitter};
+use super::time::{validate_delay, Jitter};
 use crate::error::ConfigError;
 
 /// Status codes that are backoff feedback by default: 429, 502, 503, 504

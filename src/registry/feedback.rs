@@ -1,4 +1,9 @@
-//! What the feedback layers report about a response or an error.
+//! What the feedback layers report about a response or an error, and what
+//! a server announced about its limits.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// What a response (or an error) says about its scopes. Built by the
 /// backoff layer's classifier, or by your own hook:
@@ -94,5 +99,37 @@ impl Feedback {
     /// The reported actual cost, if any.
     pub fn actual_cost(&self) -> Option<f64> {
         self.actual_cost
+    }
+}
+
+/// What a server last announced about its rate limits for a scope
+/// (`RateLimit`, `RateLimit-Policy`, `X-RateLimit-*` headers).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct AnnouncedLimits {
+    /// Quota units per window (`q` of `RateLimit-Policy`).
+    pub quota: Option<u64>,
+    /// The policy's window (`w`).
+    pub window: Option<Duration>,
+    /// Quota units left (`r`, `X-RateLimit-Remaining`).
+    pub remaining: Option<u64>,
+    /// When the quota resets.
+    pub reset_at: Option<Instant>,
+}
+
+impl AnnouncedLimits {
+    /// Limits with every field given.
+    pub fn new(
+        quota: Option<u64>,
+        window: Option<Duration>,
+        remaining: Option<u64>,
+        reset_at: Option<Instant>,
+    ) -> Self {
+        AnnouncedLimits {
+            quota,
+            window,
+            remaining,
+            reset_at,
+        }
     }
 }

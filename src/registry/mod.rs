@@ -35,10 +35,11 @@
 //!   [`ScopeStats`] says which source set each one. A new source (quotas,
 //!   a shared store's reservations) is a new field and one more term in
 //!   that fold; the scheduler does not change;
-//! - **lanes**: each lane carries at most one request in flight and the
-//!   instant and jitter draw of its last send (the next send on it may
-//!   come `delay_per_slot` later). Lanes are created on first use, so an
-//!   idle scope costs little whatever its concurrency;
+//! - **lanes** (what Scrapy calls *slots*, hence the setting's name
+//!   `delay_per_slot`): each lane carries at most one request in flight
+//!   and the instant and jitter draw of its last send (the next send on it
+//!   may come `delay_per_slot` later). Lanes are created on first use, so
+//!   an idle scope costs little whatever its concurrency;
 //! - the scope's **last send** (the next may come `delay` later) and its
 //!   **queue** of waiting requests.
 //!
@@ -63,22 +64,43 @@
 //! Nothing polls: a waiting request sleeps until an event that concerns one
 //! of its scopes (a send, a completion, a config change, a hold, a timer).
 //! Each scope has at most one timer, kept by its first waiter.
+//!
+//! # Layout
+//!
+//! - `scope_state.rs`: one scope at a given instant: its config,
+//!   contributions, lanes and last sends, the effective limits and what
+//!   they allow next, and the per-scope half of every feedback handler;
+//! - `scheduler.rs`: the queues, all-or-nothing dispatch and the one timer
+//!   per scope; pure (every call is given `now`), and unit-tested at fixed
+//!   instants; `ticket.rs`: a request's order and its seat (scope and
+//!   lane) in each of its scopes;
+//! - `config.rs`, `backoff.rs`, `rampup.rs`, `autothrottle.rs`: settings
+//!   and the feedback sources' own state machines; `time.rs`: jitter and
+//!   duration helpers, the leaf they all import;
+//! - `stats.rs`: the snapshots; `feedback.rs`: what feedback layers report;
+//! - this file: the [`Registry`] handle around the locked scheduler, and
+//!   the `Ticket` a throttled request holds.
 
 mod autothrottle;
 mod backoff;
 mod config;
 mod feedback;
 mod rampup;
-mod state;
+mod scheduler;
+mod scope_state;
 mod stats;
+mod ticket;
+mod time;
 
 pub use autothrottle::AutoThrottleConfig;
 pub use backoff::{BackoffConfig, DEFAULT_BACKOFF_CODES};
-pub(crate) use config::saturating_add;
-pub use config::{Jitter, ScopeConfig, MAX_CONFIG_DELAY};
-pub use feedback::{Feedback, FeedbackKind};
+pub use config::ScopeConfig;
+pub use feedback::{AnnouncedLimits, Feedback, FeedbackKind};
 pub use rampup::RampupConfig;
-pub use stats::{AnnouncedLimits, LimitSource, ScopeStats, Stats};
+pub use scope_state::LimitSource;
+pub use stats::{ScopeStats, Stats};
+pub(crate) use time::saturating_add;
+pub use time::{Jitter, MAX_CONFIG_DELAY};
 
 use std::fmt;
 use std::future::Future;
@@ -93,8 +115,8 @@ use tokio_util::sync::PollSemaphore;
 
 use crate::error::ConfigError;
 use crate::scope::{HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
-pub(crate) use state::Outcome;
-use state::{Scheduler, TicketId, TicketPoll, WakeList};
+pub(crate) use scheduler::Outcome;
+use scheduler::{Scheduler, TicketId, TicketPoll, WakeList};
 
 /// Default global cap on requests in flight.
 pub const DEFAULT_MAX_CONCURRENCY: u32 = 16;
@@ -173,6 +195,23 @@ impl Registry {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Locks the scheduler, runs `act` with the current instant and a list
+    /// to collect wakers in, unlocks, then wakes them. Waking after the lock
+    /// is released keeps a woken task that runs at once on another thread
+    /// from contending for it; this is the one place that does it.
+    fn with_scheduler<T>(&self, act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T) -> T {
+        // Empty until something is woken: no allocation on the common path.
+        let mut wake = WakeList::new();
+        let result = {
+            let mut scheduler = self.scheduler();
+            act(&mut scheduler, Instant::now(), &mut wake)
+        };
+        for waker in wake {
+            waker.wake();
+        }
+        result
+    }
+
     /// Replaces the config of scope `key` (or sets one for a scope not seen
     /// yet). Waiting requests re-evaluate at once.
     ///
@@ -183,9 +222,7 @@ impl Registry {
     pub fn set_scope(&self, key: impl Into<Scope>, config: ScopeConfig) -> Result<(), ConfigError> {
         let key = key.into();
         config.validate(&format!("scope {:?}", key.as_str()))?;
-        let mut wake = WakeList::new();
-        self.scheduler().set_scope(key, config, Instant::now(), &mut wake);
-        wake_all(wake);
+        self.with_scheduler(|scheduler, now, wake| scheduler.set_scope(key, config, now, wake));
         Ok(())
     }
 
@@ -200,10 +237,8 @@ impl Registry {
 
     /// Holds scope `key` until `until`. See [`hold`](Self::hold).
     pub fn hold_until(&self, key: impl Into<Scope>, until: Instant) {
-        let mut wake = WakeList::new();
-        self.scheduler()
-            .hold(&key.into(), until, Instant::now(), &mut wake);
-        wake_all(wake);
+        let key = key.into();
+        self.with_scheduler(|scheduler, now, wake| scheduler.hold(&key, until, now, wake));
     }
 
     /// Reports what a response (or error) of a request with `scopes` says:
@@ -221,10 +256,7 @@ impl Registry {
             let config = self.scheduler().config_arc(scope.as_str());
             let feedback = decide(config.get_backoff());
             if feedback.kind() == FeedbackKind::Backoff || feedback.actual_cost().is_some() {
-                let mut wake = WakeList::new();
-                self.scheduler()
-                    .feedback(scope, feedback, Instant::now(), &mut wake);
-                wake_all(wake);
+                self.with_scheduler(|scheduler, now, wake| scheduler.feedback(scope, feedback, now, wake));
             }
         }
     }
@@ -235,10 +267,8 @@ impl Registry {
     /// keeps precedence (with a warning unless it sets `ignore_robots_txt`).
     /// This is the call the robots.txt layer makes.
     pub fn set_robots_delay(&self, key: impl Into<Scope>, crawl_delay: Option<Duration>) {
-        let mut wake = WakeList::new();
-        self.scheduler()
-            .set_robots_delay(&key.into(), crawl_delay, Instant::now(), &mut wake);
-        wake_all(wake);
+        let key = key.into();
+        self.with_scheduler(|scheduler, now, wake| scheduler.set_robots_delay(&key, crawl_delay, now, wake));
     }
 
     /// Paces scope `key`: at least `delay` between sends until `until`;
@@ -246,16 +276,16 @@ impl Registry {
     /// `max_delay`, the span at 7 days. The
     /// rate-limit header layer uses it to spread an announced quota.
     pub fn set_pacing(&self, key: impl Into<Scope>, pacing: Option<(Duration, Instant)>) {
-        let mut wake = WakeList::new();
-        self.scheduler()
-            .set_pacing(&key.into(), pacing, Instant::now(), &mut wake);
-        wake_all(wake);
+        let key = key.into();
+        self.with_scheduler(|scheduler, now, wake| scheduler.set_pacing(&key, pacing, now, wake));
     }
 
     /// Records what the server announced about scope `key`'s limits, for
     /// [`ScopeStats::announced`].
     pub fn set_announced_limits(&self, key: impl Into<Scope>, limits: AnnouncedLimits) {
-        self.scheduler().set_announced_limits(&key.into(), limits);
+        let key = key.into();
+        self.scheduler()
+            .set_announced_limits(&key, limits, Instant::now());
     }
 
     /// Whether `status` is backoff feedback for scope `key` (its backoff
@@ -303,11 +333,8 @@ impl Registry {
     /// Queues a request, which consumes its queue place, and sends it at
     /// once if nothing is ahead of it and every limit allows.
     pub(crate) fn enqueue(&self, place: QueuePlace, scopes: &Scopes, priority: Priority) -> Ticket {
-        let mut wake = WakeList::new();
-        let (id, sent) = self
-            .scheduler()
-            .enqueue(scopes, priority.0, Instant::now(), &mut wake);
-        wake_all(wake);
+        let (id, sent) =
+            self.with_scheduler(|scheduler, now, wake| scheduler.enqueue(scopes, priority.0, now, wake));
         Ticket {
             registry: self.clone(),
             id,
@@ -316,12 +343,6 @@ impl Registry {
             finished: false,
             sleep: None,
         }
-    }
-}
-
-fn wake_all(wake: WakeList) {
-    for waker in wake {
-        waker.wake();
     }
 }
 
@@ -374,12 +395,10 @@ impl Ticket {
             return Poll::Ready(());
         }
         loop {
-            let mut wake = WakeList::new();
-            let polled =
-                self.registry
-                    .scheduler()
-                    .poll_ticket(self.id, Instant::now(), cx.waker(), &mut wake);
-            wake_all(wake);
+            let id = self.id;
+            let polled = self
+                .registry
+                .with_scheduler(|scheduler, now, wake| scheduler.poll_ticket(id, now, cx.waker(), wake));
             let timer = match polled {
                 TicketPoll::Sent => {
                     self.place = None;
@@ -407,11 +426,9 @@ impl Ticket {
             return;
         }
         self.finished = true;
-        let mut wake = WakeList::new();
+        let id = self.id;
         self.registry
-            .scheduler()
-            .finish(self.id, outcome, Instant::now(), &mut wake);
-        wake_all(wake);
+            .with_scheduler(|scheduler, now, wake| scheduler.finish(id, outcome, now, wake));
         self.place = None;
     }
 }

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::time::validate_delay;
 use crate::error::ConfigError;
 
 /// Rampup settings; enable per scope with
@@ -37,26 +38,28 @@ use crate::error::ConfigError;
 /// use tower_throttle::{RampupConfig, ScopeConfig};
 ///
 /// // Aim at one to three rate-limit responses per minute.
-/// let api = ScopeConfig::default().rampup(RampupConfig {
-///     backoff_target: 1..=3,
-///     ..RampupConfig::default()
-/// });
+/// let api = ScopeConfig::default().rampup(RampupConfig::default().backoff_target(1..=3));
 /// # drop(api);
 /// ```
+///
+/// | setting | default |
+/// |---|---|
+/// | `backoff_target` | `1..=1` backoff feedbacks per window |
+/// | `window` | 60 s |
+/// | `min_delay` | 0 (only the server limits it) |
+/// | `max_delay` | 300 s |
+/// | `factor` | 2.0 |
+///
+/// Values are checked when the registry is built (or when
+/// [`Registry::set_scope`](crate::Registry::set_scope) is called): a bad
+/// value is a [`ConfigError`] naming the field.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RampupConfig {
-    /// Backoff feedbacks per window to aim at (default `1..=1`). Both bounds
-    /// are used: fewer means "go faster", more means "slow down".
-    pub backoff_target: RangeInclusive<u32>,
-    /// The window backoffs are counted over (default 60 s).
-    pub window: Duration,
-    /// The smallest delay rampup sets (default 0: only the server limits it).
-    pub min_delay: Duration,
-    /// The largest delay rampup sets when slowing down (default 300 s).
-    pub max_delay: Duration,
-    /// How much slower to go when backoffs exceed the target at a pace
-    /// believed safe (default 2.0).
-    pub factor: f64,
+    backoff_target: RangeInclusive<u32>,
+    window: Duration,
+    min_delay: Duration,
+    max_delay: Duration,
+    factor: f64,
 }
 
 impl Default for RampupConfig {
@@ -72,6 +75,66 @@ impl Default for RampupConfig {
 }
 
 impl RampupConfig {
+    /// Backoff feedbacks per window to aim at (default `1..=1`; must not be
+    /// empty). Both bounds are used: fewer means "go faster", more means
+    /// "slow down".
+    pub fn backoff_target(mut self, target: RangeInclusive<u32>) -> Self {
+        self.backoff_target = target;
+        self
+    }
+
+    /// The window backoffs are counted over (default 60 s; must be
+    /// positive).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// The smallest delay rampup sets (default 0: only the server limits
+    /// it; must not exceed `max_delay`).
+    pub fn min_delay(mut self, delay: Duration) -> Self {
+        self.min_delay = delay;
+        self
+    }
+
+    /// The largest delay rampup sets when slowing down (default 300 s).
+    pub fn max_delay(mut self, delay: Duration) -> Self {
+        self.max_delay = delay;
+        self
+    }
+
+    /// How much slower to go, at most, when backoffs exceed the target at a
+    /// pace believed safe (default 2.0; must be finite and above 1.0).
+    pub fn factor(mut self, factor: f64) -> Self {
+        self.factor = factor;
+        self
+    }
+
+    /// The backoff feedbacks per window aimed at.
+    pub fn get_backoff_target(&self) -> &RangeInclusive<u32> {
+        &self.backoff_target
+    }
+
+    /// The window backoffs are counted over.
+    pub fn get_window(&self) -> Duration {
+        self.window
+    }
+
+    /// The smallest delay rampup sets.
+    pub fn get_min_delay(&self) -> Duration {
+        self.min_delay
+    }
+
+    /// The largest delay rampup sets.
+    pub fn get_max_delay(&self) -> Duration {
+        self.max_delay
+    }
+
+    /// The largest slow-down factor.
+    pub fn get_factor(&self) -> f64 {
+        self.factor
+    }
+
     pub(crate) fn validate(&self, name: &str) -> Result<(), ConfigError> {
         let field = |f: &str| format!("{name} rampup {f}");
         if self.backoff_target.start() > self.backoff_target.end() {
@@ -84,8 +147,8 @@ impl RampupConfig {
         if self.window.is_zero() {
             return Err(ConfigError::new(field("window"), self.window, "must be positive"));
         }
-        super::config::validate_delay(&field("window"), self.window)?;
-        super::config::validate_delay(&field("max_delay"), self.max_delay)?;
+        validate_delay(&field("window"), self.window)?;
+        validate_delay(&field("max_delay"), self.max_delay)?;
         if self.min_delay > self.max_delay {
             return Err(ConfigError::new(
                 field("min_delay"),

@@ -1,62 +1,14 @@
+//! Snapshots of the registry for users: what each scope's limits are now
+//! and which source set them.
+
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::feedback::AnnouncedLimits;
+use super::scheduler::{Scheduler, ScopeEntry};
+use super::scope_state::LimitSource;
 use crate::scope::Scope;
-
-/// What set an effective limit of a scope, so you can see *why* a scope is
-/// slow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LimitSource {
-    /// The scope's [`ScopeConfig`](crate::ScopeConfig) (or the default one).
-    Config,
-    /// The registry's global `max_concurrency`, which caps every scope.
-    MaxConcurrency,
-    /// Exponential backoff after backoff feedback (429, 503, timeouts, ...).
-    Backoff,
-    /// AutoThrottle's latency-adaptive delay.
-    AutoThrottle,
-    /// robots.txt Crawl-delay.
-    Robots,
-    /// Rampup's search for the fastest accepted pace.
-    Rampup,
-    /// Pacing to a rate-limit policy the server announced
-    /// (`RateLimit-Policy`), spreading the remaining quota until its reset.
-    RateLimitPolicy,
-}
-
-/// What a server last announced about its rate limits for a scope
-/// (`RateLimit`, `RateLimit-Policy`, `X-RateLimit-*` headers).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct AnnouncedLimits {
-    /// Quota units per window (`q` of `RateLimit-Policy`).
-    pub quota: Option<u64>,
-    /// The policy's window (`w`).
-    pub window: Option<Duration>,
-    /// Quota units left (`r`, `X-RateLimit-Remaining`).
-    pub remaining: Option<u64>,
-    /// When the quota resets.
-    pub reset_at: Option<Instant>,
-}
-
-impl AnnouncedLimits {
-    /// Limits with every field given.
-    pub fn new(
-        quota: Option<u64>,
-        window: Option<Duration>,
-        remaining: Option<u64>,
-        reset_at: Option<Instant>,
-    ) -> Self {
-        AnnouncedLimits {
-            quota,
-            window,
-            remaining,
-            reset_at,
-        }
-    }
-}
 
 /// A snapshot of one scope, from [`Registry::scope_stats`](crate::Registry::scope_stats).
 #[derive(Debug, Clone, PartialEq)]
@@ -124,4 +76,63 @@ pub struct Stats {
     pub waiting: usize,
     /// Every known scope, sorted by name.
     pub scopes: Vec<ScopeStats>,
+}
+
+impl Scheduler {
+    pub(crate) fn scope_stats(&self, key: &str, now: Instant) -> Option<ScopeStats> {
+        Some(self.scope(key)?.stats(now, self.max_concurrency()))
+    }
+
+    pub(crate) fn stats(&self, now: Instant) -> Stats {
+        let max_concurrency = self.max_concurrency();
+        let mut scopes: Vec<ScopeStats> = self
+            .scopes()
+            .map(|scope| scope.stats(now, max_concurrency))
+            .collect();
+        scopes.sort_by(|a, b| a.scope.cmp(&b.scope));
+        Stats {
+            in_flight: self.in_flight(),
+            max_concurrency,
+            waiting: self.waiting(),
+            scopes,
+        }
+    }
+}
+
+impl ScopeEntry {
+    fn stats(&self, now: Instant, max_concurrency: u32) -> ScopeStats {
+        let scope = &self.state;
+        let effective = scope.effective(now, max_concurrency);
+        let contributions = &scope.contributions;
+        ScopeStats {
+            scope: scope.key.clone(),
+            in_flight: scope.in_flight,
+            queued: self.queued(),
+            concurrency: effective.concurrency,
+            concurrency_limited_by: effective.concurrency_source,
+            delay: effective.delay,
+            delay_limited_by: effective.delay_source,
+            delay_per_slot: effective.delay_per_slot,
+            held_for: contributions
+                .hold_until
+                .map(|until| until.saturating_duration_since(now))
+                .filter(|left| !left.is_zero()),
+            sent: scope.sent,
+            backoff_level: effective.backoff.map_or(0, |backoff| backoff.level),
+            backoff_delay: effective.backoff.map(|backoff| backoff.delay),
+            backoff_feedbacks: scope.backoff_feedbacks,
+            autothrottle_delay: contributions.autothrottle_delay,
+            robots_delay: contributions.robots.map(|robots| robots.crawl_delay),
+            robots_delay_applies: contributions.robots.is_some_and(|robots| robots.applies()),
+            rampup_delay: contributions.rampup.as_ref().map(|rampup| rampup.delay),
+            rampup_windows: contributions.rampup.as_ref().map_or(0, |rampup| rampup.windows),
+            latency: scope.latency,
+            reported_cost: scope.reported_cost,
+            pacing_delay: contributions
+                .pacing
+                .filter(|(_, until)| now < *until)
+                .map(|(delay, _)| delay),
+            announced: contributions.announced.as_deref().cloned(),
+        }
+    }
 }

@@ -21,14 +21,14 @@
 //! extensions, so layers inside it (backoff, rate-limit headers) report their
 //! feedback to the same scopes.
 
+mod ready_made;
 mod resolver;
-mod resolvers;
 
+pub use ready_made::EndpointResolver;
+#[cfg(feature = "public-suffix")]
+pub use ready_made::{HostAndParentsResolver, RegistrableDomainResolver};
 pub(crate) use resolver::lower_cased;
 pub use resolver::{HostResolver, RequestHead, ScopeResolver};
-pub use resolvers::EndpointResolver;
-#[cfg(feature = "public-suffix")]
-pub use resolvers::{HostAndParentsResolver, RegistrableDomainResolver};
 
 use std::borrow::Borrow;
 use std::fmt;

@@ -1,0 +1,605 @@
+//! One scope at a given instant: its config, what the feedback layers
+//! contribute to its limits, its lanes and last sends, and what all of that
+//! says about its next send.
+//!
+//! Nothing here reads the clock or knows about waiters: the scheduler owns
+//! the queues and passes `now` in. The feedback handlers' per-scope work is
+//! here too; the scheduler's side of them is finding the scope and letting
+//! its waiters re-evaluate.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::backoff::{BackoffNow, BackoffState};
+use super::config::ScopeConfig;
+use super::feedback::{AnnouncedLimits, Feedback, FeedbackKind};
+use super::rampup::RampupState;
+use super::time::{saturating_add, scale, Jitter, MAX_CONFIG_DELAY};
+use crate::scope::Scope;
+
+/// What set an effective limit of a scope, so you can see *why* a scope is
+/// slow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LimitSource {
+    /// The scope's [`ScopeConfig`](crate::ScopeConfig) (or the default one).
+    Config,
+    /// The registry's global `max_concurrency`, which caps every scope.
+    MaxConcurrency,
+    /// Exponential backoff after backoff feedback (429, 503, timeouts, ...).
+    Backoff,
+    /// AutoThrottle's latency-adaptive delay.
+    AutoThrottle,
+    /// robots.txt Crawl-delay.
+    Robots,
+    /// Rampup's search for the fastest accepted pace.
+    Rampup,
+    /// Pacing to a rate-limit policy the server announced
+    /// (`RateLimit-Policy`), spreading the remaining quota until its reset.
+    RateLimitPolicy,
+}
+
+/// The last send of a lane or a scope, with the random draw for the gap
+/// that follows it. The gap itself is computed when it is checked, from the
+/// limits and jitter in force *then*, so a config change, a backoff step or
+/// any new contribution applies to requests already waiting.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LastSend {
+    at: Instant,
+    /// Uniform in `[0, 1)`; mapped onto the jitter range in force.
+    draw: f64,
+}
+
+impl LastSend {
+    fn next_allowed(&self, gap: Duration, jitter: &Jitter) -> Instant {
+        self.next_allowed_at_least(gap, jitter, Duration::ZERO)
+    }
+
+    fn next_allowed_at_least(&self, gap: Duration, jitter: &Jitter, floor: Duration) -> Instant {
+        if gap.is_zero() && floor.is_zero() {
+            return self.at;
+        }
+        saturating_add(self.at, scale(gap, jitter.factor(self.draw)).max(floor))
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lane {
+    busy: bool,
+    last_send: LastSend,
+}
+
+/// What the feedback layers add to a scope's limits. Each source owns one
+/// field; [`ScopeState::effective`] folds them into the limits the scheduler
+/// applies, keeping the most restrictive (smallest concurrency, largest
+/// delay). A new source is one more field and one more term in that fold.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Contributions {
+    /// Nothing is sent before this instant (Retry-After, rate-limit resets).
+    pub(crate) hold_until: Option<Instant>,
+    /// Exponential backoff after the last step (recovery is computed from
+    /// it when read).
+    pub(crate) backoff: Option<BackoffState>,
+    /// AutoThrottle's current delay, when AutoThrottle is on.
+    pub(crate) autothrottle_delay: Option<Duration>,
+    /// robots.txt Crawl-delay, and whether it applies (a scope with an
+    /// explicit config keeps its own limits).
+    pub(crate) robots: Option<RobotsContribution>,
+    /// Pacing derived from a server-announced policy (spread the remaining
+    /// quota until its reset), and the instant it stops applying.
+    pub(crate) pacing: Option<(Duration, Instant)>,
+    /// What the server last announced about its limits (for stats).
+    pub(crate) announced: Option<Box<AnnouncedLimits>>,
+    /// The rampup controller, when rampup is on.
+    pub(crate) rampup: Option<Box<RampupState>>,
+}
+
+/// The robots.txt contribution of a scope.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RobotsContribution {
+    pub(crate) crawl_delay: Duration,
+    /// Whether it sets the scope's concurrency to 1 (not when the scope's
+    /// own config sets a concurrency).
+    pub(crate) limits_concurrency: bool,
+    /// Whether it raises the scope's delay (not when the scope's own config
+    /// sets a delay).
+    pub(crate) limits_delay: bool,
+}
+
+impl RobotsContribution {
+    fn for_config(crawl_delay: Duration, config: &ScopeConfig, explicit: bool) -> Self {
+        RobotsContribution {
+            crawl_delay,
+            limits_concurrency: !(explicit && config.set_by_user.concurrency),
+            limits_delay: !(explicit && config.set_by_user.delay),
+        }
+    }
+
+    pub(crate) fn applies(&self) -> bool {
+        self.limits_concurrency || self.limits_delay
+    }
+}
+
+/// The limits of a scope at one instant, with what set each of them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Effective {
+    pub(crate) concurrency: u32,
+    pub(crate) concurrency_source: LimitSource,
+    pub(crate) delay: Duration,
+    pub(crate) delay_source: LimitSource,
+    pub(crate) delay_per_slot: Duration,
+    pub(crate) jitter: Jitter,
+    /// No gap between two sends is shorter than this, whatever the jitter.
+    pub(crate) delay_floor: Duration,
+    /// The backoff in force, if any.
+    pub(crate) backoff: Option<BackoffNow>,
+}
+
+impl Effective {
+    fn raise_delay(&mut self, delay: Duration, source: LimitSource) {
+        if delay > self.delay {
+            self.delay = delay;
+            self.delay_source = source;
+        }
+    }
+
+    fn lower_concurrency(&mut self, concurrency: u32, source: LimitSource) {
+        if concurrency < self.concurrency {
+            self.concurrency = concurrency;
+            self.concurrency_source = source;
+        }
+    }
+}
+
+/// One scope's runtime state, without its waiters (the scheduler keeps
+/// those).
+#[derive(Debug)]
+pub(crate) struct ScopeState {
+    pub(crate) key: Scope,
+    pub(crate) config: Arc<ScopeConfig>,
+    /// Whether the scope has a config of its own (not the default one).
+    pub(crate) explicit: bool,
+    pub(crate) contributions: Contributions,
+    pub(crate) lanes: Vec<Lane>,
+    pub(crate) last_send: Option<LastSend>,
+    pub(crate) in_flight: u32,
+    pub(crate) sent: u64,
+    pub(crate) backoff_feedbacks: u64,
+    pub(crate) reported_cost: f64,
+    pub(crate) latency: Option<Duration>,
+}
+
+/// What a scope's own limits say about its next send.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum ScopeCheck {
+    /// A send may happen now, on this lane (an index equal to the number of
+    /// lanes means a new lane).
+    Ready { lane: usize },
+    /// Time holds it until then.
+    Until(Instant),
+    /// Every usable lane is in flight: a completion must come first.
+    Full,
+}
+
+impl ScopeState {
+    pub(crate) fn new(key: Scope, config: Arc<ScopeConfig>, explicit: bool, now: Instant) -> Self {
+        let mut contributions = Contributions::default();
+        if let Some(autothrottle) = config.get_autothrottle() {
+            contributions.autothrottle_delay = Some(autothrottle.start(config.delay));
+        }
+        if config.get_rampup().is_some() {
+            contributions.rampup = Some(Box::new(RampupState::new(config.delay, now)));
+        }
+        ScopeState {
+            key,
+            config,
+            explicit,
+            contributions,
+            lanes: Vec::new(),
+            last_send: None,
+            in_flight: 0,
+            sent: 0,
+            backoff_feedbacks: 0,
+            reported_cost: 0.0,
+            latency: None,
+        }
+    }
+
+    /// The limits without backoff: config, global cap, robots.txt and
+    /// AutoThrottle. Backoff steps multiply these.
+    fn effective_before_backoff(&self, max_concurrency: u32) -> Effective {
+        let config = &self.config;
+        let mut effective = match &self.contributions.rampup {
+            Some(rampup) => Effective {
+                concurrency: self.rampup_lanes(rampup.delay),
+                concurrency_source: LimitSource::Rampup,
+                delay: rampup.delay,
+                delay_source: LimitSource::Rampup,
+                delay_per_slot: Duration::ZERO,
+                // Rampup paces precisely: the boundary it finds is only
+                // worth something if sends keep to it.
+                jitter: Jitter::NONE,
+                delay_floor: Duration::ZERO,
+                backoff: None,
+            },
+            None => Effective {
+                concurrency: config.concurrency,
+                concurrency_source: LimitSource::Config,
+                delay: config.delay,
+                delay_source: LimitSource::Config,
+                delay_per_slot: config.delay_per_slot,
+                jitter: config.jitter,
+                delay_floor: Duration::ZERO,
+                backoff: None,
+            },
+        };
+        effective.lower_concurrency(max_concurrency, LimitSource::MaxConcurrency);
+        if let Some(robots) = self.contributions.robots {
+            if robots.limits_concurrency {
+                effective.lower_concurrency(1, LimitSource::Robots);
+            }
+            if robots.limits_delay {
+                effective.raise_delay(robots.crawl_delay, LimitSource::Robots);
+                // The site asked for at least this much: jitter may
+                // lengthen a gap, never shorten it below the Crawl-delay.
+                effective.delay_floor = robots.crawl_delay;
+            }
+        }
+        if let Some(delay) = self.contributions.autothrottle_delay {
+            effective.raise_delay(delay, LimitSource::AutoThrottle);
+        }
+        effective
+    }
+
+    /// Reports the backoff steps back that quiet windows earned since last
+    /// looked at (recovery is computed lazily, so this is when it is seen),
+    /// and drops the backoff state once the scope is back on its limits.
+    fn note_backoff_recovery(&mut self, now: Instant, max_concurrency: u32) {
+        let Some(state) = self.contributions.backoff else {
+            return;
+        };
+        let base = self.effective_before_backoff(max_concurrency);
+        let current = state.at(now, self.config.get_backoff(), base.concurrency);
+        let level = current.map_or(0, |current| current.level);
+        if level < state.reported_level {
+            tracing::debug!(
+                target: "tower_throttle",
+                scope = %self.key,
+                level,
+                delay_ms = current.map_or(base.delay, |current| current.delay).as_millis() as u64,
+                concurrency = current.map_or(base.concurrency, |current| current.concurrency),
+                "backoff step down"
+            );
+        }
+        self.contributions.backoff = current.map(|_| BackoffState {
+            reported_level: level,
+            ..state
+        });
+    }
+
+    /// Lanes a rampup scope needs to keep its pace at the observed latency
+    /// (at least its configured concurrency).
+    fn rampup_lanes(&self, delay: Duration) -> u32 {
+        let latency = self.latency.unwrap_or_default().as_secs_f64();
+        let needed = (latency / delay.as_secs_f64().max(1e-6)).ceil() + 1.0;
+        (needed.min(f64::from(u32::MAX)) as u32).max(self.config.concurrency)
+    }
+
+    pub(crate) fn effective(&self, now: Instant, max_concurrency: u32) -> Effective {
+        let mut effective = self.effective_before_backoff(max_concurrency);
+        if let Some((delay, until)) = self.contributions.pacing {
+            if now < until {
+                effective.raise_delay(delay, LimitSource::RateLimitPolicy);
+            }
+        }
+        let backoff_config = self.config.get_backoff();
+        let backoff = self
+            .contributions
+            .backoff
+            .and_then(|state| state.at(now, backoff_config, effective.concurrency));
+        if let Some(backoff) = backoff {
+            effective.raise_delay(backoff.delay, LimitSource::Backoff);
+            effective.lower_concurrency(backoff.concurrency, LimitSource::Backoff);
+            effective.jitter = backoff_config.jitter;
+            effective.backoff = Some(backoff);
+        }
+        effective
+    }
+
+    pub(crate) fn check(&self, now: Instant, effective: &Effective) -> ScopeCheck {
+        if self.in_flight >= effective.concurrency {
+            return ScopeCheck::Full;
+        }
+        let Some((lane, lane_free)) = self.soonest_free_lane(now, effective) else {
+            return ScopeCheck::Full;
+        };
+        let next_send = self.last_send.map(|last| {
+            last.next_allowed_at_least(effective.delay, &effective.jitter, effective.delay_floor)
+        });
+        let ready_at = [lane_free, next_send, self.contributions.hold_until]
+            .into_iter()
+            .flatten()
+            .max();
+        match ready_at {
+            Some(at) if at > now => {
+                // A backoff step back or the end of a pacing may shorten the
+                // delay before then: look again at that instant.
+                let step_back = effective.backoff.map(|backoff| backoff.next_step_back);
+                let pacing_end = self.contributions.pacing.map(|(_, until)| until);
+                let relief = [step_back, pacing_end]
+                    .into_iter()
+                    .flatten()
+                    .filter(|&relief| relief > now)
+                    .min();
+                ScopeCheck::Until(relief.map_or(at, |relief| relief.min(at)))
+            }
+            _ => ScopeCheck::Ready { lane },
+        }
+    }
+
+    /// The free lane whose per-slot delay ends soonest. Lanes are created
+    /// lazily, so a scope that never had more than one request in flight
+    /// keeps one lane whatever its concurrency.
+    fn soonest_free_lane(&self, now: Instant, effective: &Effective) -> Option<(usize, Option<Instant>)> {
+        let best = self
+            .lanes
+            .iter()
+            .enumerate()
+            .filter(|(_, lane)| !lane.busy)
+            .map(|(index, lane)| {
+                (
+                    index,
+                    Some(
+                        lane.last_send
+                            .next_allowed(effective.delay_per_slot, &effective.jitter),
+                    ),
+                )
+            })
+            .min_by_key(|(_, free)| *free);
+        let ready_now = best.is_some_and(|(_, free)| free.is_none_or(|free| free <= now));
+        if !ready_now && self.lanes.len() < effective.concurrency as usize {
+            return Some((self.lanes.len(), None));
+        }
+        best
+    }
+    /// Takes a lane for a send at `now`: the one `chosen` by the caller
+    /// under this same lock (when no backoff may have changed since), or the
+    /// one the scope's limits give now. Starts the lane's and the scope's
+    /// delays with fresh jitter draws and counts the request in flight.
+    /// Returns the lane.
+    // Inline: this and `observe_latency` were part of the scheduler's send
+    // and finish paths before they moved here, and are on every request.
+    #[inline]
+    pub(crate) fn take_lane(
+        &mut self,
+        now: Instant,
+        chosen: Option<(usize, Effective)>,
+        max_concurrency: u32,
+        rng: &mut fastrand::Rng,
+        enqueued_at: Instant,
+    ) -> usize {
+        if let (Some(rampup), Some(config)) = (&mut self.contributions.rampup, self.config.get_rampup()) {
+            rampup.roll(now, config);
+        }
+        let (check, effective) = match chosen {
+            Some((lane, effective)) if self.contributions.backoff.is_none() => {
+                (ScopeCheck::Ready { lane }, effective)
+            }
+            _ => {
+                self.note_backoff_recovery(now, max_concurrency);
+                let effective = self.effective(now, max_concurrency);
+                (self.check(now, &effective), effective)
+            }
+        };
+        let lane = match check {
+            ScopeCheck::Ready { lane } => lane,
+            // Callers only send after every scope allowed it under the
+            // same lock; should that ever break, a fresh lane keeps the
+            // books consistent where a panic would poison the registry.
+            _ => {
+                debug_assert!(false, "send called on a scope that does not allow it");
+                self.lanes.len()
+            }
+        };
+        let lane_send = LastSend {
+            at: now,
+            draw: rng.f64(),
+        };
+        let scope_send = LastSend {
+            at: now,
+            draw: rng.f64(),
+        };
+        let taken = Lane {
+            busy: true,
+            last_send: lane_send,
+        };
+        match self.lanes.get_mut(lane) {
+            Some(existing) => *existing = taken,
+            None => self.lanes.push(taken),
+        }
+        self.last_send = Some(scope_send);
+        self.in_flight += 1;
+        self.sent += 1;
+        tracing::debug!(
+            target: "tower_throttle",
+            scope = %self.key,
+            lane,
+            waited_ms = now.duration_since(enqueued_at).as_millis() as u64,
+            next_send_in_ms = scale(effective.delay, effective.jitter.factor(scope_send.draw)).as_millis() as u64,
+            "request sent"
+        );
+        lane
+    }
+
+    /// Frees `lane` (taken by [`take_lane`](Self::take_lane)) when its
+    /// request is over.
+    pub(crate) fn release_lane(&mut self, lane: usize) {
+        if let Some(lane) = self.lanes.get_mut(lane) {
+            lane.busy = false;
+        }
+        self.in_flight -= 1;
+    }
+
+    /// Scrapy's AutoThrottle step, and the latency average shown in stats.
+    #[inline]
+    pub(crate) fn observe_latency(&mut self, latency: Duration, status: u16, adjust_autothrottle: bool) {
+        // A moving average with weight 1/5 for the newest sample, in whole
+        // nanoseconds (no float conversion on the completion path).
+        self.latency = Some(match self.latency {
+            Some(average) => {
+                let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 8);
+                let average = nanos(average).min(u64::MAX / 8);
+                let latest = nanos(latency).min(u64::MAX / 8);
+                Duration::from_nanos((average * 4 + latest) / 5)
+            }
+            None => latency,
+        });
+        let (Some(autothrottle), Some(old), true) = (
+            self.config.get_autothrottle(),
+            self.contributions.autothrottle_delay,
+            adjust_autothrottle,
+        ) else {
+            return;
+        };
+        let new = autothrottle.next_delay(old, latency, status, self.config.delay);
+        self.contributions.autothrottle_delay = Some(new);
+        tracing::debug!(
+            target: "tower_throttle",
+            scope = %self.key,
+            in_flight = self.in_flight,
+            latency_ms = latency.as_millis() as u64,
+            status,
+            old_delay_ms = old.as_millis() as u64,
+            new_delay_ms = new.as_millis() as u64,
+            "autothrottle adjusted the delay"
+        );
+    }
+
+    /// Replaces the scope's config (an explicit one, from
+    /// `Registry::set_scope`), keeping what the feedback layers learnt.
+    pub(crate) fn replace_config(&mut self, config: Arc<ScopeConfig>, now: Instant) {
+        let autothrottle = config.get_autothrottle().copied();
+        let contributions = &mut self.contributions;
+        contributions.autothrottle_delay = match (autothrottle, contributions.autothrottle_delay) {
+            (None, _) => None,
+            (Some(_), Some(kept)) => Some(kept.max(config.delay)),
+            (Some(autothrottle), None) => Some(autothrottle.start(config.delay)),
+        };
+        if let Some(robots) = &mut contributions.robots {
+            *robots = RobotsContribution::for_config(robots.crawl_delay, &config, true);
+        }
+        match (config.get_rampup(), &contributions.rampup) {
+            (None, _) => contributions.rampup = None,
+            (Some(_), None) => contributions.rampup = Some(Box::new(RampupState::new(config.delay, now))),
+            (Some(_), Some(_)) => {}
+        }
+        self.config = config;
+        self.explicit = true;
+    }
+
+    /// Applies feedback about one response (or error). Returns whether the
+    /// scope's limits changed (backoff feedback: a backoff or rampup step).
+    pub(crate) fn apply_feedback(&mut self, feedback: Feedback, now: Instant, max_concurrency: u32) -> bool {
+        if let Some(cost) = feedback.actual_cost() {
+            self.reported_cost += cost;
+        }
+        if feedback.kind() != FeedbackKind::Backoff {
+            return false;
+        }
+        self.backoff_feedbacks += 1;
+        if let (Some(rampup), Some(config)) = (&mut self.contributions.rampup, self.config.get_rampup()) {
+            let before = rampup.delay;
+            rampup.on_backoff(now, config);
+            tracing::debug!(
+                target: "tower_throttle",
+                scope = %self.key,
+                old_delay_ms = before.as_secs_f64() * 1000.0,
+                new_delay_ms = rampup.delay.as_secs_f64() * 1000.0,
+                "rampup: backoff feedback"
+            );
+        } else {
+            self.note_backoff_recovery(now, max_concurrency);
+            let base = self.effective_before_backoff(max_concurrency);
+            let config = self.config.get_backoff();
+            let current = self
+                .contributions
+                .backoff
+                .and_then(|state| state.at(now, config, base.concurrency));
+            let stepped = BackoffState::step(current, now, config, base.delay, base.concurrency);
+            tracing::debug!(
+                target: "tower_throttle",
+                scope = %self.key,
+                level = stepped.level,
+                delay_ms = stepped.delay.as_millis() as u64,
+                concurrency = stepped.concurrency,
+                "backoff step up"
+            );
+            self.contributions.backoff = Some(stepped);
+        }
+        true
+    }
+
+    /// Records a robots.txt Crawl-delay (`None`: no delay known). It applies
+    /// unless the scope has an explicit config, which keeps precedence with
+    /// a warning (silenced by `ignore_robots_txt`).
+    pub(crate) fn set_robots_delay(&mut self, crawl_delay: Option<Duration>) {
+        let previous = self.contributions.robots;
+        self.contributions.robots = crawl_delay
+            .map(|crawl_delay| RobotsContribution::for_config(crawl_delay, &self.config, self.explicit));
+        let overridden = self
+            .contributions
+            .robots
+            .is_some_and(|robots| !robots.limits_concurrency || !robots.limits_delay);
+        let known_before = previous.is_some_and(|robots| Some(robots.crawl_delay) == crawl_delay);
+        if overridden && !self.config.ignore_robots_txt && !known_before {
+            tracing::warn!(
+                target: "tower_throttle",
+                scope = %self.key,
+                crawl_delay_ms = crawl_delay.unwrap_or_default().as_millis() as u64,
+                concurrency = self.config.concurrency,
+                delay_ms = self.config.delay.as_millis() as u64,
+                "robots.txt asks for a Crawl-delay that the scope's explicit config overrides \
+                 (set ignore_robots_txt on the scope to silence this)"
+            );
+        }
+    }
+
+    /// Holds the scope: nothing of it is sent before `until`, capped at the
+    /// scope's backoff `max_delay` from now. A later hold extends an earlier
+    /// one; an earlier one does not shorten it. Returns whether the hold
+    /// changed.
+    pub(crate) fn hold(&mut self, until: Instant, now: Instant) -> bool {
+        let cap = saturating_add(now, self.config.get_backoff().max_delay);
+        let until = until.min(cap);
+        if self.contributions.hold_until.is_some_and(|known| known >= until) {
+            return false;
+        }
+        self.contributions.hold_until = Some(until);
+        tracing::debug!(
+            target: "tower_throttle",
+            scope = %self.key,
+            hold_ms = until.saturating_duration_since(now).as_millis() as u64,
+            "scope held"
+        );
+        true
+    }
+
+    /// Paces the scope at `delay` between sends until `until` (the delay
+    /// capped at the scope's backoff `max_delay`, the span at
+    /// [`MAX_CONFIG_DELAY`]), or stops pacing it (`None`).
+    pub(crate) fn set_pacing(&mut self, pacing: Option<(Duration, Instant)>, now: Instant) {
+        let cap = self.config.get_backoff().max_delay;
+        let longest = saturating_add(now, MAX_CONFIG_DELAY);
+        self.contributions.pacing = pacing.map(|(delay, until)| (delay.min(cap), until.min(longest)));
+    }
+
+    /// Records what the server announced about the scope's limits.
+    pub(crate) fn set_announced_limits(&mut self, limits: AnnouncedLimits) {
+        match &mut self.contributions.announced {
+            Some(known) => **known = limits,
+            empty => *empty = Some(Box::new(limits)),
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! A request's place in the scheduler, from queued to finished: its order
+//! among waiters and its seat (scope and lane) in each of its scopes.
+
+use std::cmp::Reverse;
+use std::task::Waker;
+
+use tokio::time::Instant;
+
+/// Index of a scope in the scheduler.
+pub(crate) type ScopeId = usize;
+/// Index of a ticket in the scheduler.
+pub(crate) type TicketId = usize;
+
+/// Position of a waiter: higher priority first, then arrival order. The
+/// order is global (one sequence for all scopes), so two waiters are in the
+/// same relative order in every scope they share, which is what makes
+/// all-or-nothing admission deadlock-free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct OrderKey {
+    pub(crate) priority: Reverse<i32>,
+    pub(crate) seq: u64,
+}
+
+/// A ticket's place in one of its scopes: the scope, and the lane it took
+/// there once sent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seat {
+    pub(crate) scope: ScopeId,
+    pub(crate) lane: usize,
+}
+
+/// The seats of a ticket, inline for the common one-scope request.
+#[derive(Debug)]
+pub(crate) enum Seats {
+    One([Seat; 1]),
+    Many(Vec<Seat>),
+}
+
+impl Seats {
+    pub(crate) fn from_iter(mut seats: impl ExactSizeIterator<Item = Seat>) -> Self {
+        match (seats.len(), seats.next()) {
+            (1, Some(seat)) => Seats::One([seat]),
+            (_, first) => Seats::Many(first.into_iter().chain(seats).collect()),
+        }
+    }
+
+    pub(crate) fn iter(&self) -> std::slice::Iter<'_, Seat> {
+        match self {
+            Seats::One(one) => one.iter(),
+            Seats::Many(many) => many.iter(),
+        }
+    }
+
+    pub(crate) fn iter_mut(&mut self) -> std::slice::IterMut<'_, Seat> {
+        match self {
+            Seats::One(one) => one.iter_mut(),
+            Seats::Many(many) => many.iter_mut(),
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Seats {
+    type Item = &'a Seat;
+    type IntoIter = std::slice::Iter<'a, Seat>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub(crate) enum Status {
+    Queued,
+    InFlight,
+}
+
+#[derive(Debug)]
+pub(crate) struct TicketState {
+    pub(crate) order: OrderKey,
+    pub(crate) seats: Seats,
+    pub(crate) status: Status,
+    pub(crate) waker: Option<Waker>,
+    /// Times a later waiter was sent before this one in a scope while
+    /// another scope held this one back.
+    pub(crate) bypassed: u32,
+    /// The scope that held this waiter back at its last evaluation.
+    pub(crate) held_by: Option<ScopeId>,
+    pub(crate) in_global_queue: bool,
+    pub(crate) enqueued_at: Instant,
+    pub(crate) sent_at: Option<Instant>,
+}
+
+/// How a sent request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The inner service answered with this status.
+    Response { status: u16, adjust_autothrottle: bool },
+    /// The inner service failed, or the future was dropped.
+    NoResponse,
+}
+
+/// The result of polling a ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TicketPoll {
+    /// The request may be sent now (it is counted in flight).
+    Sent,
+    /// Still waiting; keep a timer until this instant, if any.
+    Waiting { timer: Option<Instant> },
+}
+
+/// Wakers to call once the lock is released.
+pub(crate) type WakeList = Vec<Waker>;
