@@ -9,6 +9,13 @@
 //! completion, so `variant - bare` is the overhead of the layer. The figure
 //! to report is the ratio of overheads, not absolute times.
 //!
+//! The `scaling` group drives the same requests from 1 and from 2 OS
+//! threads (each with its own current-thread runtime, all sharing one
+//! registry), with 1 and with 10 000 scopes: the time per request at 2
+//! threads against 1 thread shows how much the registry's lock costs under
+//! contention (0.5 would be perfect scaling, 1.0 no scaling at all). The
+//! bare service and `ConcurrencyLimit` (one shared semaphore) are the peers.
+//!
 //! ```text
 //! cargo bench --bench overhead
 //! ```
@@ -136,6 +143,70 @@ fn overhead(c: &mut Criterion) {
     group.finish();
 }
 
+const SCALING_SCOPES: usize = 10_000;
+
+/// Runs `iters` requests split over `threads` OS threads, each driving its
+/// own clone of `service` on a current-thread runtime; returns the wall
+/// time for all of them.
+fn drive_threads<S>(service: &S, uris: &[http::Uri], iters: u64, threads: u64) -> Duration
+where
+    S: Service<http::Request<()>, Response = http::Response<()>> + Clone + Send,
+    S::Error: std::fmt::Debug,
+{
+    let start = std::sync::Barrier::new(threads as usize + 1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|thread| {
+                let mut service = service.clone();
+                let start = &start;
+                // Each thread visits the scopes from its own offset, so two
+                // threads work on different scopes at any moment.
+                let offset = (thread as usize * uris.len()) / threads as usize;
+                scope.spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    let mine: Vec<http::Uri> =
+                        uris[offset..].iter().chain(&uris[..offset]).cloned().collect();
+                    start.wait();
+                    runtime.block_on(drive(&mut service, &mine, iters / threads))
+                })
+            })
+            .collect();
+        start.wait();
+        let began = Instant::now();
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        began.elapsed()
+    })
+}
+
+fn scaling(c: &mut Criterion) {
+    let one = uris(1);
+    let many = uris(SCALING_SCOPES);
+    let mut group = c.benchmark_group("scaling");
+    for threads in [1, 2] {
+        group.bench_function(format!("bare/{threads}_threads"), |b| {
+            let service = bare();
+            b.iter_custom(|iters| drive_threads(&service, &one, iters, threads));
+        });
+        group.bench_function(format!("concurrency_limit/{threads}_threads"), |b| {
+            let service = tower::limit::ConcurrencyLimit::new(bare(), 1_000);
+            b.iter_custom(|iters| drive_threads(&service, &one, iters, threads));
+        });
+        for (scopes, uris) in [(1, &one), (SCALING_SCOPES, &many)] {
+            group.bench_function(format!("throttle/{scopes}_scopes/{threads}_threads"), |b| {
+                let service = ThrottleLayer::new(unthrottled_registry()).layer_service(bare());
+                drive_threads(&service, uris, uris.len() as u64, 1);
+                b.iter_custom(|iters| drive_threads(&service, uris, iters, threads));
+            });
+        }
+    }
+    group.finish();
+}
+
 trait LayerService {
     fn layer_service<S>(&self, inner: S) -> tower_throttle::Throttle<S>;
 }
@@ -149,6 +220,6 @@ impl LayerService for ThrottleLayer {
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
-    targets = overhead
+    targets = overhead, scaling
 }
 criterion_main!(benches);

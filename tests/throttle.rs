@@ -94,7 +94,10 @@ async fn a_lane_stays_busy_until_the_response_arrives() {
         .map(|i| get(&format!("https://example.com/{i}")))
         .collect();
     finish_all(launch(&mut service, requests).await).await;
-    assert_eq!(recorder.millis(), vec![0, 2500, 5000]);
+    // The first answer (at 2.5 s) ends the scope's cold start, so the
+    // second send also waits the 100 ms delay after it; the third waits
+    // only for the lane, its delay having long passed.
+    assert_eq!(recorder.millis(), vec![0, 2600, 5100]);
 }
 
 /// An inner service that answers after a random latency and tracks, per
@@ -835,4 +838,83 @@ async fn a_fixed_scope_service_waiting_for_admission_holds_no_inner_permit() {
     slow_task.await.unwrap();
     assert_eq!(recorder.millis_of("/fast"), vec![0, 0]);
     assert_eq!(recorder.millis_of("/slow"), vec![0, 10_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_admitted_at_t_and_first_polled_40_ms_later_pushes_the_next_send_to_its_departure() {
+    let registry = registry_with(exact(3, ms(100), Duration::ZERO));
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry).layer(recorder.service(Duration::ZERO));
+    finish_all(launch(&mut service, vec![get("https://example.com/a")]).await).await;
+    // /b waits for the delay (until 100 ms) in a future nobody polls for a
+    // while, as in a busy crawler.
+    service.ready().await.unwrap();
+    let mut late = std::pin::pin!(service.call(get("https://example.com/b")));
+    assert!(late.as_mut().now_or_never().is_none());
+    tokio::time::sleep(ms(100)).await;
+    // /c arrives at 100 ms: its enqueue admits /b, which departs only when
+    // its own future runs, 40 ms later.
+    let next = launch(&mut service, vec![get("https://example.com/c")]).await;
+    tokio::time::sleep(ms(40)).await;
+    late.await.unwrap();
+    finish_all(next).await;
+    // The site sees /b at 140 ms, so /c may not come before 240 ms.
+    assert_eq!(recorder.millis(), vec![0, 140, 240]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cold_scope_waits_the_delay_after_its_first_response_not_its_first_send() {
+    // Two lanes and a 100 ms delay; the first answer takes 30 ms (a new
+    // connection's setup). The second request goes 100 ms after that answer,
+    // later ones 100 ms after the previous send as usual.
+    let registry = registry_with(exact(2, ms(100), Duration::ZERO));
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry).layer(recorder.service(ms(30)));
+    let requests = (0..4).map(|i| get(&format!("https://example.com/{i}"))).collect();
+    finish_all(launch(&mut service, requests).await).await;
+    assert_eq!(recorder.millis(), vec![0, 130, 230, 330]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cold_scope_whose_first_request_fails_waits_the_delay_after_the_failure() {
+    let registry = registry_with(exact(2, ms(100), Duration::ZERO));
+    let recorder = Recorder::new();
+    let calls = recorder.clone();
+    let failing_first = tower::service_fn(move |request: http::Request<()>| {
+        calls.record(&request);
+        let fail = request.uri().path() == "/0";
+        async move {
+            tokio::time::sleep(ms(50)).await;
+            if fail {
+                Err("connection refused")
+            } else {
+                Ok(http::Response::new(()))
+            }
+        }
+    });
+    let mut service = ThrottleLayer::new(registry).layer(failing_first);
+    let mut handles = Vec::new();
+    for i in 0..3 {
+        service.ready().await.unwrap();
+        handles.push(tokio::spawn(
+            service.call(get(&format!("https://example.com/{i}"))),
+        ));
+    }
+    let results: Vec<bool> = join_all(handles)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().is_ok())
+        .collect();
+    assert_eq!(results, vec![false, true, true]);
+    assert_eq!(recorder.millis(), vec![0, 150, 250]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_cold_start_rule_leaves_scopes_without_a_delay_alone() {
+    let registry = registry_with(exact(2, Duration::ZERO, Duration::ZERO));
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry).layer(recorder.service(ms(30)));
+    let requests = (0..4).map(|i| get(&format!("https://example.com/{i}"))).collect();
+    finish_all(launch(&mut service, requests).await).await;
+    assert_eq!(recorder.millis(), vec![0, 0, 30, 30]);
 }

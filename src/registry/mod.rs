@@ -332,15 +332,28 @@ impl Registry {
 
     /// Queues a request, which consumes its queue place, and sends it at
     /// once if nothing is ahead of it and every limit allows.
-    pub(crate) fn enqueue(&self, place: QueuePlace, scopes: &Scopes, priority: Priority) -> Ticket {
-        let (id, sent) =
-            self.with_scheduler(|scheduler, now, wake| scheduler.enqueue(scopes, priority.0, now, wake));
+    /// `departs_on_admission`: the caller hands the request to the inner
+    /// service in the same poll that sees it admitted (a response future);
+    /// otherwise (a fixed-scope `poll_ready`, whose `call` comes later) it
+    /// reports the departure with [`Ticket::depart`].
+    pub(crate) fn enqueue(
+        &self,
+        place: QueuePlace,
+        scopes: &Scopes,
+        priority: Priority,
+        departs_on_admission: bool,
+    ) -> Ticket {
+        let (id, sent) = self.with_scheduler(|scheduler, now, wake| {
+            scheduler.enqueue(scopes, priority.0, now, wake, departs_on_admission)
+        });
         Ticket {
             registry: self.clone(),
             id,
             // A request sent at once gives its place back now.
             place: (!sent).then_some(place.permit),
             finished: false,
+            departs_on_admission,
+            departed: sent && departs_on_admission,
             sleep: None,
         }
     }
@@ -368,6 +381,12 @@ pub(crate) struct Ticket {
     /// The queue place, held until the request is sent.
     place: Option<OwnedSemaphorePermit>,
     finished: bool,
+    /// Whether an admission seen by [`poll_send`](Ticket::poll_send) counts
+    /// as the departure (the caller sends in the same poll).
+    departs_on_admission: bool,
+    /// Whether the scheduler knows the request has left (its scopes' next
+    /// gaps run from then).
+    departed: bool,
     /// Only the first waiter of a scope keeps a timer, so most tickets never
     /// allocate one.
     sleep: Option<Pin<Box<Sleep>>>,
@@ -395,13 +414,14 @@ impl Ticket {
             return Poll::Ready(());
         }
         loop {
-            let id = self.id;
-            let polled = self
-                .registry
-                .with_scheduler(|scheduler, now, wake| scheduler.poll_ticket(id, now, cx.waker(), wake));
+            let (id, departs) = (self.id, self.departs_on_admission);
+            let polled = self.registry.with_scheduler(|scheduler, now, wake| {
+                scheduler.poll_ticket(id, now, cx.waker(), wake, departs)
+            });
             let timer = match polled {
-                TicketPoll::Sent => {
+                TicketPoll::Sent { departed } => {
                     self.place = None;
+                    self.departed = departed;
                     return Poll::Ready(());
                 }
                 TicketPoll::Waiting { timer: None } => return Poll::Pending,
@@ -417,6 +437,33 @@ impl Ticket {
                 return Poll::Pending;
             }
         }
+    }
+
+    /// Reports that the request, admitted earlier, is being handed to the
+    /// inner service now: its scopes' next gaps run from this instant. Free
+    /// (no lock) when the scheduler already stamped the admission as the
+    /// departure.
+    pub(crate) fn depart(&mut self) {
+        if self.departed {
+            return;
+        }
+        self.departed = true;
+        let id = self.id;
+        self.registry
+            .with_scheduler(|scheduler, now, wake| scheduler.depart(id, now, wake));
+    }
+
+    /// Reports that the request, stamped as departing when it was admitted,
+    /// must wait for the inner service first: its scopes hold their next
+    /// gaps until [`depart`](Self::depart).
+    pub(crate) fn postpone_departure(&mut self) {
+        if !self.departed {
+            return;
+        }
+        self.departed = false;
+        let id = self.id;
+        self.registry
+            .with_scheduler(|scheduler, _now, _wake| scheduler.postpone_departure(id));
     }
 
     /// Marks the request answered (or failed, or abandoned): frees what it

@@ -79,6 +79,10 @@ pub(crate) struct Scheduler {
     rng: fastrand::Rng,
     dirty: Vec<ScopeId>,
     passed: Vec<TicketId>,
+    /// The ticket whose own future is calling into the scheduler and will
+    /// hand its request to the inner service at once if it is admitted now.
+    /// Any other ticket admitted meanwhile leaves later, when its task runs.
+    departing: Option<TicketId>,
 }
 
 impl Scheduler {
@@ -107,6 +111,7 @@ impl Scheduler {
             rng,
             dirty: Vec::new(),
             passed: Vec::new(),
+            departing: None,
         }
     }
 
@@ -128,13 +133,15 @@ impl Scheduler {
     }
 
     /// Queues a request for `scopes`; sends it at once when nothing is
-    /// ahead of it and every limit allows.
+    /// ahead of it and every limit allows. `departs_if_sent`: the caller
+    /// hands the request to the inner service at once if it is sent now.
     pub(crate) fn enqueue(
         &mut self,
         scopes: &Scopes,
         priority: i32,
         now: Instant,
         wake: &mut WakeList,
+        departs_if_sent: bool,
     ) -> (TicketId, bool) {
         let ids: Vec<ScopeId>;
         let seats = if scopes.len() == 1 {
@@ -168,8 +175,11 @@ impl Scheduler {
             in_global_queue: false,
             enqueued_at: now,
             sent_at: None,
+            departed: false,
         });
+        self.departing = departs_if_sent.then_some(id);
         if self.try_send_directly(id, now, wake) {
+            self.departing = None;
             return (id, true);
         }
         let ticket = &self.tickets[id];
@@ -178,6 +188,7 @@ impl Scheduler {
             self.dirty.push(seat.scope);
         }
         self.run_dispatch(now, wake);
+        self.departing = None;
         let sent = self.tickets[id].status == Status::InFlight;
         if !sent {
             tracing::debug!(
@@ -218,22 +229,31 @@ impl Scheduler {
     }
 
     /// Polls a waiting ticket: runs the timers it keeps, and says whether it
-    /// was sent or how long to sleep.
+    /// was sent or how long to sleep. `departs_if_sent` as for
+    /// [`enqueue`](Self::enqueue).
     pub(crate) fn poll_ticket(
         &mut self,
         id: TicketId,
         now: Instant,
         waker: &Waker,
         wake: &mut WakeList,
+        departs_if_sent: bool,
     ) -> TicketPoll {
-        if self.tickets[id].status == Status::InFlight {
-            return TicketPoll::Sent;
+        let ticket = &self.tickets[id];
+        if ticket.status == Status::InFlight {
+            return TicketPoll::Sent {
+                departed: ticket.departed,
+            };
         }
+        self.departing = departs_if_sent.then_some(id);
         self.fire_due_timers(id, now);
         self.run_dispatch(now, wake);
+        self.departing = None;
         let ticket = &mut self.tickets[id];
         if ticket.status == Status::InFlight {
-            return TicketPoll::Sent;
+            return TicketPoll::Sent {
+                departed: ticket.departed,
+            };
         }
         match &ticket.waker {
             Some(known) if known.will_wake(waker) => {}
@@ -297,10 +317,43 @@ impl Scheduler {
         }
     }
 
+    /// Stamps the departure of ticket `id`, admitted earlier, at `now`:
+    /// its scopes' next gaps run from now if that is later than its
+    /// admission, and the scopes it held back look at their waiters again.
+    pub(crate) fn depart(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) {
+        let ticket = &mut self.tickets[id];
+        if ticket.departed || ticket.status != Status::InFlight {
+            return;
+        }
+        ticket.departed = true;
+        ticket.sent_at = Some(now);
+        for seat in &ticket.seats {
+            let scope = &mut self.scopes[seat.scope];
+            scope.state.depart(seat.lane, now);
+            if !scope.queue.is_empty() {
+                self.dirty.push(seat.scope);
+            }
+        }
+        self.run_dispatch(now, wake);
+    }
+
+    /// Ticket `id`, stamped as departing when it was admitted, leaves later
+    /// after all: its scopes wait for [`depart`](Self::depart).
+    pub(crate) fn postpone_departure(&mut self, id: TicketId) {
+        let ticket = &mut self.tickets[id];
+        if !ticket.departed {
+            return;
+        }
+        ticket.departed = false;
+        for seat in &ticket.seats {
+            self.scopes[seat.scope].state.postpone_departure();
+        }
+    }
+
     fn release_lanes(&mut self, ticket: &TicketState, now: Instant, wake: &mut WakeList) {
         for seat in &ticket.seats {
             let scope = &mut self.scopes[seat.scope];
-            scope.state.release_lane(seat.lane);
+            scope.state.release_lane(seat.lane, ticket.departed, now);
             if !scope.queue.is_empty() {
                 self.dirty.push(seat.scope);
             }
@@ -466,6 +519,7 @@ impl Scheduler {
         wake: &mut WakeList,
         chosen: Option<(usize, Effective)>,
     ) {
+        let departs_now = self.departing == Some(id);
         let ticket = &mut self.tickets[id];
         for seat in ticket.seats.iter_mut() {
             let scope = &mut self.scopes[seat.scope];
@@ -475,6 +529,7 @@ impl Scheduler {
                 self.max_concurrency,
                 &mut self.rng,
                 ticket.enqueued_at,
+                departs_now,
             );
             if scope.queue.remove(&ticket.order).is_some() {
                 self.dirty.push(seat.scope);
@@ -486,6 +541,7 @@ impl Scheduler {
         }
         ticket.status = Status::InFlight;
         ticket.sent_at = Some(now);
+        ticket.departed = departs_now;
         if let Some(waker) = ticket.waker.take() {
             wake.push(waker);
         }
@@ -650,6 +706,11 @@ mod tests {
         )
     }
 
+    /// A ticket sent in the poll that asked, so already on its way.
+    const SENT: TicketPoll = TicketPoll::Sent { departed: true };
+    /// A ticket another event admitted: it reports its own departure.
+    const ADMITTED_EARLIER: TicketPoll = TicketPoll::Sent { departed: false };
+
     /// A test driver: the scheduler plus the wakers each call collected.
     struct Driver {
         scheduler: Scheduler,
@@ -668,13 +729,13 @@ mod tests {
         fn enqueue(&mut self, scopes: impl Into<Scopes>, priority: i32, now: Instant) -> (TicketId, bool) {
             self.woken.clear();
             self.scheduler
-                .enqueue(&scopes.into(), priority, now, &mut self.woken)
+                .enqueue(&scopes.into(), priority, now, &mut self.woken, true)
         }
 
         fn poll(&mut self, id: TicketId, now: Instant) -> TicketPoll {
             self.woken.clear();
             self.scheduler
-                .poll_ticket(id, now, Waker::noop(), &mut self.woken)
+                .poll_ticket(id, now, Waker::noop(), &mut self.woken, true)
         }
 
         fn finish(&mut self, id: TicketId, outcome: Outcome, now: Instant) {
@@ -729,14 +790,14 @@ mod tests {
         assert_eq!(d.poll(c, t0), waiting(None));
 
         // At 0.3 lane 1 is still in its per-slot delay: B takes a new lane.
-        assert_eq!(d.poll(b, t0 + ms(300)), TicketPoll::Sent);
+        assert_eq!(d.poll(b, t0 + ms(300)), SENT);
         assert_eq!(d.lane(b), 1);
         d.finish(b, ANSWERED, t0 + ms(300));
 
         // Lane 1 frees at 1.0, lane 2 at 1.3, the scope delay ends at 0.6.
         assert_eq!(d.poll(c, t0 + ms(300)), waiting(Some(t0 + ms(1000))));
         assert_eq!(d.poll(c, t0 + ms(999)), waiting(Some(t0 + ms(1000))));
-        assert_eq!(d.poll(c, t0 + ms(1000)), TicketPoll::Sent);
+        assert_eq!(d.poll(c, t0 + ms(1000)), SENT);
         assert_eq!(d.lane(c), 0);
     }
 
@@ -754,7 +815,7 @@ mod tests {
         d.finish(a, ANSWERED, t0 + ms(50));
         assert_eq!(d.woken.len(), 1, "the waiter is woken once");
         assert_eq!(d.in_flight("site"), 1, "B took the freed lane");
-        assert_eq!(d.poll(b, t0 + ms(50)), TicketPoll::Sent);
+        assert_eq!(d.poll(b, t0 + ms(50)), ADMITTED_EARLIER);
         assert_eq!(d.lane(b), 0);
         // The latency of A (send to answer) feeds the average.
         assert_eq!(d.scheduler.scope("site").unwrap().state.latency, Some(ms(50)));
@@ -787,7 +848,7 @@ mod tests {
         assert_eq!((d.in_flight("a"), d.in_flight("b")), (1, 0));
 
         d.finish(z, ANSWERED, t0 + ms(3));
-        assert_eq!(d.poll(y, t0 + ms(3)), TicketPoll::Sent);
+        assert_eq!(d.poll(y, t0 + ms(3)), ADMITTED_EARLIER);
         assert_eq!((d.in_flight("a"), d.in_flight("b")), (1, 1));
         assert_eq!(d.scheduler.in_flight(), 1);
     }
@@ -807,11 +868,11 @@ mod tests {
         assert_eq!(d.poll(c, t0), waiting(None));
 
         d.finish(a, ANSWERED, t0 + ms(10));
-        assert_eq!(d.poll(b, t0 + ms(10)), TicketPoll::Sent, "B is older than C");
+        assert_eq!(d.poll(b, t0 + ms(10)), ADMITTED_EARLIER, "B is older than C");
         assert_eq!(d.poll(c, t0 + ms(10)), waiting(None));
 
         d.finish(b, ANSWERED, t0 + ms(20));
-        assert_eq!(d.poll(c, t0 + ms(20)), TicketPoll::Sent);
+        assert_eq!(d.poll(c, t0 + ms(20)), ADMITTED_EARLIER);
         assert_eq!(d.scheduler.in_flight(), 1);
     }
 
@@ -828,7 +889,7 @@ mod tests {
         let end = t0 + Duration::from_secs(300);
         assert_eq!(d.poll(a, t0), waiting(Some(end)));
         assert_eq!(d.poll(a, end - ms(1)), waiting(Some(end)));
-        assert_eq!(d.poll(a, end), TicketPoll::Sent);
+        assert_eq!(d.poll(a, end), SENT);
     }
 
     #[test]
@@ -840,7 +901,7 @@ mod tests {
         let (high, _) = d.enqueue("site", 5, t0 + ms(1));
         d.finish(a, ANSWERED, t0 + ms(2));
         assert_eq!(d.poll(low, t0 + ms(2)), waiting(None));
-        assert_eq!(d.poll(high, t0 + ms(2)), TicketPoll::Sent);
+        assert_eq!(d.poll(high, t0 + ms(2)), ADMITTED_EARLIER);
     }
 
     /// A waiter that leaves (its future dropped) hands the scope's timer to
@@ -863,7 +924,33 @@ mod tests {
             d.poll(c, t0 + ms(100)),
             waiting(Some(t0 + Duration::from_secs(1)))
         );
-        assert_eq!(d.poll(c, t0 + Duration::from_secs(1)), TicketPoll::Sent);
+        assert_eq!(d.poll(c, t0 + Duration::from_secs(1)), SENT);
         assert_eq!(d.scheduler.scope("site").unwrap().queued(), 0);
+    }
+
+    /// A ticket admitted by another event leaves when its own task runs:
+    /// the scope's next gap runs from that departure, and nothing else of
+    /// the scope is admitted before it.
+    #[test]
+    fn the_next_gap_runs_from_a_late_departure() {
+        let config = free(3).delay(ms(100));
+        let mut d = Driver::new(scheduler(config, 16));
+        let t0 = tokio::time::Instant::now();
+        let (a, _) = d.enqueue("site", 0, t0);
+        d.finish(a, ANSWERED, t0);
+        let (b, sent) = d.enqueue("site", 0, t0);
+        assert!(!sent);
+        assert_eq!(d.poll(b, t0), waiting(Some(t0 + ms(100))));
+        // C's arrival at 100 ms admits B, whose task has not run yet.
+        let (c, sent) = d.enqueue("site", 0, t0 + ms(100));
+        assert!(!sent);
+        assert_eq!(d.scheduler.tickets[b].status, Status::InFlight);
+        // Until B leaves, C has no gap to count from: no timer.
+        assert_eq!(d.poll(c, t0 + ms(120)), waiting(None));
+        let mut wake = WakeList::new();
+        d.scheduler.depart(b, t0 + ms(140), &mut wake);
+        assert_eq!(d.scheduler.tickets[b].sent_at, Some(t0 + ms(140)));
+        assert_eq!(d.poll(c, t0 + ms(140)), waiting(Some(t0 + ms(240))));
+        assert_eq!(d.poll(c, t0 + ms(240)), SENT);
     }
 }

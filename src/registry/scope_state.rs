@@ -53,6 +53,12 @@ pub(crate) struct LastSend {
 }
 
 impl LastSend {
+    /// Moves the send to `at` when it happened later than stamped (the
+    /// request left after its admission); the jitter draw stays.
+    fn departed_at(&mut self, at: Instant) {
+        self.at = self.at.max(at);
+    }
+
     fn next_allowed(&self, gap: Duration, jitter: &Jitter) -> Instant {
         self.next_allowed_at_least(gap, jitter, Duration::ZERO)
     }
@@ -165,6 +171,12 @@ pub(crate) struct ScopeState {
     pub(crate) lanes: Vec<Lane>,
     pub(crate) last_send: Option<LastSend>,
     pub(crate) in_flight: u32,
+    /// Requests admitted whose own future has not yet handed them to the
+    /// inner service: the scope's next gap cannot start before they leave.
+    pub(crate) undeparted: u32,
+    /// Whether a request of the scope has ended (answered or failed). Until
+    /// then the scope is cold: its first connection is still being set up.
+    pub(crate) warm: bool,
     pub(crate) sent: u64,
     pub(crate) backoff_feedbacks: u64,
     pub(crate) reported_cost: f64,
@@ -179,7 +191,9 @@ pub(crate) enum ScopeCheck {
     Ready { lane: usize },
     /// Time holds it until then.
     Until(Instant),
-    /// Every usable lane is in flight: a completion must come first.
+    /// An event must come first: a completion (every usable lane is in
+    /// flight, or a cold scope waits for its first answer) or the departure
+    /// of an admitted request.
     Full,
 }
 
@@ -200,6 +214,8 @@ impl ScopeState {
             lanes: Vec::new(),
             last_send: None,
             in_flight: 0,
+            undeparted: 0,
+            warm: false,
             sent: 0,
             backoff_feedbacks: 0,
             reported_cost: 0.0,
@@ -309,7 +325,7 @@ impl ScopeState {
     }
 
     pub(crate) fn check(&self, now: Instant, effective: &Effective) -> ScopeCheck {
-        if self.in_flight >= effective.concurrency {
+        if self.in_flight >= effective.concurrency || self.waits_for_an_earlier_request(effective) {
             return ScopeCheck::Full;
         }
         let Some((lane, lane_free)) = self.soonest_free_lane(now, effective) else {
@@ -337,6 +353,19 @@ impl ScopeState {
             }
             _ => ScopeCheck::Ready { lane },
         }
+    }
+
+    /// Whether the scope's next gap cannot be measured yet, because it runs
+    /// from an instant still to come: the departure of a request admitted
+    /// but not yet handed to the inner service, or, while the scope is cold,
+    /// the first answer (the first request pays for the connection's setup
+    /// after its send, so the server would see the second one early).
+    /// Scopes without a delay have no gap to protect.
+    fn waits_for_an_earlier_request(&self, effective: &Effective) -> bool {
+        if effective.delay.is_zero() && effective.delay_floor.is_zero() {
+            return false;
+        }
+        self.undeparted > 0 || (!self.warm && self.in_flight > 0)
     }
 
     /// The free lane whose per-slot delay ends soonest. Lanes are created
@@ -379,6 +408,7 @@ impl ScopeState {
         max_concurrency: u32,
         rng: &mut fastrand::Rng,
         enqueued_at: Instant,
+        departs_now: bool,
     ) -> usize {
         if let (Some(rampup), Some(config)) = (&mut self.contributions.rampup, self.config.get_rampup()) {
             rampup.roll(now, config);
@@ -421,6 +451,9 @@ impl ScopeState {
         }
         self.last_send = Some(scope_send);
         self.in_flight += 1;
+        if !departs_now {
+            self.undeparted += 1;
+        }
         self.sent += 1;
         tracing::debug!(
             target: "tower_throttle",
@@ -433,13 +466,43 @@ impl ScopeState {
         lane
     }
 
+    /// Stamps the departure at `now` of a request admitted earlier on
+    /// `lane`: the lane's and the scope's next gaps run from the later of
+    /// admission and departure.
+    pub(crate) fn depart(&mut self, lane: usize, now: Instant) {
+        if let Some(lane) = self.lanes.get_mut(lane) {
+            lane.last_send.departed_at(now);
+        }
+        if let Some(last_send) = &mut self.last_send {
+            last_send.departed_at(now);
+        }
+        self.undeparted -= 1;
+    }
+
+    /// A request stamped as departed at admission will leave later after
+    /// all (the inner service was not ready): hold the scope's next gap
+    /// until it does.
+    pub(crate) fn postpone_departure(&mut self) {
+        self.undeparted += 1;
+    }
+
     /// Frees `lane` (taken by [`take_lane`](Self::take_lane)) when its
-    /// request is over.
-    pub(crate) fn release_lane(&mut self, lane: usize) {
+    /// request is over, `departed` or not. The first request to end warms
+    /// the scope: the next gap runs from now.
+    pub(crate) fn release_lane(&mut self, lane: usize, departed: bool, now: Instant) {
         if let Some(lane) = self.lanes.get_mut(lane) {
             lane.busy = false;
         }
         self.in_flight -= 1;
+        if !departed {
+            self.undeparted -= 1;
+        }
+        if !self.warm {
+            self.warm = true;
+            if let Some(last_send) = &mut self.last_send {
+                last_send.departed_at(now);
+            }
+        }
     }
 
     /// Scrapy's AutoThrottle step, and the latency average shown in stats.

@@ -87,7 +87,12 @@ pub(crate) struct TicketState {
     pub(crate) held_by: Option<ScopeId>,
     pub(crate) in_global_queue: bool,
     pub(crate) enqueued_at: Instant,
+    /// When the request left: stamped at admission, moved to its departure
+    /// when its own future hands it to the inner service later.
     pub(crate) sent_at: Option<Instant>,
+    /// Whether the request has been handed to the inner service (or is
+    /// being handed to it in the very poll that admitted it).
+    pub(crate) departed: bool,
 }
 
 /// How a sent request ended.
@@ -102,8 +107,10 @@ pub(crate) enum Outcome {
 /// The result of polling a ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TicketPoll {
-    /// The request may be sent now (it is counted in flight).
-    Sent,
+    /// The request may be sent now (it is counted in flight). `departed`:
+    /// whether the scheduler stamped it as leaving now (it was admitted in
+    /// this very poll); if not, the caller reports its departure.
+    Sent { departed: bool },
     /// Still waiting; keep a timer until this instant, if any.
     Waiting { timer: Option<Instant> },
 }

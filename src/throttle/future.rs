@@ -106,8 +106,15 @@ where
                             this.state.set(State::Done);
                             return Poll::Ready(Err(error));
                         }
-                        Poll::Pending => return Poll::Pending,
+                        Poll::Pending => {
+                            // Not leaving yet: the scopes' next gaps must
+                            // run from when it does.
+                            this.ticket.postpone_departure();
+                            return Poll::Pending;
+                        }
                     }
+                    // The send instant is now, when the request leaves.
+                    this.ticket.depart();
                     let (mut service, request) = *waiting.take().expect("checked above");
                     let future = service.call(request);
                     this.state.set(State::Calling { future });

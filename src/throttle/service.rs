@@ -116,7 +116,9 @@ impl<S> Throttle<S> {
                 Poll::Ready(place) => place,
                 Poll::Pending => return Poll::Pending,
             };
-            self.reserved = Reserved::Ticket(self.registry.enqueue(place, &scopes, Priority(0)));
+            // `call` may come later than the admission: it reports the
+            // departure itself.
+            self.reserved = Reserved::Ticket(self.registry.enqueue(place, &scopes, Priority(0), false));
         }
         match &mut self.reserved {
             Reserved::Ticket(ticket) => ticket.poll_send(cx),
@@ -165,9 +167,12 @@ where
                     .get::<Priority>()
                     .copied()
                     .unwrap_or_default();
-                self.registry.enqueue(place, &scopes, priority)
+                self.registry.enqueue(place, &scopes, priority, true)
             }
-            Reserved::Ticket(ticket) => ticket,
+            Reserved::Ticket(mut ticket) => {
+                ticket.depart();
+                ticket
+            }
             Reserved::Nothing => panic!("poll_ready must be called first"),
         };
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
