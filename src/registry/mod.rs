@@ -354,7 +354,7 @@ impl Registry {
             finished: false,
             departs_on_admission,
             departed: sent && departs_on_admission,
-            sleep: None,
+            timer: None,
         }
     }
 }
@@ -389,7 +389,7 @@ pub(crate) struct Ticket {
     departed: bool,
     /// Only the first waiter of a scope keeps a timer, so most tickets never
     /// allocate one.
-    sleep: Option<Pin<Box<Sleep>>>,
+    timer: Option<Box<WakeTimer>>,
 }
 
 impl fmt::Debug for Ticket {
@@ -427,13 +427,9 @@ impl Ticket {
                 TicketPoll::Waiting { timer: None } => return Poll::Pending,
                 TicketPoll::Waiting { timer: Some(at) } => at,
             };
-            let sleep = self
-                .sleep
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(timer)));
-            if sleep.deadline() != timer {
-                sleep.as_mut().reset(timer);
-            }
-            if sleep.as_mut().poll(cx).is_pending() {
+            let wake_timer = self.timer.get_or_insert_with(|| WakeTimer::new(timer));
+            wake_timer.aim_at(timer);
+            if wake_timer.poll(cx).is_pending() {
                 return Poll::Pending;
             }
         }
@@ -478,6 +474,63 @@ impl Ticket {
             .with_scheduler(|scheduler, now, wake| scheduler.finish(id, outcome, now, wake));
         self.place = None;
     }
+}
+
+/// The timer of the first waiter of a scope, which wakes it when the
+/// scope's time limits let it go.
+///
+/// Tokio's timer counts whole milliseconds and rounds a deadline *up*, and
+/// the wake-up itself comes a little later still, so a plain `sleep_until`
+/// makes every timed gap about a millisecond longer than asked (a 50 ms
+/// delay gave 51.3 ms gaps on average). So the timer first aims at the
+/// start of the millisecond that holds the deadline; the scheduler then
+/// checks the exact instant, and if it has not come yet the timer aims at
+/// the deadline itself. Nothing is ever sent early: the timer only wakes,
+/// the scheduler decides. At most two wake-ups per deadline, never a loop.
+struct WakeTimer {
+    sleep: Pin<Box<Sleep>>,
+    /// The instant the scheduler asked to be woken at.
+    deadline: Instant,
+    /// Whether the early wake-up for `deadline` has happened.
+    woke_early: bool,
+}
+
+/// Less than one timer tick: aiming this much earlier lands in the tick
+/// that holds the deadline, once tokio rounds it up.
+const EARLY_WAKE: Duration = Duration::from_micros(999);
+
+impl WakeTimer {
+    fn new(deadline: Instant) -> Box<Self> {
+        Box::new(WakeTimer {
+            sleep: Box::pin(tokio::time::sleep_until(early(deadline))),
+            deadline,
+            woke_early: false,
+        })
+    }
+
+    fn aim_at(&mut self, deadline: Instant) {
+        if self.deadline != deadline {
+            self.deadline = deadline;
+            self.woke_early = false;
+            self.sleep.as_mut().reset(early(deadline));
+        }
+    }
+
+    /// Ready at the early wake-up, then at the deadline.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.sleep.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        if !self.woke_early {
+            self.woke_early = true;
+            self.sleep.as_mut().reset(self.deadline);
+        }
+        Poll::Ready(())
+    }
+}
+
+fn early(deadline: Instant) -> Instant {
+    deadline.checked_sub(EARLY_WAKE).unwrap_or(deadline)
 }
 
 impl Drop for Ticket {
