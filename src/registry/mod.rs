@@ -61,26 +61,55 @@
 //! may be passed by later waiters of this scope, but only a bounded number
 //! of times, after which it keeps its place and cannot be starved.
 //!
+//! # Send instants: departure, not admission
+//!
+//! A request's send instant is when its own future hands it to the inner
+//! service. Admission and departure are the same instant when a request is
+//! admitted in its own poll (the common case, and the fast path: no extra
+//! lock). A waiter admitted by another task's event (a completion, a
+//! timer) departs only when its own task runs, which on a busy runtime can
+//! be milliseconds later; until it does, a scope with a delay admits
+//! nothing else, and its departure moves the scope's and the lane's last
+//! send to that instant. So a late departure can never be followed by an
+//! on-time one closer than the delay.
+//!
+//! # Cold start
+//!
+//! A scope's first request pays for setting up the connection (TCP, TLS)
+//! *after* it leaves, so the server sees it late, and a second request
+//! riding the then-pooled connection would arrive closer than the delay.
+//! Until a scope's first request ends (response head or error), a scope
+//! with a delay sends nothing else, and its next gap runs from that end:
+//! with delay `d`, the second send comes `d` after the first answer. From
+//! then on gaps run from sends as usual. Scopes without a delay are not
+//! affected. (A mid-crawl connection opened by a second lane is not
+//! covered: the scheduler cannot see the client's pool.)
+//!
 //! Nothing polls: a waiting request sleeps until an event that concerns one
-//! of its scopes (a send, a completion, a config change, a hold, a timer).
-//! Each scope has at most one timer, kept by its first waiter.
+//! of its scopes (a send, a departure, a completion, a config change, a
+//! hold, a timer). Each scope has at most one timer, kept by its first
+//! waiter.
 //!
 //! # Layout
 //!
 //! - `scope_state.rs`: one scope at a given instant: its config,
 //!   contributions, lanes and last sends, the effective limits and what
-//!   they allow next, and the per-scope half of every feedback handler;
-//! - `scheduler.rs`: the queues, all-or-nothing dispatch and the one timer
-//!   per scope; pure (every call is given `now`), and unit-tested at fixed
-//!   instants; `ticket.rs`: a request's order and its seat (scope and
-//!   lane) in each of its scopes;
+//!   they allow next; `scope_state/updates.rs`: the per-scope half of every
+//!   feedback handler and config change;
+//! - `scheduler.rs`: the queues, all-or-nothing dispatch, departures and
+//!   the one timer per scope; pure (every call is given `now`), unit-tested
+//!   at fixed instants in `scheduler/tests.rs`; `scheduler/updates.rs`:
+//!   routing feedback and config changes to a scope; `ticket.rs`: a
+//!   request's order and its seat (scope and lane) in each of its scopes;
+//! - `admission.rs`: what a throttled request holds (queue place, `Ticket`)
+//!   and the timer that wakes the first waiter of a scope;
 //! - `config.rs`, `backoff.rs`, `rampup.rs`, `autothrottle.rs`: settings
 //!   and the feedback sources' own state machines; `time.rs`: jitter and
 //!   duration helpers, the leaf they all import;
 //! - `stats.rs`: the snapshots; `feedback.rs`: what feedback layers report;
-//! - this file: the [`Registry`] handle around the locked scheduler, and
-//!   the `Ticket` a throttled request holds.
+//! - this file: the [`Registry`] handle around the locked scheduler.
 
+mod admission;
 mod autothrottle;
 mod backoff;
 mod config;
@@ -103,20 +132,18 @@ pub(crate) use time::saturating_add;
 pub use time::{Jitter, MAX_CONFIG_DELAY};
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::{Instant, Sleep};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::PollSemaphore;
 
 use crate::error::ConfigError;
 use crate::scope::{HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
+pub(crate) use admission::{QueuePlace, Ticket};
 pub(crate) use scheduler::Outcome;
-use scheduler::{Scheduler, TicketId, TicketPoll, WakeList};
+use scheduler::{Scheduler, WakeList};
 
 /// Default global cap on requests in flight.
 pub const DEFAULT_MAX_CONCURRENCY: u32 = 16;
@@ -346,196 +373,7 @@ impl Registry {
         let (id, sent) = self.with_scheduler(|scheduler, now, wake| {
             scheduler.enqueue(scopes, priority.0, now, wake, departs_on_admission)
         });
-        Ticket {
-            registry: self.clone(),
-            id,
-            // A request sent at once gives its place back now.
-            place: (!sent).then_some(place.permit),
-            finished: false,
-            departs_on_admission,
-            departed: sent && departs_on_admission,
-            timer: None,
-        }
-    }
-}
-
-/// One of the `max_queued` places, reserved by `poll_ready`. Dropping it
-/// gives the place back.
-#[derive(Debug)]
-pub(crate) struct QueuePlace {
-    permit: OwnedSemaphorePermit,
-}
-
-impl QueuePlace {
-    pub(crate) fn new(permit: OwnedSemaphorePermit) -> Self {
-        QueuePlace { permit }
-    }
-}
-
-/// A request's place in the scheduler, from queued to finished. Dropping it
-/// at any point releases whatever it holds (queue place, lanes, global
-/// permit) and lets the next waiter go.
-pub(crate) struct Ticket {
-    registry: Registry,
-    id: TicketId,
-    /// The queue place, held until the request is sent.
-    place: Option<OwnedSemaphorePermit>,
-    finished: bool,
-    /// Whether an admission seen by [`poll_send`](Ticket::poll_send) counts
-    /// as the departure (the caller sends in the same poll).
-    departs_on_admission: bool,
-    /// Whether the scheduler knows the request has left (its scopes' next
-    /// gaps run from then).
-    departed: bool,
-    /// Only the first waiter of a scope keeps a timer, so most tickets never
-    /// allocate one.
-    timer: Option<Box<WakeTimer>>,
-}
-
-impl fmt::Debug for Ticket {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ticket")
-            .field("id", &self.id)
-            .field("queued", &self.place.is_some())
-            .field("finished", &self.finished)
-            .finish()
-    }
-}
-
-impl Ticket {
-    /// Whether the request was sent (it may be handed to the inner service).
-    pub(crate) fn is_sent(&self) -> bool {
-        self.place.is_none()
-    }
-
-    /// Resolves when the request may be sent.
-    pub(crate) fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.is_sent() {
-            return Poll::Ready(());
-        }
-        loop {
-            let (id, departs) = (self.id, self.departs_on_admission);
-            let polled = self.registry.with_scheduler(|scheduler, now, wake| {
-                scheduler.poll_ticket(id, now, cx.waker(), wake, departs)
-            });
-            let timer = match polled {
-                TicketPoll::Sent { departed } => {
-                    self.place = None;
-                    self.departed = departed;
-                    return Poll::Ready(());
-                }
-                TicketPoll::Waiting { timer: None } => return Poll::Pending,
-                TicketPoll::Waiting { timer: Some(at) } => at,
-            };
-            let wake_timer = self.timer.get_or_insert_with(|| WakeTimer::new(timer));
-            wake_timer.aim_at(timer);
-            if wake_timer.poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-        }
-    }
-
-    /// Reports that the request, admitted earlier, is being handed to the
-    /// inner service now: its scopes' next gaps run from this instant. Free
-    /// (no lock) when the scheduler already stamped the admission as the
-    /// departure.
-    pub(crate) fn depart(&mut self) {
-        if self.departed {
-            return;
-        }
-        self.departed = true;
-        let id = self.id;
-        self.registry
-            .with_scheduler(|scheduler, now, wake| scheduler.depart(id, now, wake));
-    }
-
-    /// Reports that the request, stamped as departing when it was admitted,
-    /// must wait for the inner service first: its scopes hold their next
-    /// gaps until [`depart`](Self::depart).
-    pub(crate) fn postpone_departure(&mut self) {
-        if !self.departed {
-            return;
-        }
-        self.departed = false;
-        let id = self.id;
-        self.registry
-            .with_scheduler(|scheduler, _now, _wake| scheduler.postpone_departure(id));
-    }
-
-    /// Marks the request answered (or failed, or abandoned): frees what it
-    /// holds and feeds latency to the registry.
-    pub(crate) fn finish(&mut self, outcome: Outcome) {
-        if self.finished {
-            return;
-        }
-        self.finished = true;
-        let id = self.id;
-        self.registry
-            .with_scheduler(|scheduler, now, wake| scheduler.finish(id, outcome, now, wake));
-        self.place = None;
-    }
-}
-
-/// The timer of the first waiter of a scope, which wakes it when the
-/// scope's time limits let it go.
-///
-/// Tokio's timer counts whole milliseconds and rounds a deadline *up*, and
-/// the wake-up itself comes a little later still, so a plain `sleep_until`
-/// makes every timed gap about a millisecond longer than asked (a 50 ms
-/// delay gave 51.3 ms gaps on average). So the timer first aims at the
-/// start of the millisecond that holds the deadline; the scheduler then
-/// checks the exact instant, and if it has not come yet the timer aims at
-/// the deadline itself. Nothing is ever sent early: the timer only wakes,
-/// the scheduler decides. At most two wake-ups per deadline, never a loop.
-struct WakeTimer {
-    sleep: Pin<Box<Sleep>>,
-    /// The instant the scheduler asked to be woken at.
-    deadline: Instant,
-    /// Whether the early wake-up for `deadline` has happened.
-    woke_early: bool,
-}
-
-/// Less than one timer tick: aiming this much earlier lands in the tick
-/// that holds the deadline, once tokio rounds it up.
-const EARLY_WAKE: Duration = Duration::from_micros(999);
-
-impl WakeTimer {
-    fn new(deadline: Instant) -> Box<Self> {
-        Box::new(WakeTimer {
-            sleep: Box::pin(tokio::time::sleep_until(early(deadline))),
-            deadline,
-            woke_early: false,
-        })
-    }
-
-    fn aim_at(&mut self, deadline: Instant) {
-        if self.deadline != deadline {
-            self.deadline = deadline;
-            self.woke_early = false;
-            self.sleep.as_mut().reset(early(deadline));
-        }
-    }
-
-    /// Ready at the early wake-up, then at the deadline.
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.sleep.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
-        }
-        if !self.woke_early {
-            self.woke_early = true;
-            self.sleep.as_mut().reset(self.deadline);
-        }
-        Poll::Ready(())
-    }
-}
-
-fn early(deadline: Instant) -> Instant {
-    deadline.checked_sub(EARLY_WAKE).unwrap_or(deadline)
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.finish(Outcome::NoResponse);
+        Ticket::new(self.clone(), id, place, sent, departs_on_admission)
     }
 }
 

@@ -14,9 +14,9 @@ use tokio::time::Instant;
 
 use super::backoff::{BackoffNow, BackoffState};
 use super::config::ScopeConfig;
-use super::feedback::{AnnouncedLimits, Feedback, FeedbackKind};
+use super::feedback::AnnouncedLimits;
 use super::rampup::RampupState;
-use super::time::{saturating_add, scale, Jitter, MAX_CONFIG_DELAY};
+use super::time::{saturating_add, scale, Jitter};
 use crate::scope::Scope;
 
 /// What set an effective limit of a scope, so you can see *why* a scope is
@@ -539,130 +539,6 @@ impl ScopeState {
             "autothrottle adjusted the delay"
         );
     }
-
-    /// Replaces the scope's config (an explicit one, from
-    /// `Registry::set_scope`), keeping what the feedback layers learnt.
-    pub(crate) fn replace_config(&mut self, config: Arc<ScopeConfig>, now: Instant) {
-        let autothrottle = config.get_autothrottle().copied();
-        let contributions = &mut self.contributions;
-        contributions.autothrottle_delay = match (autothrottle, contributions.autothrottle_delay) {
-            (None, _) => None,
-            (Some(_), Some(kept)) => Some(kept.max(config.delay)),
-            (Some(autothrottle), None) => Some(autothrottle.start(config.delay)),
-        };
-        if let Some(robots) = &mut contributions.robots {
-            *robots = RobotsContribution::for_config(robots.crawl_delay, &config, true);
-        }
-        match (config.get_rampup(), &contributions.rampup) {
-            (None, _) => contributions.rampup = None,
-            (Some(_), None) => contributions.rampup = Some(Box::new(RampupState::new(config.delay, now))),
-            (Some(_), Some(_)) => {}
-        }
-        self.config = config;
-        self.explicit = true;
-    }
-
-    /// Applies feedback about one response (or error). Returns whether the
-    /// scope's limits changed (backoff feedback: a backoff or rampup step).
-    pub(crate) fn apply_feedback(&mut self, feedback: Feedback, now: Instant, max_concurrency: u32) -> bool {
-        if let Some(cost) = feedback.actual_cost() {
-            self.reported_cost += cost;
-        }
-        if feedback.kind() != FeedbackKind::Backoff {
-            return false;
-        }
-        self.backoff_feedbacks += 1;
-        if let (Some(rampup), Some(config)) = (&mut self.contributions.rampup, self.config.get_rampup()) {
-            let before = rampup.delay;
-            rampup.on_backoff(now, config);
-            tracing::debug!(
-                target: "tower_throttle",
-                scope = %self.key,
-                old_delay_ms = before.as_secs_f64() * 1000.0,
-                new_delay_ms = rampup.delay.as_secs_f64() * 1000.0,
-                "rampup: backoff feedback"
-            );
-        } else {
-            self.note_backoff_recovery(now, max_concurrency);
-            let base = self.effective_before_backoff(max_concurrency);
-            let config = self.config.get_backoff();
-            let current = self
-                .contributions
-                .backoff
-                .and_then(|state| state.at(now, config, base.concurrency));
-            let stepped = BackoffState::step(current, now, config, base.delay, base.concurrency);
-            tracing::debug!(
-                target: "tower_throttle",
-                scope = %self.key,
-                level = stepped.level,
-                delay_ms = stepped.delay.as_millis() as u64,
-                concurrency = stepped.concurrency,
-                "backoff step up"
-            );
-            self.contributions.backoff = Some(stepped);
-        }
-        true
-    }
-
-    /// Records a robots.txt Crawl-delay (`None`: no delay known). It applies
-    /// unless the scope has an explicit config, which keeps precedence with
-    /// a warning (silenced by `ignore_robots_txt`).
-    pub(crate) fn set_robots_delay(&mut self, crawl_delay: Option<Duration>) {
-        let previous = self.contributions.robots;
-        self.contributions.robots = crawl_delay
-            .map(|crawl_delay| RobotsContribution::for_config(crawl_delay, &self.config, self.explicit));
-        let overridden = self
-            .contributions
-            .robots
-            .is_some_and(|robots| !robots.limits_concurrency || !robots.limits_delay);
-        let known_before = previous.is_some_and(|robots| Some(robots.crawl_delay) == crawl_delay);
-        if overridden && !self.config.ignore_robots_txt && !known_before {
-            tracing::warn!(
-                target: "tower_throttle",
-                scope = %self.key,
-                crawl_delay_ms = crawl_delay.unwrap_or_default().as_millis() as u64,
-                concurrency = self.config.concurrency,
-                delay_ms = self.config.delay.as_millis() as u64,
-                "robots.txt asks for a Crawl-delay that the scope's explicit config overrides \
-                 (set ignore_robots_txt on the scope to silence this)"
-            );
-        }
-    }
-
-    /// Holds the scope: nothing of it is sent before `until`, capped at the
-    /// scope's backoff `max_delay` from now. A later hold extends an earlier
-    /// one; an earlier one does not shorten it. Returns whether the hold
-    /// changed.
-    pub(crate) fn hold(&mut self, until: Instant, now: Instant) -> bool {
-        let cap = saturating_add(now, self.config.get_backoff().max_delay);
-        let until = until.min(cap);
-        if self.contributions.hold_until.is_some_and(|known| known >= until) {
-            return false;
-        }
-        self.contributions.hold_until = Some(until);
-        tracing::debug!(
-            target: "tower_throttle",
-            scope = %self.key,
-            hold_ms = until.saturating_duration_since(now).as_millis() as u64,
-            "scope held"
-        );
-        true
-    }
-
-    /// Paces the scope at `delay` between sends until `until` (the delay
-    /// capped at the scope's backoff `max_delay`, the span at
-    /// [`MAX_CONFIG_DELAY`]), or stops pacing it (`None`).
-    pub(crate) fn set_pacing(&mut self, pacing: Option<(Duration, Instant)>, now: Instant) {
-        let cap = self.config.get_backoff().max_delay;
-        let longest = saturating_add(now, MAX_CONFIG_DELAY);
-        self.contributions.pacing = pacing.map(|(delay, until)| (delay.min(cap), until.min(longest)));
-    }
-
-    /// Records what the server announced about the scope's limits.
-    pub(crate) fn set_announced_limits(&mut self, limits: AnnouncedLimits) {
-        match &mut self.contributions.announced {
-            Some(known) => **known = limits,
-            empty => *empty = Some(Box::new(limits)),
-        }
-    }
 }
+
+mod updates;

@@ -1,0 +1,216 @@
+//! What a request holds from `poll_ready` to its end: a queue place, then
+//! a ticket in the scheduler, and the timer that wakes the first waiter of
+//! a scope.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{Instant, Sleep};
+
+use super::scheduler::{Outcome, TicketId, TicketPoll};
+use super::Registry;
+
+/// One of the `max_queued` places, reserved by `poll_ready`. Dropping it
+/// gives the place back.
+#[derive(Debug)]
+pub(crate) struct QueuePlace {
+    permit: OwnedSemaphorePermit,
+}
+
+impl QueuePlace {
+    pub(crate) fn new(permit: OwnedSemaphorePermit) -> Self {
+        QueuePlace { permit }
+    }
+}
+
+/// A request's place in the scheduler, from queued to finished. Dropping it
+/// at any point releases whatever it holds (queue place, lanes, global
+/// permit) and lets the next waiter go.
+pub(crate) struct Ticket {
+    registry: Registry,
+    id: TicketId,
+    /// The queue place, held until the request is sent.
+    place: Option<OwnedSemaphorePermit>,
+    finished: bool,
+    /// Whether an admission seen by [`poll_send`](Ticket::poll_send) counts
+    /// as the departure (the caller sends in the same poll).
+    departs_on_admission: bool,
+    /// Whether the scheduler knows the request has left (its scopes' next
+    /// gaps run from then).
+    departed: bool,
+    /// Only the first waiter of a scope keeps a timer, so most tickets never
+    /// allocate one.
+    timer: Option<Box<WakeTimer>>,
+}
+
+impl fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ticket")
+            .field("id", &self.id)
+            .field("queued", &self.place.is_some())
+            .field("finished", &self.finished)
+            .finish()
+    }
+}
+
+impl Ticket {
+    /// The handle of ticket `id`, just enqueued (and `sent` at once or
+    /// not); see [`Registry::enqueue`] for `departs_on_admission`.
+    pub(super) fn new(
+        registry: Registry,
+        id: TicketId,
+        place: QueuePlace,
+        sent: bool,
+        departs_on_admission: bool,
+    ) -> Self {
+        Ticket {
+            registry,
+            id,
+            // A request sent at once gives its place back now.
+            place: (!sent).then_some(place.permit),
+            finished: false,
+            departs_on_admission,
+            departed: sent && departs_on_admission,
+            timer: None,
+        }
+    }
+
+    /// Whether the request was sent (it may be handed to the inner service).
+    pub(crate) fn is_sent(&self) -> bool {
+        self.place.is_none()
+    }
+
+    /// Resolves when the request may be sent.
+    pub(crate) fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_sent() {
+            return Poll::Ready(());
+        }
+        loop {
+            let (id, departs) = (self.id, self.departs_on_admission);
+            let polled = self.registry.with_scheduler(|scheduler, now, wake| {
+                scheduler.poll_ticket(id, now, cx.waker(), wake, departs)
+            });
+            let timer = match polled {
+                TicketPoll::Sent { departed } => {
+                    self.place = None;
+                    self.departed = departed;
+                    return Poll::Ready(());
+                }
+                TicketPoll::Waiting { timer: None } => return Poll::Pending,
+                TicketPoll::Waiting { timer: Some(at) } => at,
+            };
+            let wake_timer = self.timer.get_or_insert_with(|| WakeTimer::new(timer));
+            wake_timer.aim_at(timer);
+            if wake_timer.poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// Reports that the request, admitted earlier, is being handed to the
+    /// inner service now: its scopes' next gaps run from this instant. Free
+    /// (no lock) when the scheduler already stamped the admission as the
+    /// departure.
+    pub(crate) fn depart(&mut self) {
+        if self.departed {
+            return;
+        }
+        self.departed = true;
+        let id = self.id;
+        self.registry
+            .with_scheduler(|scheduler, now, wake| scheduler.depart(id, now, wake));
+    }
+
+    /// Reports that the request, stamped as departing when it was admitted,
+    /// must wait for the inner service first: its scopes hold their next
+    /// gaps until [`depart`](Self::depart).
+    pub(crate) fn postpone_departure(&mut self) {
+        if !self.departed {
+            return;
+        }
+        self.departed = false;
+        let id = self.id;
+        self.registry
+            .with_scheduler(|scheduler, _now, _wake| scheduler.postpone_departure(id));
+    }
+
+    /// Marks the request answered (or failed, or abandoned): frees what it
+    /// holds and feeds latency to the registry.
+    pub(crate) fn finish(&mut self, outcome: Outcome) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        let id = self.id;
+        self.registry
+            .with_scheduler(|scheduler, now, wake| scheduler.finish(id, outcome, now, wake));
+        self.place = None;
+    }
+}
+
+/// The timer of the first waiter of a scope, which wakes it when the
+/// scope's time limits let it go.
+///
+/// Tokio's timer counts whole milliseconds and rounds a deadline *up*, and
+/// the wake-up itself comes a little later still, so a plain `sleep_until`
+/// makes every timed gap about a millisecond longer than asked (a 50 ms
+/// delay gave 51.3 ms gaps on average). So the timer first aims at the
+/// start of the millisecond that holds the deadline; the scheduler then
+/// checks the exact instant, and if it has not come yet the timer aims at
+/// the deadline itself. Nothing is ever sent early: the timer only wakes,
+/// the scheduler decides. At most two wake-ups per deadline, never a loop.
+struct WakeTimer {
+    sleep: Pin<Box<Sleep>>,
+    /// The instant the scheduler asked to be woken at.
+    deadline: Instant,
+    /// Whether the early wake-up for `deadline` has happened.
+    woke_early: bool,
+}
+
+/// Less than one timer tick: aiming this much earlier lands in the tick
+/// that holds the deadline, once tokio rounds it up.
+const EARLY_WAKE: Duration = Duration::from_micros(999);
+
+impl WakeTimer {
+    fn new(deadline: Instant) -> Box<Self> {
+        Box::new(WakeTimer {
+            sleep: Box::pin(tokio::time::sleep_until(early(deadline))),
+            deadline,
+            woke_early: false,
+        })
+    }
+
+    fn aim_at(&mut self, deadline: Instant) {
+        if self.deadline != deadline {
+            self.deadline = deadline;
+            self.woke_early = false;
+            self.sleep.as_mut().reset(early(deadline));
+        }
+    }
+
+    /// Ready at the early wake-up, then at the deadline.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.sleep.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        if !self.woke_early {
+            self.woke_early = true;
+            self.sleep.as_mut().reset(self.deadline);
+        }
+        Poll::Ready(())
+    }
+}
+
+fn early(deadline: Instant) -> Instant {
+    deadline.checked_sub(EARLY_WAKE).unwrap_or(deadline)
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.finish(Outcome::NoResponse);
+    }
+}

@@ -1,0 +1,277 @@
+//! The scheduler on its own, at fixed instants: no runtime, no clock,
+//! no futures. Every instant is `t0 + a duration`.
+
+use std::task::Waker;
+use std::time::Duration;
+
+use super::*;
+
+fn ms(millis: u64) -> Duration {
+    Duration::from_millis(millis)
+}
+
+/// No delays, no jitter, `lanes` lanes.
+fn free(lanes: u32) -> ScopeConfig {
+    ScopeConfig::default()
+        .concurrency(lanes)
+        .delay(Duration::ZERO)
+        .delay_per_slot(Duration::ZERO)
+        .jitter(0.0)
+}
+
+fn scheduler(default: ScopeConfig, max_concurrency: u32) -> Scheduler {
+    Scheduler::new(
+        default,
+        Vec::<(Scope, ScopeConfig)>::new(),
+        max_concurrency,
+        fastrand::Rng::with_seed(1),
+    )
+}
+
+/// A ticket sent in the poll that asked, so already on its way.
+const SENT: TicketPoll = TicketPoll::Sent { departed: true };
+/// A ticket another event admitted: it reports its own departure.
+const ADMITTED_EARLIER: TicketPoll = TicketPoll::Sent { departed: false };
+
+/// A test driver: the scheduler plus the wakers each call collected.
+struct Driver {
+    scheduler: Scheduler,
+    woken: WakeList,
+}
+
+impl Driver {
+    fn new(scheduler: Scheduler) -> Self {
+        Driver {
+            scheduler,
+            woken: WakeList::new(),
+        }
+    }
+
+    /// Queues a request; says whether it was sent at once.
+    fn enqueue(&mut self, scopes: impl Into<Scopes>, priority: i32, now: Instant) -> (TicketId, bool) {
+        self.woken.clear();
+        self.scheduler
+            .enqueue(&scopes.into(), priority, now, &mut self.woken, true)
+    }
+
+    fn poll(&mut self, id: TicketId, now: Instant) -> TicketPoll {
+        self.woken.clear();
+        self.scheduler
+            .poll_ticket(id, now, Waker::noop(), &mut self.woken, true)
+    }
+
+    fn finish(&mut self, id: TicketId, outcome: Outcome, now: Instant) {
+        self.woken.clear();
+        self.scheduler.finish(id, outcome, now, &mut self.woken);
+    }
+
+    /// The lane ticket `id` took in its first scope.
+    fn lane(&self, id: TicketId) -> usize {
+        self.scheduler.tickets[id].seats.iter().next().unwrap().lane
+    }
+
+    fn in_flight(&self, scope: &str) -> u32 {
+        self.scheduler
+            .scope(scope)
+            .map_or(0, |scope| scope.state.in_flight)
+    }
+}
+
+const ANSWERED: Outcome = Outcome::Response {
+    status: 200,
+    adjust_autothrottle: true,
+};
+
+fn waiting(timer: Option<Instant>) -> TicketPoll {
+    TicketPoll::Waiting { timer }
+}
+
+/// DESIGN §2 rule 2: concurrency 2, delay 0.3 s, per-slot 1.0 s, no
+/// jitter, instant responses, three requests at t=0 are sent at 0.0
+/// (lane 1), 0.3 (lane 2) and 1.0 (lane 1).
+#[test]
+fn seeds_worked_example_sends_at_0_0_3_and_1_0_on_the_soonest_free_lane() {
+    let config = ScopeConfig::default()
+        .concurrency(2)
+        .delay(ms(300))
+        .delay_per_slot(ms(1000))
+        .jitter(0.0);
+    let mut d = Driver::new(scheduler(config, 16));
+    let t0 = tokio::time::Instant::now();
+
+    let (a, sent) = d.enqueue("site", 0, t0);
+    assert!(sent, "the first request goes at once");
+    assert_eq!(d.lane(a), 0);
+    d.finish(a, ANSWERED, t0);
+
+    let (b, sent_b) = d.enqueue("site", 0, t0);
+    let (c, sent_c) = d.enqueue("site", 0, t0);
+    assert!(!sent_b && !sent_c);
+    // The head keeps the scope's one timer, for the scope delay.
+    assert_eq!(d.poll(b, t0), waiting(Some(t0 + ms(300))));
+    assert_eq!(d.poll(c, t0), waiting(None));
+
+    // At 0.3 lane 1 is still in its per-slot delay: B takes a new lane.
+    assert_eq!(d.poll(b, t0 + ms(300)), SENT);
+    assert_eq!(d.lane(b), 1);
+    d.finish(b, ANSWERED, t0 + ms(300));
+
+    // Lane 1 frees at 1.0, lane 2 at 1.3, the scope delay ends at 0.6.
+    assert_eq!(d.poll(c, t0 + ms(300)), waiting(Some(t0 + ms(1000))));
+    assert_eq!(d.poll(c, t0 + ms(999)), waiting(Some(t0 + ms(1000))));
+    assert_eq!(d.poll(c, t0 + ms(1000)), SENT);
+    assert_eq!(d.lane(c), 0);
+}
+
+#[test]
+fn finishing_releases_the_lane_and_wakes_the_next_waiter() {
+    let mut d = Driver::new(scheduler(free(1), 16));
+    let t0 = tokio::time::Instant::now();
+    let (a, _) = d.enqueue("site", 0, t0);
+    let (b, sent) = d.enqueue("site", 0, t0);
+    assert!(!sent);
+    // Only a completion can free the one lane: no timer.
+    assert_eq!(d.poll(b, t0), waiting(None));
+    assert_eq!(d.in_flight("site"), 1);
+
+    d.finish(a, ANSWERED, t0 + ms(50));
+    assert_eq!(d.woken.len(), 1, "the waiter is woken once");
+    assert_eq!(d.in_flight("site"), 1, "B took the freed lane");
+    assert_eq!(d.poll(b, t0 + ms(50)), ADMITTED_EARLIER);
+    assert_eq!(d.lane(b), 0);
+    // The latency of A (send to answer) feeds the average.
+    assert_eq!(d.scheduler.scope("site").unwrap().state.latency, Some(ms(50)));
+
+    d.finish(b, Outcome::NoResponse, t0 + ms(60));
+    assert_eq!(d.in_flight("site"), 0);
+    assert_eq!(d.scheduler.in_flight(), 0);
+}
+
+/// A request waiting on scope B holds nothing in scope A, and A's later
+/// requests pass it while B holds it back.
+#[test]
+fn multi_scope_admission_is_all_or_nothing() {
+    let mut d = Driver::new(scheduler(free(1), 16));
+    let t0 = tokio::time::Instant::now();
+    let (x, _) = d.enqueue("b", 0, t0);
+
+    let (y, sent) = d.enqueue(["a", "b"], 0, t0);
+    assert!(!sent);
+    assert_eq!(d.in_flight("a"), 0, "nothing taken in a while b is full");
+    assert_eq!(d.poll(y, t0), waiting(None));
+
+    let (z, sent) = d.enqueue("a", 0, t0 + ms(1));
+    assert!(sent, "a is free: its later request passes the held one");
+    assert_eq!(d.scheduler.tickets[y].bypassed, 1);
+
+    // b frees, but a is now busy with Z: Y still takes nothing.
+    d.finish(x, ANSWERED, t0 + ms(2));
+    assert_eq!(d.poll(y, t0 + ms(2)), waiting(None));
+    assert_eq!((d.in_flight("a"), d.in_flight("b")), (1, 0));
+
+    d.finish(z, ANSWERED, t0 + ms(3));
+    assert_eq!(d.poll(y, t0 + ms(3)), ADMITTED_EARLIER);
+    assert_eq!((d.in_flight("a"), d.in_flight("b")), (1, 1));
+    assert_eq!(d.scheduler.in_flight(), 1);
+}
+
+/// Requests whose scopes allow them but the global cap does not wait in
+/// one global queue, served oldest first as permits free.
+#[test]
+fn global_max_concurrency_queues_waiters_in_arrival_order() {
+    let mut d = Driver::new(scheduler(free(8), 1));
+    let t0 = tokio::time::Instant::now();
+    let (a, sent) = d.enqueue("a", 0, t0);
+    assert!(sent);
+    let (b, sent_b) = d.enqueue("b", 0, t0);
+    let (c, sent_c) = d.enqueue("a", 0, t0);
+    assert!(!sent_b && !sent_c);
+    assert_eq!(d.poll(b, t0), waiting(None));
+    assert_eq!(d.poll(c, t0), waiting(None));
+
+    d.finish(a, ANSWERED, t0 + ms(10));
+    assert_eq!(d.poll(b, t0 + ms(10)), ADMITTED_EARLIER, "B is older than C");
+    assert_eq!(d.poll(c, t0 + ms(10)), waiting(None));
+
+    d.finish(b, ANSWERED, t0 + ms(20));
+    assert_eq!(d.poll(c, t0 + ms(20)), ADMITTED_EARLIER);
+    assert_eq!(d.scheduler.in_flight(), 1);
+}
+
+#[test]
+fn a_hold_delays_the_head_until_it_ends_capped_at_the_backoff_max_delay() {
+    let mut d = Driver::new(scheduler(free(1), 16));
+    let t0 = tokio::time::Instant::now();
+    let mut wake = WakeList::new();
+    d.scheduler
+        .hold(&Scope::new("site"), t0 + Duration::from_secs(1000), t0, &mut wake);
+    let (a, sent) = d.enqueue("site", 0, t0);
+    assert!(!sent);
+    // BackoffConfig::default().max_delay is 300 s.
+    let end = t0 + Duration::from_secs(300);
+    assert_eq!(d.poll(a, t0), waiting(Some(end)));
+    assert_eq!(d.poll(a, end - ms(1)), waiting(Some(end)));
+    assert_eq!(d.poll(a, end), SENT);
+}
+
+#[test]
+fn priority_orders_waiters_within_a_scope() {
+    let mut d = Driver::new(scheduler(free(1), 16));
+    let t0 = tokio::time::Instant::now();
+    let (a, _) = d.enqueue("site", 0, t0);
+    let (low, _) = d.enqueue("site", 0, t0);
+    let (high, _) = d.enqueue("site", 5, t0 + ms(1));
+    d.finish(a, ANSWERED, t0 + ms(2));
+    assert_eq!(d.poll(low, t0 + ms(2)), waiting(None));
+    assert_eq!(d.poll(high, t0 + ms(2)), ADMITTED_EARLIER);
+}
+
+/// A waiter that leaves (its future dropped) hands the scope's timer to
+/// the next one.
+#[test]
+fn a_waiter_leaving_hands_the_timer_to_the_next() {
+    let config = free(1).delay(Duration::from_secs(1));
+    let mut d = Driver::new(scheduler(config, 16));
+    let t0 = tokio::time::Instant::now();
+    let (a, _) = d.enqueue("site", 0, t0);
+    d.finish(a, ANSWERED, t0);
+    let (b, _) = d.enqueue("site", 0, t0);
+    let (c, _) = d.enqueue("site", 0, t0);
+    assert_eq!(d.poll(b, t0), waiting(Some(t0 + Duration::from_secs(1))));
+    assert_eq!(d.poll(c, t0), waiting(None));
+
+    d.finish(b, Outcome::NoResponse, t0 + ms(100));
+    assert_eq!(d.woken.len(), 1, "the new head is woken to take the timer");
+    assert_eq!(
+        d.poll(c, t0 + ms(100)),
+        waiting(Some(t0 + Duration::from_secs(1)))
+    );
+    assert_eq!(d.poll(c, t0 + Duration::from_secs(1)), SENT);
+    assert_eq!(d.scheduler.scope("site").unwrap().queued(), 0);
+}
+
+/// A ticket admitted by another event leaves when its own task runs:
+/// the scope's next gap runs from that departure, and nothing else of
+/// the scope is admitted before it.
+#[test]
+fn the_next_gap_runs_from_a_late_departure() {
+    let config = free(3).delay(ms(100));
+    let mut d = Driver::new(scheduler(config, 16));
+    let t0 = tokio::time::Instant::now();
+    let (a, _) = d.enqueue("site", 0, t0);
+    d.finish(a, ANSWERED, t0);
+    let (b, sent) = d.enqueue("site", 0, t0);
+    assert!(!sent);
+    assert_eq!(d.poll(b, t0), waiting(Some(t0 + ms(100))));
+    // C's arrival at 100 ms admits B, whose task has not run yet.
+    let (c, sent) = d.enqueue("site", 0, t0 + ms(100));
+    assert!(!sent);
+    assert_eq!(d.scheduler.tickets[b].status, Status::InFlight);
+    // Until B leaves, C has no gap to count from: no timer.
+    assert_eq!(d.poll(c, t0 + ms(120)), waiting(None));
+    let mut wake = WakeList::new();
+    d.scheduler.depart(b, t0 + ms(140), &mut wake);
+    assert_eq!(d.scheduler.tickets[b].sent_at, Some(t0 + ms(140)));
+    assert_eq!(d.poll(c, t0 + ms(140)), waiting(Some(t0 + ms(240))));
+    assert_eq!(d.poll(c, t0 + ms(240)), SENT);
+}

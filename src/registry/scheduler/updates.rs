@@ -1,0 +1,122 @@
+//! What changes a scope from outside the request path: config
+//! replacements and the feedback layers' reports, plus the read-only views
+//! stats are built from.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Scheduler, ScopeEntry, Status, WakeList};
+use crate::registry::config::ScopeConfig;
+use crate::registry::feedback::{AnnouncedLimits, Feedback};
+use crate::scope::Scope;
+
+impl Scheduler {
+    /// Replaces a scope's config; waiters re-evaluate at once.
+    pub(crate) fn set_scope(&mut self, key: Scope, config: ScopeConfig, now: Instant, wake: &mut WakeList) {
+        let config = Arc::new(config.inherit_from(&self.default_config));
+        if let Some(&id) = self.index.get(key.as_str()) {
+            self.scopes[id].state.replace_config(config.clone(), now);
+            self.dirty.push(id);
+        }
+        self.overrides.insert(key, config);
+        self.run_dispatch(now, wake);
+    }
+
+    /// Applies feedback about one response (or error) to scope `key`.
+    pub(crate) fn feedback(&mut self, key: &Scope, feedback: Feedback, now: Instant, wake: &mut WakeList) {
+        let id = self.scope_id(key, now);
+        if self.scopes[id]
+            .state
+            .apply_feedback(feedback, now, self.max_concurrency)
+        {
+            self.dirty.push(id);
+            self.run_dispatch(now, wake);
+        }
+    }
+
+    /// The config scope `key` uses, without creating the scope.
+    pub(crate) fn config_arc(&self, key: &str) -> Arc<ScopeConfig> {
+        match self.index.get(key) {
+            Some(&id) => self.scopes[id].state.config.clone(),
+            None => self.overrides.get(key).unwrap_or(&self.default_config).clone(),
+        }
+    }
+
+    /// Records a robots.txt Crawl-delay for scope `key` (`None`: no delay
+    /// known); see [`ScopeState::set_robots_delay`].
+    pub(crate) fn set_robots_delay(
+        &mut self,
+        key: &Scope,
+        crawl_delay: Option<Duration>,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let id = self.scope_id(key, now);
+        self.scopes[id].state.set_robots_delay(crawl_delay);
+        self.dirty.push(id);
+        self.run_dispatch(now, wake);
+    }
+
+    /// Holds scope `key` until `until`; see [`ScopeState::hold`].
+    pub(crate) fn hold(&mut self, key: &Scope, until: Instant, now: Instant, wake: &mut WakeList) {
+        let id = self.scope_id(key, now);
+        if self.scopes[id].state.hold(until, now) {
+            self.dirty.push(id);
+            self.run_dispatch(now, wake);
+        }
+    }
+
+    /// Paces scope `key`, or stops pacing it; see [`ScopeState::set_pacing`].
+    pub(crate) fn set_pacing(
+        &mut self,
+        key: &Scope,
+        pacing: Option<(Duration, Instant)>,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let id = self.scope_id(key, now);
+        self.scopes[id].state.set_pacing(pacing, now);
+        self.dirty.push(id);
+        self.run_dispatch(now, wake);
+    }
+
+    pub(crate) fn set_announced_limits(&mut self, key: &Scope, limits: AnnouncedLimits, now: Instant) {
+        let id = self.scope_id(key, now);
+        self.scopes[id].state.set_announced_limits(limits);
+    }
+
+    pub(crate) fn config_of(&self, key: &str) -> ScopeConfig {
+        let config = self.overrides.get(key).unwrap_or(&self.default_config);
+        ScopeConfig::clone(config)
+    }
+
+    /// The scope `key`, if the scheduler has seen it.
+    pub(crate) fn scope(&self, key: &str) -> Option<&ScopeEntry> {
+        self.index.get(key).map(|&id| &self.scopes[id])
+    }
+
+    /// Every scope the scheduler knows.
+    pub(crate) fn scopes(&self) -> impl Iterator<Item = &ScopeEntry> {
+        self.scopes.iter().map(|(_, scope)| scope)
+    }
+
+    /// The global cap on requests in flight.
+    pub(crate) fn max_concurrency(&self) -> u32 {
+        self.max_concurrency
+    }
+
+    /// Requests in flight over all scopes.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// Requests waiting to be sent.
+    pub(crate) fn waiting(&self) -> usize {
+        self.tickets
+            .iter()
+            .filter(|(_, ticket)| ticket.status == Status::Queued)
+            .count()
+    }
+}
