@@ -87,7 +87,7 @@ pub use backoff::{Backoff, BackoffLayer};
 pub use error::{ConfigError, Error};
 pub use registry::{
     AnnouncedLimits, AutoThrottleConfig, BackoffConfig, Feedback, FeedbackKind, Jitter, LimitSource,
-    RampupConfig, Registry, RegistryBuilder, ScopeConfig, ScopeStats, Stats,
+    QuotaStats, RampupConfig, Registry, RegistryBuilder, ScopeConfig, ScopeStats, Stats,
 };
 pub use retry_after::{RetryAfter, RetryAfterLayer};
 pub use robots::{RobotsDelay, RobotsDelayLayer};

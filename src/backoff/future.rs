@@ -54,8 +54,13 @@ where
                 // A request with several scopes is judged once per scope;
                 // the response carries backoff when any scope got it.
                 let mut verdict: Option<Feedback> = None;
+                let header_cost = shared.cost_header.as_ref().and_then(|name| cost_in(&head, name));
                 registry.feedback_each(this.scopes, |config| {
                     let feedback = (shared.on_response)(&head, config);
+                    let feedback = match (feedback.actual_cost(), header_cost) {
+                        (None, Some(cost)) => feedback.with_actual_cost(cost),
+                        _ => feedback,
+                    };
                     if verdict.is_none_or(|kept| !kept.is_backoff() && feedback.is_backoff()) {
                         verdict = Some(feedback);
                     }
@@ -72,6 +77,12 @@ where
         }
         Poll::Ready(output)
     }
+}
+
+/// The cost header's value, when it is a finite number ≥ 0.
+fn cost_in(head: &ResponseHead<'_>, name: &http::HeaderName) -> Option<f64> {
+    let cost: f64 = head.headers.get(name)?.to_str().ok()?.trim().parse().ok()?;
+    (cost.is_finite() && cost >= 0.0).then_some(cost)
 }
 
 impl<F> fmt::Debug for ResponseFuture<F> {

@@ -1,6 +1,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use http::HeaderName;
 use tower_layer::Layer;
 
 use super::classify::{default_error_feedback, default_response_feedback, ErrorView, ResponseHead};
@@ -13,6 +14,8 @@ pub(crate) type ErrorHook = dyn Fn(&ErrorView<'_>) -> Feedback + Send + Sync;
 /// What every [`Backoff`] service of one layer shares.
 pub(crate) struct Shared {
     pub(crate) registry: Registry,
+    /// A response header carrying the request's actual cost.
+    pub(crate) cost_header: Option<HeaderName>,
     pub(crate) on_response: Arc<ResponseHook>,
     pub(crate) on_error: Arc<ErrorHook>,
 }
@@ -57,6 +60,7 @@ impl BackoffLayer {
         BackoffLayer {
             shared: Arc::new(Shared {
                 registry,
+                cost_header: None,
                 on_response: Arc::new(default_response_feedback),
                 on_error: Arc::new(default_error_feedback),
             }),
@@ -71,6 +75,30 @@ impl BackoffLayer {
         F: Fn(&ResponseHead<'_>, &BackoffConfig) -> Feedback + Send + Sync + 'static,
     {
         self.rebuild(|shared| shared.on_response = Arc::new(hook))
+    }
+
+    /// Reads each response's actual cost from header `name` (for example
+    /// `X-Actual-Cost`) and reports it with the feedback, unless the
+    /// `on_response` hook already did: in scopes with a
+    /// [quota](crate::ScopeConfig::quota), the difference from the
+    /// request's expected cost is applied to the current window. A value
+    /// that is not a finite number ≥ 0 is ignored.
+    ///
+    /// ```
+    /// use tower::ServiceBuilder;
+    /// use tower_throttle::{BackoffLayer, Registry, ThrottleLayer};
+    ///
+    /// let registry = Registry::default();
+    /// let client = ServiceBuilder::new()
+    ///     .layer(ThrottleLayer::new(registry.clone()))
+    ///     .layer(BackoffLayer::new(registry).actual_cost_header(http::HeaderName::from_static("x-actual-cost")))
+    ///     .service(tower::service_fn(|_request: http::Request<()>| async {
+    ///         Ok::<_, std::convert::Infallible>(http::Response::new(()))
+    ///     }));
+    /// # drop(client);
+    /// ```
+    pub fn actual_cost_header(self, name: HeaderName) -> Self {
+        self.rebuild(|shared| shared.cost_header = Some(name))
     }
 
     /// Classifies errors of the inner service with `hook`.
@@ -97,6 +125,7 @@ impl BackoffLayer {
     fn rebuild(self, change: impl FnOnce(&mut Shared)) -> Self {
         let mut shared = Shared {
             registry: self.shared.registry.clone(),
+            cost_header: self.shared.cost_header.clone(),
             on_response: self.shared.on_response.clone(),
             on_error: self.shared.on_error.clone(),
         };

@@ -46,10 +46,16 @@ pub struct ScopeConfig {
     pub(crate) autothrottle: Setting<AutoThrottleConfig>,
     pub(crate) rampup: Setting<RampupConfig>,
     pub(crate) ignore_robots_txt: bool,
+    pub(crate) quota: Option<f64>,
+    pub(crate) window: Option<Duration>,
     /// Which limits were set by a builder call (not left at their default):
     /// robots.txt only yields to limits a scope config actually sets.
     pub(crate) set_by_user: SetByUser,
 }
+
+/// How long a quota window lasts when neither the scope nor the registry
+/// says (the seeds' `THROTTLING_WINDOW`).
+pub const DEFAULT_QUOTA_WINDOW: Duration = Duration::from_secs(60);
 
 /// The limits a [`ScopeConfig`] sets explicitly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -93,6 +99,8 @@ impl Default for ScopeConfig {
             autothrottle: Setting::Inherit,
             rampup: Setting::Inherit,
             ignore_robots_txt: false,
+            quota: None,
+            window: None,
             set_by_user: SetByUser::default(),
         }
     }
@@ -171,6 +179,52 @@ impl ScopeConfig {
         self.rampup.get()
     }
 
+    /// Spends at most `quota` units per [`window`](Self::window) in this
+    /// scope (default: no quota). Each request spends its expected cost for
+    /// the scope (from its [`Scopes`](crate::Scopes), 1.0 by default) when
+    /// it is sent, and waits while that cost does not fit what is left of
+    /// the current window. A request whose cost alone exceeds the quota is
+    /// sent at the start of an empty window rather than never. Feedback may
+    /// correct the spending with the actual cost
+    /// ([`Feedback::with_actual_cost`](crate::Feedback::with_actual_cost))
+    /// or what the server says is left
+    /// ([`Feedback::with_remaining_quota`](crate::Feedback::with_remaining_quota)).
+    ///
+    /// A window starts with the first send after the previous one ended and
+    /// lasts `window`; then the spending starts again from zero.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::{Registry, ScopeConfig};
+    ///
+    /// // At most 500 units per minute on the API.
+    /// let registry = Registry::builder()
+    ///     .scope("api.example", ScopeConfig::default().quota(500.0).window(Duration::from_secs(60)))
+    ///     .build()?;
+    /// # Ok::<(), tower_throttle::ConfigError>(())
+    /// ```
+    pub fn quota(mut self, quota: f64) -> Self {
+        self.quota = Some(quota);
+        self
+    }
+
+    /// The length of this scope's quota windows (default: the registry's
+    /// [`quota_window`](crate::RegistryBuilder::quota_window), 60 s).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = Some(window);
+        self
+    }
+
+    /// The quota per window, if the scope has one.
+    pub fn get_quota(&self) -> Option<f64> {
+        self.quota
+    }
+
+    /// The length of the scope's quota windows.
+    pub fn get_window(&self) -> Duration {
+        self.window.unwrap_or(DEFAULT_QUOTA_WINDOW)
+    }
+
     /// Silences the warning logged when robots.txt asks for a Crawl-delay
     /// that this scope's own config overrides. (A scope config given with
     /// [`RegistryBuilder::scope`](crate::RegistryBuilder::scope) or
@@ -198,6 +252,8 @@ impl ScopeConfig {
             backoff: self.backoff.clone().or_else(|| default.backoff.clone()),
             autothrottle: self.autothrottle.or_inherit(&default.autothrottle),
             rampup: self.rampup.or_inherit(&default.rampup),
+            quota: self.quota.or(default.quota),
+            window: self.window.or(default.window),
             ..self.clone()
         }
     }
@@ -244,8 +300,27 @@ impl ScopeConfig {
         if let Some(rampup) = self.rampup.get() {
             rampup.validate(name)?;
         }
+        if let Some(quota) = self.quota {
+            if !(quota.is_finite() && quota > 0.0) {
+                return Err(ConfigError::new(
+                    format!("{name} quota"),
+                    quota,
+                    "must be a finite number above 0",
+                ));
+            }
+        }
+        if let Some(window) = self.window {
+            validate_window(&format!("{name} window"), window)?;
+        }
         Ok(())
     }
+}
+
+pub(crate) fn validate_window(field: &str, window: Duration) -> Result<(), ConfigError> {
+    if window.is_zero() {
+        return Err(ConfigError::new(field, window, "must be longer than zero"));
+    }
+    validate_delay(field, window)
 }
 
 #[cfg(test)]
@@ -276,6 +351,15 @@ mod tests {
             (
                 ScopeConfig::default().delay_per_slot(Duration::MAX),
                 "s delay_per_slot",
+            ),
+            (ScopeConfig::default().quota(0.0), "s quota"),
+            (ScopeConfig::default().quota(-5.0), "s quota"),
+            (ScopeConfig::default().quota(f64::NAN), "s quota"),
+            (ScopeConfig::default().quota(f64::INFINITY), "s quota"),
+            (ScopeConfig::default().window(Duration::ZERO), "s window"),
+            (
+                ScopeConfig::default().window(Duration::from_secs(8 * 24 * 3600)),
+                "s window",
             ),
         ];
         for (config, field) in cases {

@@ -38,6 +38,7 @@ use tokio::time::Instant;
 pub struct Feedback {
     kind: FeedbackKind,
     actual_cost: Option<f64>,
+    remaining_quota: Option<f64>,
 }
 
 /// The verdict part of a [`Feedback`].
@@ -58,6 +59,7 @@ impl Feedback {
         Feedback {
             kind: FeedbackKind::Success,
             actual_cost: None,
+            remaining_quota: None,
         }
     }
 
@@ -66,6 +68,7 @@ impl Feedback {
         Feedback {
             kind: FeedbackKind::Backoff,
             actual_cost: None,
+            remaining_quota: None,
         }
     }
 
@@ -74,15 +77,30 @@ impl Feedback {
         Feedback {
             kind: FeedbackKind::Ignore,
             actual_cost: None,
+            remaining_quota: None,
         }
     }
 
     /// Adds what the request really cost in its scopes' quota units (an API
     /// that reports it in a header, say). Values that are not finite or are
-    /// negative are dropped. The registry keeps the sum per scope
+    /// negative are dropped. In a scope with a
+    /// [quota](crate::ScopeConfig::quota), the difference from the expected
+    /// cost the request was sent with is applied to the current window
+    /// (expected 2, actual 2.5: the window shows 0.5 more spent). The
+    /// registry also keeps the sum per scope
     /// ([`ScopeStats::reported_cost`](crate::ScopeStats::reported_cost)).
     pub fn with_actual_cost(mut self, cost: f64) -> Self {
         self.actual_cost = (cost.is_finite() && cost >= 0.0).then_some(cost);
+        self
+    }
+
+    /// Adds what the server says is left of the scope's quota in the
+    /// current window: in a scope with a [quota](crate::ScopeConfig::quota),
+    /// the window's spending becomes `quota − remaining` (quota 10,
+    /// remaining 3: 7 spent). Values that are not finite or are negative are
+    /// dropped.
+    pub fn with_remaining_quota(mut self, remaining: f64) -> Self {
+        self.remaining_quota = (remaining.is_finite() && remaining >= 0.0).then_some(remaining);
         self
     }
 
@@ -99,6 +117,16 @@ impl Feedback {
     /// The reported actual cost, if any.
     pub fn actual_cost(&self) -> Option<f64> {
         self.actual_cost
+    }
+
+    /// The reported remaining quota, if any.
+    pub fn remaining_quota(&self) -> Option<f64> {
+        self.remaining_quota
+    }
+
+    /// Whether the registry has anything to do with this feedback.
+    pub(crate) fn says_something(&self) -> bool {
+        self.is_backoff() || self.actual_cost.is_some() || self.remaining_quota.is_some()
     }
 }
 

@@ -123,11 +123,11 @@ mod time;
 
 pub use autothrottle::AutoThrottleConfig;
 pub use backoff::{BackoffConfig, DEFAULT_BACKOFF_CODES};
-pub use config::ScopeConfig;
+pub use config::{ScopeConfig, DEFAULT_QUOTA_WINDOW};
 pub use feedback::{AnnouncedLimits, Feedback, FeedbackKind};
 pub use rampup::RampupConfig;
 pub use scope_state::LimitSource;
-pub use stats::{ScopeStats, Stats};
+pub use stats::{QuotaStats, ScopeStats, Stats};
 pub(crate) use time::saturating_add;
 pub use time::{Jitter, MAX_CONFIG_DELAY};
 
@@ -279,11 +279,13 @@ impl Registry {
     /// scope from that scope's backoff settings (its `http_codes` may
     /// differ). `decide` runs outside the registry's lock.
     pub fn feedback_each(&self, scopes: &Scopes, mut decide: impl FnMut(&BackoffConfig) -> Feedback) {
-        for (scope, _cost) in scopes.iter() {
+        for (scope, expected_cost) in scopes.iter() {
             let config = self.scheduler().config_arc(scope.as_str());
             let feedback = decide(config.get_backoff());
-            if feedback.kind() == FeedbackKind::Backoff || feedback.actual_cost().is_some() {
-                self.with_scheduler(|scheduler, now, wake| scheduler.feedback(scope, feedback, now, wake));
+            if feedback.says_something() {
+                self.with_scheduler(|scheduler, now, wake| {
+                    scheduler.feedback(scope, feedback, expected_cost, now, wake)
+                });
             }
         }
     }
@@ -385,6 +387,7 @@ pub struct RegistryBuilder {
     scopes: Vec<(Scope, ScopeConfig)>,
     resolver: Box<dyn ScopeResolver>,
     seed: Option<u64>,
+    quota_window: Option<Duration>,
 }
 
 impl fmt::Debug for RegistryBuilder {
@@ -407,6 +410,7 @@ impl Default for RegistryBuilder {
             scopes: Vec::new(),
             resolver: Box::new(HostResolver),
             seed: None,
+            quota_window: None,
         }
     }
 }
@@ -444,6 +448,14 @@ impl RegistryBuilder {
         self
     }
 
+    /// The length of quota windows for every scope that does not set its
+    /// own [`window`](ScopeConfig::window) (default 60 s, the seeds'
+    /// `THROTTLING_WINDOW`).
+    pub fn quota_window(mut self, window: Duration) -> Self {
+        self.quota_window = Some(window);
+        self
+    }
+
     /// Seeds the jitter's random numbers, for reproducible runs.
     pub fn jitter_seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
@@ -469,6 +481,19 @@ impl RegistryBuilder {
                 "must be at most tokio's Semaphore::MAX_PERMITS",
             ));
         }
+        let mut default_scope = self.default_scope;
+        if let Some(window) = self.quota_window {
+            config::validate_window("quota_window", window)?;
+            default_scope.window = default_scope.window.or(Some(window));
+        }
+        RegistryBuilder {
+            default_scope,
+            ..self
+        }
+        .build_checked()
+    }
+
+    fn build_checked(self) -> Result<Registry, ConfigError> {
         self.default_scope.validate("default scope")?;
         for (key, config) in &self.scopes {
             config.validate(&format!("scope {:?}", key.as_str()))?;

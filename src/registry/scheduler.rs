@@ -17,7 +17,7 @@ use slab::Slab;
 use tokio::time::Instant;
 
 use super::config::ScopeConfig;
-use super::scope_state::{Effective, ScopeCheck, ScopeState};
+use super::scope_state::{Effective, ScopeCheck, ScopeState, Sending};
 use super::ticket::{OrderKey, Seat, Seats, Status, TicketState};
 pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
 use crate::scope::{Scope, Scopes};
@@ -141,21 +141,23 @@ impl Scheduler {
         wake: &mut WakeList,
         departs_if_sent: bool,
     ) -> (TicketId, bool) {
-        let ids: Vec<ScopeId>;
+        let ids: Vec<(ScopeId, f64)>;
         let seats = if scopes.len() == 1 {
-            let (scope, _cost) = scopes.iter().next().expect("a Scopes is never empty");
+            let (scope, cost) = scopes.iter().next().expect("a Scopes is never empty");
             Seats::One([Seat {
                 scope: self.scope_id(scope, now),
                 lane: usize::MAX,
+                cost,
             }])
         } else {
             ids = scopes
                 .iter()
-                .map(|(scope, _cost)| self.scope_id(scope, now))
+                .map(|(scope, cost)| (self.scope_id(scope, now), cost))
                 .collect();
-            Seats::from_iter(ids.iter().map(|&scope| Seat {
+            Seats::from_iter(ids.iter().map(|&(scope, cost)| Seat {
                 scope,
                 lane: usize::MAX,
+                cost,
             }))
         };
         let order = OrderKey {
@@ -211,7 +213,7 @@ impl Scheduler {
                 return false;
             }
             let effective = scope.state.effective(now, self.max_concurrency);
-            match scope.state.check(now, &effective) {
+            match scope.state.check(now, &effective, seat.cost) {
                 ScopeCheck::Ready { lane } => {
                     first_lane.get_or_insert((lane, effective));
                 }
@@ -408,7 +410,7 @@ impl Scheduler {
                 return;
             }
             let effective = scope.state.effective(now, self.max_concurrency);
-            match scope.state.check(now, &effective) {
+            match scope.state.check(now, &effective, self.head_cost(scope_id)) {
                 ScopeCheck::Full => {
                     self.set_timer(scope_id, None, wake);
                     return;
@@ -420,7 +422,7 @@ impl Scheduler {
                 ScopeCheck::Ready { .. } => {}
             }
             self.set_timer(scope_id, None, wake);
-            match self.pick_waiter(scope_id, now) {
+            match self.pick_waiter(scope_id, now, wake) {
                 Some(id) => self.send(id, now, wake),
                 None => return,
             }
@@ -430,7 +432,7 @@ impl Scheduler {
     /// The first waiter of a ready scope that every one of its scopes
     /// allows now, passing over (a bounded number of) waiters that another
     /// scope holds back.
-    fn pick_waiter(&mut self, scope_id: ScopeId, now: Instant) -> Option<TicketId> {
+    fn pick_waiter(&mut self, scope_id: ScopeId, now: Instant, wake: &mut WakeList) -> Option<TicketId> {
         let candidates: Vec<TicketId> = self.scopes[scope_id]
             .queue
             .values()
@@ -460,9 +462,18 @@ impl Scheduler {
                     return None;
                 }
                 Verdict::HeldBy(other) => {
+                    if other == scope_id {
+                        // Only a quota stops a waiter behind a head this
+                        // scope allows: look again when its window ends.
+                        let frees = self.scopes[scope_id]
+                            .state
+                            .quota_frees_at(self.cost_in(id, scope_id), now);
+                        self.set_timer(scope_id, frees, wake);
+                        return None;
+                    }
                     let ticket = &mut self.tickets[id];
                     ticket.held_by = Some(other);
-                    if other == scope_id || ticket.bypassed >= MAX_BYPASS {
+                    if ticket.bypassed >= MAX_BYPASS {
                         return None;
                     }
                     skipped_here += 1;
@@ -478,12 +489,19 @@ impl Scheduler {
         let ticket = &self.tickets[id];
         let order = ticket.order;
         for seat in &ticket.seats {
+            let scope = &self.scopes[seat.scope];
             if Some(seat.scope) == known_ready {
+                // Checked for the first waiter's cost; this one's may differ.
+                if scope.state.quota_frees_at(seat.cost, now).is_some() {
+                    return Verdict::HeldBy(seat.scope);
+                }
                 continue;
             }
-            let scope = &self.scopes[seat.scope];
             let effective = scope.state.effective(now, self.max_concurrency);
-            if !matches!(scope.state.check(now, &effective), ScopeCheck::Ready { .. }) {
+            if !matches!(
+                scope.state.check(now, &effective, seat.cost),
+                ScopeCheck::Ready { .. }
+            ) {
                 return Verdict::HeldBy(seat.scope);
             }
             for &ahead in scope.queue.range(..order).map(|(_, id)| id).take(MAX_SCAN + 1) {
@@ -526,8 +544,11 @@ impl Scheduler {
                 chosen,
                 self.max_concurrency,
                 &mut self.rng,
-                ticket.enqueued_at,
-                departs_now,
+                Sending {
+                    enqueued_at: ticket.enqueued_at,
+                    departs_now,
+                    cost: seat.cost,
+                },
             );
             if scope.queue.remove(&ticket.order).is_some() {
                 self.dirty.push(seat.scope);
@@ -544,6 +565,23 @@ impl Scheduler {
             wake.push(waker);
         }
         self.in_flight += 1;
+    }
+
+    /// The expected cost of the first waiter of `scope_id` there.
+    pub(crate) fn head_cost(&self, scope_id: ScopeId) -> f64 {
+        match self.scopes[scope_id].queue.values().next() {
+            Some(&first) => self.cost_in(first, scope_id),
+            None => 0.0,
+        }
+    }
+
+    /// The expected cost of ticket `id` in scope `scope_id`.
+    fn cost_in(&self, id: TicketId, scope_id: ScopeId) -> f64 {
+        self.tickets[id]
+            .seats
+            .iter()
+            .find(|seat| seat.scope == scope_id)
+            .map_or(0.0, |seat| seat.cost)
     }
 
     /// Records when a scope's head may next go, and makes sure its first

@@ -39,6 +39,12 @@ pub enum LimitSource {
     /// Pacing to a rate-limit policy the server announced
     /// (`RateLimit-Policy`), spreading the remaining quota until its reset.
     RateLimitPolicy,
+    /// The scope's [quota](crate::ScopeConfig::quota): the first waiter's
+    /// cost does not fit what is left of the current window.
+    Quota,
+    /// A hold: `Retry-After` or a rate-limit reset the server announced
+    /// (or [`Registry::hold`](crate::Registry::hold)).
+    Hold,
 }
 
 /// The last send of a lane or a scope, with the random draw for the gap
@@ -100,6 +106,18 @@ pub(crate) struct Contributions {
     pub(crate) announced: Option<Box<AnnouncedLimits>>,
     /// The rampup controller, when rampup is on.
     pub(crate) rampup: Option<Box<RampupState>>,
+    /// The current quota window, when the scope has a quota and has spent
+    /// from it (boxed: most scopes have no quota).
+    pub(crate) quota: Option<Box<QuotaWindow>>,
+}
+
+/// What a scope with a quota has spent in its current window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct QuotaWindow {
+    /// The first send of the window; it ends `window` later.
+    pub(crate) started: Instant,
+    /// Units spent (expected costs at send, corrected by feedback).
+    pub(crate) used: f64,
 }
 
 /// The robots.txt contribution of a scope.
@@ -181,6 +199,18 @@ pub(crate) struct ScopeState {
     pub(crate) backoff_feedbacks: u64,
     pub(crate) reported_cost: f64,
     pub(crate) latency: Option<Duration>,
+}
+
+/// The request a scope is sending, as [`ScopeState::take_lane`] needs it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sending {
+    /// When it was queued (for the debug event).
+    pub(crate) enqueued_at: Instant,
+    /// Whether it leaves now (admitted in its own poll), or reports its
+    /// departure later.
+    pub(crate) departs_now: bool,
+    /// Its expected quota cost in this scope.
+    pub(crate) cost: f64,
 }
 
 /// What a scope's own limits say about its next send.
@@ -324,7 +354,9 @@ impl ScopeState {
         effective
     }
 
-    pub(crate) fn check(&self, now: Instant, effective: &Effective) -> ScopeCheck {
+    /// What the scope's limits say about sending, now, a request that costs
+    /// `cost` in it.
+    pub(crate) fn check(&self, now: Instant, effective: &Effective, cost: f64) -> ScopeCheck {
         if self.in_flight >= effective.concurrency || self.waits_for_an_earlier_request(effective) {
             return ScopeCheck::Full;
         }
@@ -334,7 +366,8 @@ impl ScopeState {
         let next_send = self.last_send.map(|last| {
             last.next_allowed_at_least(effective.delay, &effective.jitter, effective.delay_floor)
         });
-        let ready_at = [lane_free, next_send, self.contributions.hold_until]
+        let quota_frees = self.quota_frees_at(cost, now);
+        let ready_at = [lane_free, next_send, self.contributions.hold_until, quota_frees]
             .into_iter()
             .flatten()
             .max();
@@ -352,6 +385,55 @@ impl ScopeState {
                 ScopeCheck::Until(relief.map_or(at, |relief| relief.min(at)))
             }
             _ => ScopeCheck::Ready { lane },
+        }
+    }
+
+    /// Whether the scope's delay since its last send has not passed yet.
+    pub(crate) fn last_send_blocks(&self, effective: &Effective, now: Instant) -> bool {
+        self.last_send.is_some_and(|last| {
+            last.next_allowed_at_least(effective.delay, &effective.jitter, effective.delay_floor) > now
+        })
+    }
+
+    /// The current quota window, if the scope has a quota and the window
+    /// has not ended.
+    pub(crate) fn current_window(&self, now: Instant) -> Option<&QuotaWindow> {
+        self.config.get_quota()?;
+        let window = self.contributions.quota.as_deref()?;
+        (now < saturating_add(window.started, self.config.get_window())).then_some(window)
+    }
+
+    /// `None` when a request costing `cost` fits the scope's quota now;
+    /// otherwise when the current window ends (and spending restarts from
+    /// zero). An empty window takes any cost, so a request costing more
+    /// than the whole quota goes at the start of a window, never starves.
+    pub(crate) fn quota_frees_at(&self, cost: f64, now: Instant) -> Option<Instant> {
+        let quota = self.config.get_quota()?;
+        let window = self.current_window(now)?;
+        // A small tolerance, so that float sums of exact fractions
+        // (0.1 + 0.2 + ...) do not refuse a cost that fits.
+        let fits = window.used <= 0.0 || window.used + cost <= quota * (1.0 + 1e-9);
+        (!fits).then(|| saturating_add(window.started, self.config.get_window()))
+    }
+
+    /// Spends `cost` from the quota window at a send, starting a window if
+    /// none is current.
+    fn spend_quota(&mut self, cost: f64, now: Instant) {
+        if self.config.get_quota().is_none() {
+            return;
+        }
+        match self.current_window(now).is_some() {
+            true => {
+                if let Some(window) = self.contributions.quota.as_deref_mut() {
+                    window.used += cost;
+                }
+            }
+            false => {
+                self.contributions.quota = Some(Box::new(QuotaWindow {
+                    started: now,
+                    used: cost,
+                }))
+            }
         }
     }
 
@@ -393,7 +475,7 @@ impl ScopeState {
         }
         best
     }
-    /// Takes a lane for a send at `now`: the one `chosen` by the caller
+    /// Takes a lane for `sending` at `now`: the one `chosen` by the caller
     /// under this same lock (when no backoff may have changed since), or the
     /// one the scope's limits give now. Starts the lane's and the scope's
     /// delays with fresh jitter draws and counts the request in flight.
@@ -407,9 +489,13 @@ impl ScopeState {
         chosen: Option<(usize, Effective)>,
         max_concurrency: u32,
         rng: &mut fastrand::Rng,
-        enqueued_at: Instant,
-        departs_now: bool,
+        sending: Sending,
     ) -> usize {
+        let Sending {
+            enqueued_at,
+            departs_now,
+            cost,
+        } = sending;
         if let (Some(rampup), Some(config)) = (&mut self.contributions.rampup, self.config.get_rampup()) {
             rampup.roll(now, config);
         }
@@ -420,7 +506,7 @@ impl ScopeState {
             _ => {
                 self.note_backoff_recovery(now, max_concurrency);
                 let effective = self.effective(now, max_concurrency);
-                (self.check(now, &effective), effective)
+                (self.check(now, &effective, cost), effective)
             }
         };
         let lane = match check {
@@ -450,6 +536,7 @@ impl ScopeState {
             None => self.lanes.push(taken),
         }
         self.last_send = Some(scope_send);
+        self.spend_quota(cost, now);
         self.in_flight += 1;
         if !departs_now {
             self.undeparted += 1;

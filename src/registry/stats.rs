@@ -7,7 +7,8 @@ use tokio::time::Instant;
 
 use super::feedback::AnnouncedLimits;
 use super::scheduler::{Scheduler, ScopeEntry};
-use super::scope_state::LimitSource;
+use super::scope_state::{Effective, LimitSource, ScopeState};
+use super::time::saturating_add;
 use crate::scope::Scope;
 
 /// A snapshot of one scope, from [`Registry::scope_stats`](crate::Registry::scope_stats).
@@ -62,6 +63,34 @@ pub struct ScopeStats {
     pub pacing_delay: Option<Duration>,
     /// What the server last announced about its limits.
     pub announced: Option<AnnouncedLimits>,
+    /// The scope's quota window, when it has a [quota](crate::ScopeConfig::quota).
+    pub quota: Option<QuotaStats>,
+    /// What keeps the scope's first waiter from being sent now, when
+    /// something does: the quota ([`LimitSource::Quota`]), a hold
+    /// ([`LimitSource::Hold`]), busy lanes (the source of
+    /// [`concurrency`](Self::concurrency)) or the scope's delay (the source
+    /// of [`delay`](Self::delay)). `None` with nobody waiting, or when the
+    /// waiter is only held by another of its scopes, a lane's own delay or
+    /// the departure or first answer of an earlier request.
+    pub held_back_by: Option<LimitSource>,
+}
+
+/// A scope's quota window, in [`ScopeStats::quota`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct QuotaStats {
+    /// Units per window.
+    pub quota: f64,
+    /// The window's length.
+    pub window: Duration,
+    /// Units spent in the current window (expected costs at send, corrected
+    /// by reported actual costs or remaining quota).
+    pub used: f64,
+    /// Units left in the current window (0 when overspent).
+    pub remaining: f64,
+    /// Time until the current window ends and spending starts from zero;
+    /// `None` when no window is running (nothing spent yet).
+    pub resets_in: Option<Duration>,
 }
 
 /// A snapshot of the whole registry, from [`Registry::stats`](crate::Registry::stats).
@@ -80,14 +109,15 @@ pub struct Stats {
 
 impl Scheduler {
     pub(crate) fn scope_stats(&self, key: &str, now: Instant) -> Option<ScopeStats> {
-        Some(self.scope(key)?.stats(now, self.max_concurrency()))
+        let (id, scope) = self.scope_with_id(key)?;
+        Some(scope.stats(now, self.max_concurrency(), self.head_cost(id)))
     }
 
     pub(crate) fn stats(&self, now: Instant) -> Stats {
         let max_concurrency = self.max_concurrency();
         let mut scopes: Vec<ScopeStats> = self
-            .scopes()
-            .map(|scope| scope.stats(now, max_concurrency))
+            .scopes_with_ids()
+            .map(|(id, scope)| scope.stats(now, max_concurrency, self.head_cost(id)))
             .collect();
         scopes.sort_by(|a, b| a.scope.cmp(&b.scope));
         Stats {
@@ -100,7 +130,7 @@ impl Scheduler {
 }
 
 impl ScopeEntry {
-    fn stats(&self, now: Instant, max_concurrency: u32) -> ScopeStats {
+    fn stats(&self, now: Instant, max_concurrency: u32, head_cost: f64) -> ScopeStats {
         let scope = &self.state;
         let effective = scope.effective(now, max_concurrency);
         let contributions = &scope.contributions;
@@ -133,6 +163,42 @@ impl ScopeEntry {
                 .filter(|(_, until)| now < *until)
                 .map(|(delay, _)| delay),
             announced: contributions.announced.as_deref().cloned(),
+            quota: quota_stats(scope, now),
+            held_back_by: (self.queued() > 0)
+                .then(|| held_back_by(scope, &effective, head_cost, now))
+                .flatten(),
         }
     }
+}
+
+fn quota_stats(scope: &ScopeState, now: Instant) -> Option<QuotaStats> {
+    let quota = scope.config.get_quota()?;
+    let window = scope.config.get_window();
+    let current = scope.current_window(now);
+    let used = current.map_or(0.0, |current| current.used);
+    Some(QuotaStats {
+        quota,
+        window,
+        used,
+        remaining: (quota - used).max(0.0),
+        resets_in: current
+            .map(|current| saturating_add(current.started, window).saturating_duration_since(now)),
+    })
+}
+
+/// What keeps a first waiter costing `cost` from going now, in the order
+/// a user would look: money, the server's word, lanes, the delay.
+fn held_back_by(scope: &ScopeState, effective: &Effective, cost: f64, now: Instant) -> Option<LimitSource> {
+    if scope.quota_frees_at(cost, now).is_some() {
+        return Some(LimitSource::Quota);
+    }
+    if scope.contributions.hold_until.is_some_and(|until| until > now) {
+        return Some(LimitSource::Hold);
+    }
+    if scope.in_flight >= effective.concurrency {
+        return Some(effective.concurrency_source);
+    }
+    scope
+        .last_send_blocks(effective, now)
+        .then_some(effective.delay_source)
 }

@@ -27,6 +27,8 @@ pub(crate) struct OrderKey {
 pub(crate) struct Seat {
     pub(crate) scope: ScopeId,
     pub(crate) lane: usize,
+    /// The request's expected quota cost in this scope.
+    pub(crate) cost: f64,
 }
 
 /// The seats of a ticket, inline for the common one-scope request.

@@ -66,6 +66,35 @@ impl RetryAfterLayer {
         self.settings.pace_to_policy = pace;
         self
     }
+
+    /// Feeds the remaining quota a response announces (`RateLimit` `r=`,
+    /// `RateLimit-Remaining`, `X-RateLimit-Remaining`) to the request's
+    /// scopes that have a [quota](crate::ScopeConfig::quota) of their own
+    /// (default off): their current window's spending becomes
+    /// `quota − remaining`. Turn it on when the scope's quota is the
+    /// server's, in the server's units.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower::ServiceBuilder;
+    /// use tower_throttle::{Registry, RetryAfterLayer, ScopeConfig, ThrottleLayer};
+    ///
+    /// let registry = Registry::builder()
+    ///     .scope("api.example", ScopeConfig::default().quota(5000.0).window(Duration::from_secs(3600)))
+    ///     .build()?;
+    /// let client = ServiceBuilder::new()
+    ///     .layer(ThrottleLayer::new(registry.clone()))
+    ///     .layer(RetryAfterLayer::new(registry).remaining_quota(true))
+    ///     .service(tower::service_fn(|_request: http::Request<()>| async {
+    ///         Ok::<_, std::convert::Infallible>(http::Response::new(()))
+    ///     }));
+    /// # drop(client);
+    /// # Ok::<(), tower_throttle::ConfigError>(())
+    /// ```
+    pub fn remaining_quota(mut self, feed: bool) -> Self {
+        self.settings.remaining_quota = feed;
+        self
+    }
 }
 
 impl<S> Layer<S> for RetryAfterLayer {

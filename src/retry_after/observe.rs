@@ -12,7 +12,7 @@ use crate::parse::rate_limit_headers::{
     parse_delta_seconds, parse_ratelimit, parse_ratelimit_policy, parse_remaining, parse_retry_after,
     parse_x_ratelimit_reset, RateLimitHeaders, RateLimitPolicyItem,
 };
-use crate::registry::{AnnouncedLimits, Registry, MAX_CONFIG_DELAY};
+use crate::registry::{AnnouncedLimits, Feedback, Registry, MAX_CONFIG_DELAY};
 use crate::scope::Scopes;
 
 /// The layer's options, copied into every service and response future.
@@ -20,6 +20,7 @@ use crate::scope::Scopes;
 pub(crate) struct Settings {
     pub(crate) redirect_max_delay: Duration,
     pub(crate) pace_to_policy: bool,
+    pub(crate) remaining_quota: bool,
 }
 
 impl Default for Settings {
@@ -27,6 +28,7 @@ impl Default for Settings {
         Settings {
             redirect_max_delay: DEFAULT_REDIRECT_MAX_DELAY,
             pace_to_policy: false,
+            remaining_quota: false,
         }
     }
 }
@@ -167,6 +169,11 @@ impl Observer {
         } else {
             None
         };
+        if let (true, Some(remaining)) = (self.settings.remaining_quota, parsed.remaining) {
+            // Only scopes with a quota of their own take it up.
+            let feedback = Feedback::ignore().with_remaining_quota(remaining as f64);
+            self.registry.feedback(&self.scopes, feedback);
+        }
         let may_hold = parsed.retry_after.is_some() || parsed.reset.is_some();
         for (scope, _) in self.scopes.iter() {
             if may_hold {

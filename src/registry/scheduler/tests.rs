@@ -72,8 +72,8 @@ impl Driver {
 
     fn in_flight(&self, scope: &str) -> u32 {
         self.scheduler
-            .scope(scope)
-            .map_or(0, |scope| scope.state.in_flight)
+            .scope_with_id(scope)
+            .map_or(0, |(_, scope)| scope.state.in_flight)
     }
 }
 
@@ -140,7 +140,10 @@ fn finishing_releases_the_lane_and_wakes_the_next_waiter() {
     assert_eq!(d.poll(b, t0 + ms(50)), ADMITTED_EARLIER);
     assert_eq!(d.lane(b), 0);
     // The latency of A (send to answer) feeds the average.
-    assert_eq!(d.scheduler.scope("site").unwrap().state.latency, Some(ms(50)));
+    assert_eq!(
+        d.scheduler.scope_with_id("site").unwrap().1.state.latency,
+        Some(ms(50))
+    );
 
     d.finish(b, Outcome::NoResponse, t0 + ms(60));
     assert_eq!(d.in_flight("site"), 0);
@@ -247,7 +250,7 @@ fn a_waiter_leaving_hands_the_timer_to_the_next() {
         waiting(Some(t0 + Duration::from_secs(1)))
     );
     assert_eq!(d.poll(c, t0 + Duration::from_secs(1)), SENT);
-    assert_eq!(d.scheduler.scope("site").unwrap().queued(), 0);
+    assert_eq!(d.scheduler.scope_with_id("site").unwrap().1.queued(), 0);
 }
 
 /// A ticket admitted by another event leaves when its own task runs:
@@ -274,4 +277,96 @@ fn the_next_gap_runs_from_a_late_departure() {
     assert_eq!(d.scheduler.tickets[b].sent_at, Some(t0 + ms(140)));
     assert_eq!(d.poll(c, t0 + ms(140)), waiting(Some(t0 + ms(240))));
     assert_eq!(d.poll(c, t0 + ms(240)), SENT);
+}
+
+/// Replays `arrivals` (offset in ms, cost) against one scope with quota
+/// `quota` per `window`, sending each request as soon as the scheduler
+/// lets it and answering it at once. Returns each send's instant and cost,
+/// in send order, and whether every request was sent.
+fn replay_quota(quota: f64, window: Duration, arrivals: &[(u64, f64)]) -> (Vec<(Instant, f64)>, bool) {
+    let config = free(64).quota(quota).window(window);
+    let mut d = Driver::new(scheduler(config, 64));
+    let t0 = tokio::time::Instant::now();
+    let mut arrivals: Vec<(Instant, f64)> = arrivals.iter().map(|&(at, cost)| (t0 + ms(at), cost)).collect();
+    arrivals.sort_by_key(|&(at, _)| at);
+    let mut arrivals = arrivals.into_iter().peekable();
+    let mut waiting: Vec<(TicketId, f64)> = Vec::new();
+    let mut sends = Vec::new();
+    let mut now = t0;
+    loop {
+        while let Some(&(at, cost)) = arrivals.peek().filter(|(at, _)| *at <= now) {
+            arrivals.next();
+            let (id, sent) = d.enqueue(Scopes::with_costs([("site", cost)]), 0, at.max(now));
+            if sent {
+                sends.push((now, cost));
+                d.finish(id, ANSWERED, now);
+            } else {
+                waiting.push((id, cost));
+            }
+        }
+        let mut next_timer: Option<Instant> = None;
+        let mut progress = true;
+        while progress {
+            progress = false;
+            next_timer = None;
+            for (id, cost) in std::mem::take(&mut waiting) {
+                match d.poll(id, now) {
+                    TicketPoll::Sent { departed } => {
+                        if !departed {
+                            d.scheduler.depart(id, now, &mut d.woken);
+                        }
+                        sends.push((now, cost));
+                        d.finish(id, ANSWERED, now);
+                        progress = true;
+                    }
+                    TicketPoll::Waiting { timer } => {
+                        next_timer = [next_timer, timer].into_iter().flatten().min();
+                        waiting.push((id, cost));
+                    }
+                }
+            }
+        }
+        let next_arrival = arrivals.peek().map(|&(at, _)| at);
+        match [next_timer, next_arrival].into_iter().flatten().min() {
+            Some(next) => now = next.max(now),
+            None => return (sends, waiting.is_empty()),
+        }
+    }
+}
+
+proptest::proptest! {
+    /// Over random costs, arrivals, quotas and windows, no window is
+    /// overspent except by a single request costing more than the whole
+    /// quota, alone in its window; and every request is sent.
+    #[test]
+    fn no_quota_window_is_overspent(
+        quota in 1.0f64..20.0,
+        window_ms in 10u64..1_000,
+        arrivals in proptest::collection::vec((0u64..3_000, 0.1f64..30.0), 1..40),
+    ) {
+        let window = ms(window_ms);
+        let (sends, all_sent) = replay_quota(quota, window, &arrivals);
+        proptest::prop_assert!(all_sent, "a request starved");
+        proptest::prop_assert_eq!(sends.len(), arrivals.len());
+        let mut index = 0;
+        while index < sends.len() {
+            let start = sends[index].0;
+            let in_window: Vec<f64> = sends[index..]
+                .iter()
+                .take_while(|(at, _)| *at < start + window)
+                .map(|&(_, cost)| cost)
+                .collect();
+            let spent: f64 = in_window.iter().sum();
+            let oversized_alone = in_window.len() == 1 && in_window[0] > quota;
+            proptest::prop_assert!(
+                spent <= quota * (1.0 + 1e-9) || oversized_alone,
+                "window at {:?} spent {} of {} over {:?}",
+                start - sends[0].0,
+                spent,
+                quota,
+                in_window
+            );
+            index += in_window.len();
+        }
+    }
 }

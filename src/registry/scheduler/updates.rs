@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Scheduler, ScopeEntry, Status, WakeList};
+use super::{Scheduler, ScopeEntry, ScopeId, Status, WakeList};
 use crate::registry::config::ScopeConfig;
 use crate::registry::feedback::{AnnouncedLimits, Feedback};
 use crate::scope::Scope;
@@ -24,12 +24,20 @@ impl Scheduler {
         self.run_dispatch(now, wake);
     }
 
-    /// Applies feedback about one response (or error) to scope `key`.
-    pub(crate) fn feedback(&mut self, key: &Scope, feedback: Feedback, now: Instant, wake: &mut WakeList) {
+    /// Applies feedback about one response (or error) of a request sent
+    /// with `expected_cost` to scope `key`.
+    pub(crate) fn feedback(
+        &mut self,
+        key: &Scope,
+        feedback: Feedback,
+        expected_cost: f64,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
         let id = self.scope_id(key, now);
         if self.scopes[id]
             .state
-            .apply_feedback(feedback, now, self.max_concurrency)
+            .apply_feedback(feedback, expected_cost, now, self.max_concurrency)
         {
             self.dirty.push(id);
             self.run_dispatch(now, wake);
@@ -92,14 +100,14 @@ impl Scheduler {
         ScopeConfig::clone(config)
     }
 
-    /// The scope `key`, if the scheduler has seen it.
-    pub(crate) fn scope(&self, key: &str) -> Option<&ScopeEntry> {
-        self.index.get(key).map(|&id| &self.scopes[id])
+    /// Every scope the scheduler knows, with its id.
+    pub(crate) fn scopes_with_ids(&self) -> impl Iterator<Item = (ScopeId, &ScopeEntry)> {
+        self.scopes.iter()
     }
 
-    /// Every scope the scheduler knows.
-    pub(crate) fn scopes(&self) -> impl Iterator<Item = &ScopeEntry> {
-        self.scopes.iter().map(|(_, scope)| scope)
+    /// The scope `key` and its id, if the scheduler has seen it.
+    pub(crate) fn scope_with_id(&self, key: &str) -> Option<(ScopeId, &ScopeEntry)> {
+        self.index.get(key).map(|&id| (id, &self.scopes[id]))
     }
 
     /// The global cap on requests in flight.

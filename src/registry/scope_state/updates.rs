@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{RobotsContribution, ScopeState};
+use super::{QuotaWindow, RobotsContribution, ScopeState};
 use crate::registry::backoff::BackoffState;
 use crate::registry::config::ScopeConfig;
 use crate::registry::feedback::{AnnouncedLimits, Feedback, FeedbackKind};
@@ -37,12 +37,23 @@ impl ScopeState {
 
     /// Applies feedback about one response (or error). Returns whether the
     /// scope's limits changed (backoff feedback: a backoff or rampup step).
-    pub(crate) fn apply_feedback(&mut self, feedback: Feedback, now: Instant, max_concurrency: u32) -> bool {
+    pub(crate) fn apply_feedback(
+        &mut self,
+        feedback: Feedback,
+        expected_cost: f64,
+        now: Instant,
+        max_concurrency: u32,
+    ) -> bool {
+        let mut quota_changed = false;
         if let Some(cost) = feedback.actual_cost() {
             self.reported_cost += cost;
+            quota_changed |= self.correct_spending(cost - expected_cost, now);
+        }
+        if let Some(remaining) = feedback.remaining_quota() {
+            quota_changed |= self.set_remaining_quota(remaining, now);
         }
         if feedback.kind() != FeedbackKind::Backoff {
-            return false;
+            return quota_changed;
         }
         self.backoff_feedbacks += 1;
         if let (Some(rampup), Some(config)) = (&mut self.contributions.rampup, self.config.get_rampup()) {
@@ -75,6 +86,41 @@ impl ScopeState {
             self.contributions.backoff = Some(stepped);
         }
         true
+    }
+
+    /// Applies the difference between what a request actually cost and what
+    /// it was expected to cost to the current quota window. Returns whether
+    /// the spending changed.
+    pub(crate) fn correct_spending(&mut self, difference: f64, now: Instant) -> bool {
+        if difference == 0.0 || self.current_window(now).is_none() {
+            return false;
+        }
+        let Some(window) = self.contributions.quota.as_deref_mut() else {
+            return false;
+        };
+        window.used = (window.used + difference).max(0.0);
+        true
+    }
+
+    /// Sets the current window's spending from what the server says is
+    /// left (`quota − remaining`), starting a window now if none is
+    /// current. Returns whether the spending changed.
+    pub(crate) fn set_remaining_quota(&mut self, remaining: f64, now: Instant) -> bool {
+        let Some(quota) = self.config.get_quota() else {
+            return false;
+        };
+        let used = (quota - remaining).max(0.0);
+        if self.current_window(now).is_none() {
+            self.contributions.quota = Some(Box::new(QuotaWindow { started: now, used }));
+            return true;
+        }
+        match self.contributions.quota.as_deref_mut() {
+            Some(window) if window.used != used => {
+                window.used = used;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Records a robots.txt Crawl-delay (`None`: no delay known). It applies
