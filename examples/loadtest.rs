@@ -24,9 +24,14 @@
 //! pool and connection task, the client's runtime, the kernel, the server's
 //! runtime) squeezed them; if they left closer, the scheduler did. The
 //! scheduler stamps a send when the request's own future hands it to the
-//! inner service, so the client-side gaps must never be below the floor;
-//! only a thread preempted between the scheduler's stamp and this one could
-//! shift a gap, by far less than the 2 ms tolerance.
+//! inner service, so the client-side gaps must never be below the floor.
+//! Ours is a second stamp, a few microseconds later in the same poll; but a
+//! thread preempted between the two (the machine may be shared) makes ours
+//! late by a timeslice, and the gap after it short. So each request future
+//! also notes when each of its polls began: the scheduler's stamp lies
+//! between that instant and ours, and a client gap counts against the
+//! scheduler only when it is below the floor even with the earlier stamp
+//! moved back by that window.
 //!
 //! Every site is its own loopback address (`127.B.x.y`, all of 127.0.0.0/8 is
 //! loopback on Linux), so each site has its own connection pool in the client,
@@ -88,8 +93,10 @@
 //!   thread, `client` everything else in the process.
 //! - Then one PASS/FAIL line per criterion of DESIGN §5, judged on the
 //!   server's stamps, plus per throttled run with a delay "client: no
-//!   departure gap below the floor", which the scheduler guarantees (a
-//!   failure there is a scheduler bug, not the path).
+//!   departure gap below the floor", which the scheduler guarantees: it
+//!   fails only for gaps below the floor even allowing for the stamp window
+//!   (a scheduler bug, not the path); gaps only measured below it are
+//!   counted in the same line and explained above the verdicts.
 //! - (c) has 10 sites × 200 pages (about 10 s per run) so that "mean gap
 //!   within 2 % of the delay" is tested over ~2 000 gaps: with jitter 0.5
 //!   the standard error of the mean is then about 0.3 ms (0.6 %), where 390
@@ -600,11 +607,11 @@ impl Target {
     /// to the pool.
     async fn fetch(self, request: Request) -> Result<(), BoxError> {
         let response = match self {
-            Target::Throttled(throttle) => throttle.oneshot(request).await?,
+            Target::Throttled(throttle) => MarkPolls::new(throttle.oneshot(request)).await?,
             Target::Bare { client, permits } => {
                 // Held until the response head, as a throttle lane is.
                 let _permit = permits.acquire_owned().await?;
-                client.oneshot(request).await?
+                MarkPolls::new(client.oneshot(request)).await?
             }
         };
         response.into_body().collect().await?;
@@ -764,10 +771,55 @@ fn named_site_number(host: &str) -> Option<usize> {
 #[derive(Clone, Copy)]
 struct Seq(u32);
 
-/// Client-side departure stamps: `(seq, instant handed to hyper-util)`.
+thread_local! {
+    /// When the poll of the request future running on this thread began.
+    static POLL_STARTED: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+pin_project_lite::pin_project! {
+    /// Notes when each poll of the throttle's (or the bare client's) future
+    /// begins. The scheduler stamps a departure inside the very poll that
+    /// hands the request on, so its stamp lies between that instant and
+    /// ours: the difference bounds how late our stamp can be (a preempted
+    /// thread, say).
+    struct MarkPolls<F> {
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F> MarkPolls<F> {
+    fn new(inner: F) -> Self {
+        MarkPolls { inner }
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for MarkPolls<F> {
+    type Output = F::Output;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        POLL_STARTED.set(Some(Instant::now()));
+        let output = self.project().inner.poll(cx);
+        POLL_STARTED.set(None);
+        output
+    }
+}
+
+/// One client-side departure stamp.
+#[derive(Clone, Copy)]
+struct Departure {
+    seq: u32,
+    /// When the request was handed to hyper-util.
+    at: Instant,
+    /// How long before `at` the poll that handed it over began: the
+    /// scheduler's own departure stamp lies in `[at − window, at]`.
+    window: Duration,
+}
+
+/// Client-side departure stamps, in the order they were taken.
 #[derive(Default)]
 struct DepartureLog {
-    departures: Mutex<Vec<(u32, Instant)>>,
+    departures: Mutex<Vec<Departure>>,
 }
 
 /// Sits between the throttle and the hyper-util client: stamps the instant
@@ -798,8 +850,11 @@ where
                 request
                     .headers_mut()
                     .insert(SEQ_HEADER, http::HeaderValue::from(seq));
-                let departed = Instant::now();
-                log.departures.lock().unwrap().push((seq, departed));
+                let at = Instant::now();
+                let window = POLL_STARTED
+                    .get()
+                    .map_or(Duration::ZERO, |started| at.saturating_duration_since(started));
+                log.departures.lock().unwrap().push(Departure { seq, at, window });
             }
         }
         self.inner.call(request)
@@ -1179,7 +1234,41 @@ struct ArrivalSummary {
     client_later: Option<GapStats>,
     path_lag: Option<LagStats>,
     squeezes: Squeezes,
+    client_short: ClientShortGaps,
     floor: Option<Duration>,
+}
+
+/// Client-side gaps below the floor, against how late our stamps may be.
+#[derive(Default)]
+struct ClientShortGaps {
+    /// Measured below the floor.
+    measured: usize,
+    /// Below the floor even if the earlier request's stamp was as late as
+    /// its window allows: the scheduler's own gap was below it.
+    proven: usize,
+    /// The largest window of the earlier request among the measured ones.
+    max_window: Duration,
+}
+
+impl ClientShortGaps {
+    fn find(sites: &[Vec<Departure>], floor: Duration) -> Self {
+        let mut short = ClientShortGaps::default();
+        for pair in sites.iter().flat_map(|site| site.windows(2)) {
+            let (earlier, later) = (pair[0], pair[1]);
+            let gap = later.at - earlier.at;
+            if gap >= floor {
+                continue;
+            }
+            short.measured += 1;
+            short.max_window = short.max_window.max(earlier.window);
+            // The scheduler's stamps: the later one at most `later.at`, the
+            // earlier one at least `earlier.at − earlier.window`.
+            if gap + earlier.window < floor {
+                short.proven += 1;
+            }
+        }
+        short
+    }
 }
 
 /// Path lag: server head-read instant minus client departure instant, over
@@ -1247,23 +1336,30 @@ impl RunningSites {
     /// Gaps per site between consecutive request heads (server side) and
     /// between consecutive departures (client side), split into first and
     /// later gaps, and the path lag between the two.
-    fn summary(&self, departures: Vec<(u32, Instant)>, floor: Option<Duration>) -> ArrivalSummary {
+    fn summary(&self, departures: Vec<Departure>, floor: Option<Duration>) -> ArrivalSummary {
         let sites = std::mem::take(&mut *self.log.sites.lock().unwrap());
         let site_count = sites.len().max(1);
         // Departure instant by seq, and each site's departures in order.
         let mut departed_at: Vec<Option<Instant>> = Vec::new();
-        let mut client_sites: Vec<Vec<Instant>> = vec![Vec::new(); site_count];
-        for &(seq, instant) in &departures {
-            let seq = seq as usize;
+        let mut client_stamps: Vec<Vec<Departure>> = vec![Vec::new(); site_count];
+        for &departure in &departures {
+            let seq = departure.seq as usize;
             if departed_at.len() <= seq {
                 departed_at.resize(seq + 1, None);
             }
-            departed_at[seq] = Some(instant);
-            client_sites[seq % site_count].push(instant);
+            departed_at[seq] = Some(departure.at);
+            client_stamps[seq % site_count].push(departure);
         }
-        for site in &mut client_sites {
-            site.sort_unstable();
+        for site in &mut client_stamps {
+            site.sort_unstable_by_key(|departure| departure.at);
         }
+        let client_sites: Vec<Vec<Instant>> = client_stamps
+            .iter()
+            .map(|site| site.iter().map(|departure| departure.at).collect())
+            .collect();
+        let client_short = floor.map_or_else(ClientShortGaps::default, |floor| {
+            ClientShortGaps::find(&client_stamps, floor)
+        });
         let departure =
             |seq: Option<u32>| seq.and_then(|seq| departed_at.get(seq as usize).copied().flatten());
 
@@ -1326,6 +1422,7 @@ impl RunningSites {
             client_later,
             path_lag: lag_stats(lags),
             squeezes,
+            client_short,
             floor,
         }
     }
@@ -1334,14 +1431,6 @@ impl RunningSites {
 impl ArrivalSummary {
     fn below_floor(&self) -> usize {
         [&self.first, &self.later]
-            .into_iter()
-            .flatten()
-            .map(|stats| stats.below_floor)
-            .sum()
-    }
-
-    fn client_below_floor(&self) -> usize {
-        [&self.client_first, &self.client_later]
             .into_iter()
             .flatten()
             .map(|stats| stats.below_floor)
@@ -1515,6 +1604,20 @@ fn print_path_lag(runs: &[(String, RunReport)]) {
         );
     }
     for (label, run) in runs {
+        let short = &run.arrivals.client_short;
+        if short.measured > 0 {
+            println!(
+                "   {label}: {} client gaps measured below the floor; the earlier request's stamp came up to {} ms \
+                 after the start of the poll in which the scheduler stamped it, which explains {} of them; {} remain \
+                 (the scheduler's)",
+                short.measured,
+                millis(short.max_window),
+                short.measured - short.proven,
+                short.proven,
+            );
+        }
+    }
+    for (label, run) in runs {
         let below = run.arrivals.below_floor();
         if below == 0 {
             continue;
@@ -1649,13 +1752,15 @@ fn client_spacing_verdict(label: &str, run: &RunReport) -> Verdict {
         .flatten()
         .map(|stats| stats.min)
         .min();
-    let below = arrivals.client_below_floor();
+    let short = &arrivals.client_short;
     Verdict {
-        pass: stamped > 0 && below == 0,
+        pass: stamped > 0 && short.proven == 0,
         text: format!(
-            "{label}: client: no departure gap below the floor {} ms ({below} below of {stamped}, min {} ms; \
-             a failure is a scheduler bug)",
+            "{label}: client: no departure gap below the floor {} ms ({} below even allowing for the stamp window; \
+             {} measured below of {stamped}, min {} ms; a failure is a scheduler bug)",
             optional(arrivals.floor, millis),
+            short.proven,
+            short.measured,
             optional(min, millis),
         ),
     }
