@@ -1,0 +1,347 @@
+//! Instructions per request of `Throttle` and its peers, counted by
+//! callgrind: the reproducible form of the overhead figures of DESIGN §5.
+//!
+//! # What it measures
+//!
+//! The same variants as the criterion bench `benches/overhead.rs`, with the
+//! same registry (delay 0, lanes to spare: pure bookkeeping) and the same
+//! request (a pre-parsed URI cloned into a new `http::Request`), each driven
+//! through `ready` + `call` + the response future on a current-thread tokio
+//! runtime: the bare service, `tower::limit::ConcurrencyLimit` (1 000), a
+//! `governor` keyed check on the lower-cased host (1 key), and `Throttle`
+//! with one scope, with one scope and `record_scopes(false)`, and with
+//! 100 000 scopes visited round-robin (created by a warm-up pass first).
+//!
+//! # Why instructions rather than time
+//!
+//! Wall-clock ratios from criterion vary 2× between runs on a shared VM.
+//! The number of instructions executed is the same from run to run (to a few
+//! per request), so a change of 5 % is visible and a figure can be compared
+//! across machines and days. It is a proxy: it does not see cache misses,
+//! branch mispredictions or lock contention, which the criterion bench (and
+//! its `scaling` group) still has to show.
+//!
+//! # Running it
+//!
+//! ```text
+//! cargo run --release --example instructions
+//! cargo run --release --example instructions -- --small 1000 --large 6000   # quicker
+//! ```
+//!
+//! With no arguments the example is the driver: for each variant it runs
+//! itself twice under `valgrind --tool=callgrind`, with `--small` (2 000)
+//! and `--large` (22 000) requests, reads the `Collected : <instructions>`
+//! line valgrind prints, and reports `(I(large) − I(small)) / (large −
+//! small)`, which cancels everything both runs share: the first requests'
+//! one-off work and, for the 100 000-scope variant, the warm-up pass that
+//! creates the scopes. Callgrind counts only inside `measured` (the
+//! `block_on` that drives the requests, `--toggle-collect`), because the
+//! set-up before it does not always run the same instructions twice:
+//! governor's clock calibrates the TSC for as long as it takes, which
+//! moved its figure between 1 200 and 1 570 per request from run to run
+//! (1 504 every time with the toggle). With arguments `<variant> <n>` it drives
+//! `n` requests through one variant and exits (that is what valgrind runs).
+//! It needs valgrind (`apt-get install valgrind`); without it, it says so
+//! and exits.
+//!
+//! # Reading the table
+//!
+//! `Ir/request` is the whole cost of one request, `overhead` that minus the
+//! bare service's: the cost of the layer. The ratios below the table are the
+//! ones DESIGN §5 sets targets for, taken between overheads.
+//!
+//! # Caveat
+//!
+//! The crate's dev-dependencies turn on tokio's `test-util` feature, and
+//! examples build with dev-dependencies, so here `tokio::time::Instant::now()`
+//! first checks whether the clock is paused: it costs a little more than in
+//! a user's build. Throttle reads the clock; the peers (other than
+//! `governor`, which has its own clock) do not.
+
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use governor::{Quota, RateLimiter};
+use tower::{Layer, Service, ServiceExt};
+use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+
+const VARIANTS: [&str; 6] = [
+    "bare",
+    "concurrency_limit",
+    "governor_keyed",
+    "throttle_1_scope",
+    "throttle_1_scope_unrecorded",
+    "throttle_100k_scopes",
+];
+
+const MANY_SCOPES: usize = 100_000;
+
+const VALGRIND_ARGS: [&str; 3] = [
+    "--tool=callgrind",
+    "--callgrind-out-file=/dev/null",
+    "--toggle-collect=*instructions::measured*",
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.as_slice() {
+        [variant, n] if !variant.starts_with("--") => match n.parse() {
+            Ok(n) => run_variant(variant, n),
+            Err(_) => usage(&format!("not a request count: {n}")),
+        },
+        flags => match parse_counts(flags) {
+            Ok((small, large)) => measure(small, large),
+            Err(message) => usage(&message),
+        },
+    }
+}
+
+fn usage(message: &str) -> ExitCode {
+    eprintln!("{message}");
+    eprintln!("usage: instructions [--small N] [--large N]   (driver, runs valgrind)");
+    eprintln!("       instructions <variant> <n>             (one variant, n requests)");
+    eprintln!("variants: {}", VARIANTS.join(", "));
+    ExitCode::from(2)
+}
+
+fn parse_counts(flags: &[String]) -> Result<(u64, u64), String> {
+    let (mut small, mut large) = (2_000, 22_000);
+    let mut flags = flags.iter();
+    while let Some(flag) = flags.next() {
+        let target = match flag.as_str() {
+            "--small" => &mut small,
+            "--large" => &mut large,
+            other => return Err(format!("unknown argument: {other}")),
+        };
+        let value = flags.next().ok_or(format!("{flag} needs a value"))?;
+        *target = value
+            .parse()
+            .map_err(|_| format!("{flag}: not a count: {value}"))?;
+    }
+    if large <= small {
+        return Err(format!("--large ({large}) must be above --small ({small})"));
+    }
+    Ok((small, large))
+}
+
+// ---- One variant: what valgrind runs ----
+
+fn bare() -> impl Service<
+    http::Request<()>,
+    Response = http::Response<()>,
+    Error = Infallible,
+    Future = std::future::Ready<Result<http::Response<()>, Infallible>>,
+> + Clone {
+    tower::service_fn(|_request: http::Request<()>| std::future::ready(Ok(http::Response::new(()))))
+}
+
+fn uris(count: usize) -> Vec<http::Uri> {
+    (0..count)
+        .map(|i| format!("https://host{i}.example/page").parse().unwrap())
+        .collect()
+}
+
+fn unthrottled_registry() -> Registry {
+    // As in benches/overhead.rs: the throttle never waits.
+    Registry::builder()
+        .max_concurrency(1_000)
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(1_000)
+                .delay(Duration::ZERO)
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap()
+}
+
+/// Runs `count` requests through `service`, cycling over `uris`.
+async fn drive<S>(service: &mut S, uris: &[http::Uri], count: usize)
+where
+    S: Service<http::Request<()>, Response = http::Response<()>>,
+    S::Error: std::fmt::Debug,
+{
+    for i in 0..count {
+        let mut request = http::Request::new(());
+        *request.uri_mut() = uris[i % uris.len()].clone();
+        let response = service.ready().await.unwrap().call(request).await.unwrap();
+        black_box(response);
+    }
+}
+
+fn run_variant(variant: &str, n: usize) -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let one = uris(1);
+    match variant {
+        "bare" => measured(&runtime, drive(&mut bare(), &one, n)),
+        "concurrency_limit" => {
+            let mut service = tower::limit::ConcurrencyLimit::new(bare(), 1_000);
+            measured(&runtime, drive(&mut service, &one, n));
+        }
+        "governor_keyed" => {
+            let limiter = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
+            let mut inner = bare();
+            // The same work Throttle's host resolver does: key = lower-cased host.
+            let mut service = tower::service_fn(move |request: http::Request<()>| {
+                let key = request.uri().host().unwrap_or_default().to_ascii_lowercase();
+                assert!(limiter.check_key(&key).is_ok());
+                inner.call(request)
+            });
+            measured(&runtime, drive(&mut service, &one, n));
+        }
+        "throttle_1_scope" => {
+            let mut service = ThrottleLayer::new(unthrottled_registry()).layer(bare());
+            measured(&runtime, drive(&mut service, &one, n));
+        }
+        "throttle_1_scope_unrecorded" => {
+            let layer = ThrottleLayer::new(unthrottled_registry()).record_scopes(false);
+            measured(&runtime, drive(&mut layer.layer(bare()), &one, n));
+        }
+        "throttle_100k_scopes" => {
+            let many = uris(MANY_SCOPES);
+            let mut service = ThrottleLayer::new(unthrottled_registry()).layer(bare());
+            measured(&runtime, async {
+                // Every run, whatever its n, first creates all the scopes, so
+                // the driver's subtraction leaves only steady-state requests.
+                drive(&mut service, &many, MANY_SCOPES).await;
+                drive(&mut service, &many, n).await;
+            });
+        }
+        other => return usage(&format!("unknown variant: {other}")),
+    }
+    ExitCode::SUCCESS
+}
+
+/// Where callgrind counts (`--toggle-collect`): the requests, not the
+/// set-up before them, which is not the same from run to run (governor's
+/// clock calibrates the TSC against the system clock for a while).
+#[inline(never)]
+fn measured(runtime: &tokio::runtime::Runtime, requests: impl std::future::Future<Output = ()>) {
+    runtime.block_on(requests);
+}
+
+// ---- The driver ----
+
+fn measure(small: u64, large: u64) -> ExitCode {
+    let version = match Command::new("valgrind").arg("--version").output() {
+        Ok(output) if output.status.success() => String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+        _ => {
+            println!("valgrind not found: this measurement counts instructions with callgrind.");
+            println!("Install it (Debian/Ubuntu: `apt-get install valgrind`) and run again.");
+            return ExitCode::SUCCESS;
+        }
+    };
+    let exe = std::env::current_exe().expect("the path of this executable");
+    if cfg!(debug_assertions) {
+        println!("warning: a debug build; the figures mean something only with --release");
+    }
+    println!("{version}");
+    println!(
+        "command: valgrind {} {} <variant> <n>",
+        VALGRIND_ARGS.join(" "),
+        exe.display()
+    );
+    println!(
+        "n = {small} and {large}; Ir/request = (I({large}) - I({small})) / {}",
+        large - small
+    );
+    println!();
+    println!(
+        "{:<28} {:>15} {:>15} {:>11} {:>9}",
+        "variant",
+        format!("I({small})"),
+        format!("I({large})"),
+        "Ir/request",
+        "overhead"
+    );
+
+    let started = Instant::now();
+    let mut per_request = Vec::new();
+    for variant in VARIANTS {
+        let count = |n: u64| -> Result<u64, String> {
+            let output = Command::new("valgrind")
+                .args(VALGRIND_ARGS)
+                .arg(&exe)
+                .arg(variant)
+                .arg(n.to_string())
+                .output()
+                .map_err(|error| format!("cannot run valgrind: {error}"))?;
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            if !output.status.success() {
+                return Err(format!("{variant} {n} failed ({}):\n{stderr}", output.status));
+            }
+            collected(&stderr).ok_or_else(|| format!("no `Collected :` line in:\n{stderr}"))
+        };
+        let (low, high) = match count(small).and_then(|low| Ok((low, count(large)?))) {
+            Ok(counts) => counts,
+            Err(message) => {
+                eprintln!("{message}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let cost = (high as f64 - low as f64) / (large - small) as f64;
+        let overhead = cost - per_request.first().map_or(cost, |&(_, bare)| bare);
+        println!("{variant:<28} {low:>15} {high:>15} {cost:>11.1} {overhead:>9.1}");
+        per_request.push((variant, cost));
+    }
+
+    let overhead = |name: &str| {
+        let cost = |name: &str| {
+            per_request
+                .iter()
+                .find(|(variant, _)| *variant == name)
+                .unwrap()
+                .1
+        };
+        cost(name) - cost("bare")
+    };
+    println!();
+    println!("DESIGN §5 ratios (of overheads over bare):");
+    for (label, numerator, denominator, target) in [
+        (
+            "throttle 1 scope / concurrency_limit",
+            "throttle_1_scope",
+            "concurrency_limit",
+            1.5,
+        ),
+        (
+            "throttle 1 scope / governor keyed",
+            "throttle_1_scope",
+            "governor_keyed",
+            2.0,
+        ),
+        (
+            "throttle 100k / throttle 1 scope",
+            "throttle_100k_scopes",
+            "throttle_1_scope",
+            2.0,
+        ),
+    ] {
+        let (numerator, denominator) = (overhead(numerator), overhead(denominator));
+        if denominator <= 0.0 {
+            println!("  {label:<38} n/a (denominator {denominator:.1})");
+            continue;
+        }
+        let ratio = numerator / denominator;
+        let verdict = if ratio <= target { "PASS" } else { "MISS" };
+        println!("  {label:<38} {ratio:>6.2}  (target <= {target})  {verdict}");
+    }
+    println!();
+    println!("measured in {:.0?}", started.elapsed());
+    ExitCode::SUCCESS
+}
+
+/// The instruction count in valgrind's `==PID== Collected : 12345` line.
+fn collected(stderr: &str) -> Option<u64> {
+    stderr.lines().find_map(|line| {
+        let (_, after) = line.split_once("Collected :")?;
+        after.trim().parse().ok()
+    })
+}
