@@ -20,69 +20,20 @@
 //! cargo bench --bench overhead
 //! ```
 
-use std::convert::Infallible;
-use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use governor::{Quota, RateLimiter};
-use tower::{Service, ServiceExt};
-use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+use tower::Service;
+use tower_throttle::ThrottleLayer;
+
+#[path = "variants/mod.rs"]
+mod variants;
+
+use variants::{bare, drive, unthrottled_registry, uris};
 
 const MANY_SCOPES: usize = 100_000;
-
-fn bare() -> impl Service<
-    http::Request<()>,
-    Response = http::Response<()>,
-    Error = Infallible,
-    Future = std::future::Ready<Result<http::Response<()>, Infallible>>,
-> + Clone {
-    tower::service_fn(|_request: http::Request<()>| std::future::ready(Ok(http::Response::new(()))))
-}
-
-fn uris(count: usize) -> Vec<http::Uri> {
-    (0..count)
-        .map(|i| format!("https://host{i}.example/page").parse().unwrap())
-        .collect()
-}
-
-fn request(uri: &http::Uri) -> http::Request<()> {
-    let mut request = http::Request::new(());
-    *request.uri_mut() = uri.clone();
-    request
-}
-
-fn unthrottled_registry() -> Registry {
-    // Delay 0 and lanes to spare: the throttle never waits, so what is
-    // measured is pure bookkeeping.
-    Registry::builder()
-        .max_concurrency(1_000)
-        .default_scope(
-            ScopeConfig::default()
-                .concurrency(1_000)
-                .delay(Duration::ZERO)
-                .delay_per_slot(Duration::ZERO)
-                .jitter(0.0),
-        )
-        .build()
-        .unwrap()
-}
-
-/// Runs `iters` requests through `service`, cycling over `uris`.
-async fn drive<S>(service: &mut S, uris: &[http::Uri], iters: u64) -> Duration
-where
-    S: Service<http::Request<()>, Response = http::Response<()>>,
-    S::Error: std::fmt::Debug,
-{
-    let start = Instant::now();
-    for i in 0..iters as usize {
-        let request = request(&uris[i % uris.len()]);
-        let response = service.ready().await.unwrap().call(request).await.unwrap();
-        black_box(response);
-    }
-    start.elapsed()
-}
 
 fn overhead(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()

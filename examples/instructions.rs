@@ -58,15 +58,14 @@
 //! a user's build. Throttle reads the clock; the peers (other than
 //! `governor`, which has its own clock) do not.
 
-use std::convert::Infallible;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use governor::{Quota, RateLimiter};
-use tower::{Layer, Service, ServiceExt};
-use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+use tower::{Layer, Service};
+use tower_throttle::ThrottleLayer;
 
 const VARIANTS: [&str; 6] = [
     "bare",
@@ -76,6 +75,11 @@ const VARIANTS: [&str; 6] = [
     "throttle_1_scope_unrecorded",
     "throttle_100k_scopes",
 ];
+
+#[path = "../benches/variants/mod.rs"]
+mod variants;
+
+use variants::{bare, drive, unthrottled_registry, uris};
 
 const MANY_SCOPES: usize = 100_000;
 
@@ -129,51 +133,7 @@ fn parse_counts(flags: &[String]) -> Result<(u64, u64), String> {
 
 // ---- One variant: what valgrind runs ----
 
-fn bare() -> impl Service<
-    http::Request<()>,
-    Response = http::Response<()>,
-    Error = Infallible,
-    Future = std::future::Ready<Result<http::Response<()>, Infallible>>,
-> + Clone {
-    tower::service_fn(|_request: http::Request<()>| std::future::ready(Ok(http::Response::new(()))))
-}
-
-fn uris(count: usize) -> Vec<http::Uri> {
-    (0..count)
-        .map(|i| format!("https://host{i}.example/page").parse().unwrap())
-        .collect()
-}
-
-fn unthrottled_registry() -> Registry {
-    // As in benches/overhead.rs: the throttle never waits.
-    Registry::builder()
-        .max_concurrency(1_000)
-        .default_scope(
-            ScopeConfig::default()
-                .concurrency(1_000)
-                .delay(Duration::ZERO)
-                .delay_per_slot(Duration::ZERO)
-                .jitter(0.0),
-        )
-        .build()
-        .unwrap()
-}
-
-/// Runs `count` requests through `service`, cycling over `uris`.
-async fn drive<S>(service: &mut S, uris: &[http::Uri], count: usize)
-where
-    S: Service<http::Request<()>, Response = http::Response<()>>,
-    S::Error: std::fmt::Debug,
-{
-    for i in 0..count {
-        let mut request = http::Request::new(());
-        *request.uri_mut() = uris[i % uris.len()].clone();
-        let response = service.ready().await.unwrap().call(request).await.unwrap();
-        black_box(response);
-    }
-}
-
-fn run_variant(variant: &str, n: usize) -> ExitCode {
+fn run_variant(variant: &str, n: u64) -> ExitCode {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -210,8 +170,8 @@ fn run_variant(variant: &str, n: usize) -> ExitCode {
             measured(&runtime, async {
                 // Every run, whatever its n, first creates all the scopes, so
                 // the driver's subtraction leaves only steady-state requests.
-                drive(&mut service, &many, MANY_SCOPES).await;
-                drive(&mut service, &many, n).await;
+                drive(&mut service, &many, MANY_SCOPES as u64).await;
+                drive(&mut service, &many, n).await
             });
         }
         other => return usage(&format!("unknown variant: {other}")),
@@ -223,8 +183,8 @@ fn run_variant(variant: &str, n: usize) -> ExitCode {
 /// set-up before them, which is not the same from run to run (governor's
 /// clock calibrates the TSC against the system clock for a while).
 #[inline(never)]
-fn measured(runtime: &tokio::runtime::Runtime, requests: impl std::future::Future<Output = ()>) {
-    runtime.block_on(requests);
+fn measured(runtime: &tokio::runtime::Runtime, requests: impl std::future::Future<Output = Duration>) {
+    black_box(runtime.block_on(requests));
 }
 
 // ---- The driver ----

@@ -28,7 +28,13 @@
 //!     jitter never shortens a gap below it;
 //!   - *pacing* to a server-announced quota, until its reset;
 //!   - *rampup*'s pace, which replaces the configured delay and lanes of a
-//!     scope that opted in.
+//!     scope that opted in;
+//!   - the *quota window* of a scope with a [quota](ScopeConfig::quota):
+//!     what its sends have spent since the window began (expected costs,
+//!     corrected by reported actual costs or remaining quota). Unlike the
+//!     others it depends on the request: a waiter goes when its own cost
+//!     fits, so the scope checks its first waiter's cost, and a later,
+//!     cheaper waiter never overtakes it.
 //!
 //!   The *effective* limits are the most restrictive of the config and every
 //!   contribution: the smallest concurrency and the largest delay.

@@ -1,0 +1,67 @@
+//! The services and requests both the `overhead` bench and the
+//! `instructions` example measure, so the two always measure the same
+//! thing. Included with `#[path]` (not a bench of its own).
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use tower::{Service, ServiceExt};
+use tower_throttle::{Registry, ScopeConfig};
+
+/// The bare inner service: answers at once.
+pub fn bare() -> impl Service<
+    http::Request<()>,
+    Response = http::Response<()>,
+    Error = Infallible,
+    Future = std::future::Ready<Result<http::Response<()>, Infallible>>,
+> + Clone {
+    tower::service_fn(|_request: http::Request<()>| std::future::ready(Ok(http::Response::new(()))))
+}
+
+/// `count` URIs on distinct hosts, so `count` distinct scopes.
+pub fn uris(count: usize) -> Vec<http::Uri> {
+    (0..count)
+        .map(|i| format!("https://host{i}.example/page").parse().unwrap())
+        .collect()
+}
+
+/// A request to `uri` (a pre-parsed URI cloned into a new request).
+pub fn request(uri: &http::Uri) -> http::Request<()> {
+    let mut request = http::Request::new(());
+    *request.uri_mut() = uri.clone();
+    request
+}
+
+/// Delay 0 and lanes to spare: the throttle never waits, so what is
+/// measured is pure bookkeeping.
+pub fn unthrottled_registry() -> Registry {
+    Registry::builder()
+        .max_concurrency(1_000)
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(1_000)
+                .delay(Duration::ZERO)
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap()
+}
+
+/// Runs `count` requests through `service`, cycling over `uris`, and says
+/// how long they took.
+pub async fn drive<S>(service: &mut S, uris: &[http::Uri], count: u64) -> Duration
+where
+    S: Service<http::Request<()>, Response = http::Response<()>>,
+    S::Error: std::fmt::Debug,
+{
+    let start = Instant::now();
+    for i in 0..count as usize {
+        let request = request(&uris[i % uris.len()]);
+        let response = service.ready().await.unwrap().call(request).await.unwrap();
+        black_box(response);
+    }
+    start.elapsed()
+}
