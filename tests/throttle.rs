@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use futures::FutureExt;
+use std::future::Future;
 use support::{get, Recorder};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -917,4 +918,70 @@ async fn the_cold_start_rule_leaves_scopes_without_a_delay_alone() {
     let requests = (0..4).map(|i| get(&format!("https://example.com/{i}"))).collect();
     finish_all(launch(&mut service, requests).await).await;
     assert_eq!(recorder.millis(), vec![0, 0, 30, 30]);
+}
+
+/// An inner service that is not ready during `[closed_from, reopens_at)`,
+/// like a pool that has run out of connections for a while.
+struct GatedService {
+    recorder: Recorder,
+    closed_from: Instant,
+    reopens_at: Instant,
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Clone for GatedService {
+    /// A clone is a fresh handle: it shares the gate, not the timer.
+    fn clone(&self) -> Self {
+        GatedService {
+            recorder: self.recorder.clone(),
+            closed_from: self.closed_from,
+            reopens_at: self.reopens_at,
+            sleep: None,
+        }
+    }
+}
+
+impl Service<http::Request<()>> for GatedService {
+    type Response = http::Response<()>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<http::Response<()>, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+        let now = Instant::now();
+        if now < self.closed_from || now >= self.reopens_at {
+            return std::task::Poll::Ready(Ok(()));
+        }
+        let reopens_at = self.reopens_at;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(reopens_at)));
+        sleep.as_mut().poll(cx).map(|()| Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<()>) -> Self::Future {
+        self.recorder.record(&request);
+        std::future::ready(Ok(http::Response::new(())))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_admitted_request_whose_inner_service_is_not_ready_holds_the_scope_until_it_leaves() {
+    let registry = registry_with(exact(3, ms(100), Duration::ZERO));
+    let recorder = Recorder::new();
+    let start = Instant::now();
+    let inner = GatedService {
+        recorder: recorder.clone(),
+        closed_from: start + ms(50),
+        reopens_at: start + ms(250),
+        sleep: None,
+    };
+    let mut service = ThrottleLayer::new(registry).layer(inner);
+    let requests = ["a", "b", "c"]
+        .iter()
+        .map(|path| get(&format!("https://example.com/{path}")))
+        .collect();
+    // /b is admitted at 100 ms but cannot leave before the inner service
+    // reopens at 250 ms; /c's gap runs from /b's departure.
+    finish_all(launch(&mut service, requests).await).await;
+    assert_eq!(recorder.millis(), vec![0, 250, 350]);
 }
