@@ -283,6 +283,9 @@ async fn zero_past_and_malformed_retry_after_values_mean_no_hold_and_a_debug_eve
         .with_writer(move || writer.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // Another test's thread-local subscriber may have left this event's
+    // callsite cached as disabled; look again now that ours is set.
+    tracing::callsite::rebuild_interest_cache();
 
     let values = [
         "1.5",

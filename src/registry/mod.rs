@@ -91,6 +91,19 @@
 //! affected. (A mid-crawl connection opened by a second lane is not
 //! covered: the scheduler cannot see the client's pool.)
 //!
+//! # Eviction
+//!
+//! A scope with nothing in flight or queued is *idle*. Idle scopes are
+//! dropped after [`idle_ttl`](RegistryBuilder::idle_ttl) (1 h), and past
+//! [`max_scopes`](RegistryBuilder::max_scopes) (100 000) the least recently
+//! used idle ones go first, so memory follows the active scopes. Nothing
+//! that still limits a scope is ever lost: a scope with a hold, a backoff,
+//! a pacing or a quota window in force, or a robots.txt Crawl-delay whose
+//! cache entry is still valid, is kept (and a rampup scope is kept until
+//! its `idle_ttl` even past `max_scopes`). A scope that comes back starts
+//! from its configured limits. The work is spread over arriving requests
+//! (a few candidates each, oldest first), never a scan of every scope.
+//!
 //! Nothing polls: a waiting request sleeps until an event that concerns one
 //! of its scopes (a send, a departure, a completion, a config change, a
 //! hold, a timer). Each scope has at most one timer, kept by its first
@@ -150,6 +163,7 @@ use crate::scope::{HostResolver, Priority, RequestHead, Scope, ScopeResolver, Sc
 pub(crate) use admission::{QueuePlace, Ticket};
 pub(crate) use scheduler::Outcome;
 use scheduler::{Scheduler, WakeList};
+pub use scheduler::{DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
 
 /// Default global cap on requests in flight.
 pub const DEFAULT_MAX_CONCURRENCY: u32 = 16;
@@ -300,10 +314,30 @@ impl Registry {
     /// (`None`: none known). The scope then sends one request at a time, at
     /// least `crawl_delay` apart, unless it has an explicit config, which
     /// keeps precedence (with a warning unless it sets `ignore_robots_txt`).
-    /// This is the call the robots.txt layer makes.
+    /// An idle scope may be evicted with it; see
+    /// [`set_robots_delay_until`](Self::set_robots_delay_until).
     pub fn set_robots_delay(&self, key: impl Into<Scope>, crawl_delay: Option<Duration>) {
         let key = key.into();
-        self.with_scheduler(|scheduler, now, wake| scheduler.set_robots_delay(&key, crawl_delay, now, wake));
+        self.with_scheduler(|scheduler, now, wake| {
+            scheduler.set_robots_delay(&key, crawl_delay, None, now, wake)
+        });
+    }
+
+    /// Like [`set_robots_delay`](Self::set_robots_delay), and keeps the
+    /// scope from being evicted while idle before `valid_until` (when the
+    /// robots.txt it comes from expires): a cache that tells each scope its
+    /// Crawl-delay once must not have it forgotten meanwhile. This is the
+    /// call the robots.txt layer makes.
+    pub fn set_robots_delay_until(
+        &self,
+        key: impl Into<Scope>,
+        crawl_delay: Option<Duration>,
+        valid_until: Instant,
+    ) {
+        let key = key.into();
+        self.with_scheduler(|scheduler, now, wake| {
+            scheduler.set_robots_delay(&key, crawl_delay, Some(valid_until), now, wake)
+        });
     }
 
     /// Paces scope `key`: at least `delay` between sends until `until`;
@@ -394,6 +428,8 @@ pub struct RegistryBuilder {
     resolver: Box<dyn ScopeResolver>,
     seed: Option<u64>,
     quota_window: Option<Duration>,
+    idle_ttl: Duration,
+    max_scopes: usize,
 }
 
 impl fmt::Debug for RegistryBuilder {
@@ -417,6 +453,8 @@ impl Default for RegistryBuilder {
             resolver: Box::new(HostResolver),
             seed: None,
             quota_window: None,
+            idle_ttl: DEFAULT_IDLE_TTL,
+            max_scopes: DEFAULT_MAX_SCOPES,
         }
     }
 }
@@ -462,6 +500,28 @@ impl RegistryBuilder {
         self
     }
 
+    /// How long a scope with nothing in flight or queued is kept (default
+    /// 1 h). An evicted scope comes back, on its next request, with its
+    /// configured limits: only state that no longer limits it is ever
+    /// dropped (an active backoff, hold, pacing, quota window, or a
+    /// robots.txt Crawl-delay whose cache entry is still valid keeps a
+    /// scope). Eviction work is spread over arriving requests: a few
+    /// candidates per request, never a scan of every scope.
+    pub fn idle_ttl(mut self, ttl: Duration) -> Self {
+        self.idle_ttl = ttl;
+        self
+    }
+
+    /// Past this many scopes (default 100 000), idle scopes are evicted
+    /// before their `idle_ttl`, least recently used first (rampup scopes
+    /// are kept until their `idle_ttl`). A soft cap: scopes whose state
+    /// still limits them are never evicted, so a registry where all of them
+    /// are busy or held back grows past it.
+    pub fn max_scopes(mut self, max: usize) -> Self {
+        self.max_scopes = max;
+        self
+    }
+
     /// Seeds the jitter's random numbers, for reproducible runs.
     pub fn jitter_seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
@@ -480,6 +540,10 @@ impl RegistryBuilder {
         if self.max_queued == 0 {
             return Err(ConfigError::new("max_queued", 0, "must be at least 1"));
         }
+        if self.max_scopes == 0 {
+            return Err(ConfigError::new("max_scopes", 0, "must be at least 1"));
+        }
+        config::validate_window("idle_ttl", self.idle_ttl)?;
         if self.max_queued > Semaphore::MAX_PERMITS {
             return Err(ConfigError::new(
                 "max_queued",
@@ -510,7 +574,8 @@ impl RegistryBuilder {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
         };
-        let scheduler = Scheduler::new(self.default_scope, self.scopes, self.max_concurrency, rng);
+        let scheduler = Scheduler::new(self.default_scope, self.scopes, self.max_concurrency, rng)
+            .with_eviction(self.idle_ttl, self.max_scopes);
         Ok(Registry {
             shared: Arc::new(Shared {
                 scheduler: Mutex::new(scheduler),

@@ -12,6 +12,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::task::Waker;
+use std::time::Duration;
 
 use slab::Slab;
 use tokio::time::Instant;
@@ -50,6 +51,10 @@ pub(crate) struct ScopeEntry {
     /// The waiter told to keep the scope's timer, and the instant the
     /// scope's own time limits next let its head go.
     timer_owner: Option<(TicketId, Instant)>,
+    /// Since when nothing of the scope has been in flight or queued.
+    pub(crate) idle_since: Option<Instant>,
+    /// Whether the scope is among the eviction candidates.
+    evictable: bool,
 }
 
 impl ScopeEntry {
@@ -81,6 +86,7 @@ pub(crate) struct Scheduler {
     /// hand its request to the inner service at once if it is admitted now.
     /// Any other ticket admitted meanwhile leaves later, when its task runs.
     departing: Option<TicketId>,
+    eviction: Eviction,
 }
 
 impl Scheduler {
@@ -110,13 +116,31 @@ impl Scheduler {
             dirty: Vec::new(),
             passed: Vec::new(),
             departing: None,
+            eviction: Eviction::new(DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES),
         }
+    }
+
+    /// Evicts scopes idle for `idle_ttl`, and idle ones first past
+    /// `max_scopes`; see the `eviction` module.
+    pub(crate) fn with_eviction(mut self, idle_ttl: Duration, max_scopes: usize) -> Self {
+        self.eviction = Eviction::new(idle_ttl, max_scopes);
+        self
+    }
+
+    /// The scope `key`, created if the scheduler has not seen it, and
+    /// marked busy at once, so that making room for another scope of the
+    /// same request cannot evict it.
+    fn busy_scope_id(&mut self, key: &Scope, now: Instant) -> ScopeId {
+        let id = self.scope_id(key, now);
+        self.note_busy(id);
+        id
     }
 
     fn scope_id(&mut self, key: &Scope, now: Instant) -> ScopeId {
         if let Some(&id) = self.index.get(key.as_str()) {
             return id;
         }
+        self.make_room(now);
         let (config, explicit) = match self.overrides.get(key.as_str()) {
             Some(config) => (config.clone(), true),
             None => (self.default_config.clone(), false),
@@ -125,6 +149,8 @@ impl Scheduler {
             state: ScopeState::new(key.clone(), config, explicit, now),
             queue: BTreeMap::new(),
             timer_owner: None,
+            idle_since: None,
+            evictable: false,
         });
         self.index.insert(key.clone(), id);
         id
@@ -141,18 +167,19 @@ impl Scheduler {
         wake: &mut WakeList,
         departs_if_sent: bool,
     ) -> (TicketId, bool) {
+        self.evict_expired(now);
         let ids: Vec<(ScopeId, f64)>;
         let seats = if scopes.len() == 1 {
             let (scope, cost) = scopes.iter().next().expect("a Scopes is never empty");
             Seats::One([Seat {
-                scope: self.scope_id(scope, now),
+                scope: self.busy_scope_id(scope, now),
                 lane: usize::MAX,
                 cost,
             }])
         } else {
             ids = scopes
                 .iter()
-                .map(|(scope, cost)| (self.scope_id(scope, now), cost))
+                .map(|(scope, cost)| (self.busy_scope_id(scope, now), cost))
                 .collect();
             Seats::from_iter(ids.iter().map(|&(scope, cost)| Seat {
                 scope,
@@ -314,6 +341,9 @@ impl Scheduler {
                 self.release_lanes(&ticket, now, wake);
             }
             Status::Queued => self.leave_queues(id, &ticket, now, wake),
+        }
+        for seat in &ticket.seats {
+            self.note_if_idle(seat.scope, now);
         }
     }
 
@@ -604,7 +634,11 @@ impl Scheduler {
     }
 }
 
+mod eviction;
 mod updates;
+
+use eviction::Eviction;
+pub use eviction::{DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
 
 #[cfg(test)]
 mod tests;

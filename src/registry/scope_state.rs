@@ -130,14 +130,23 @@ pub(crate) struct RobotsContribution {
     /// Whether it raises the scope's delay (not when the scope's own config
     /// sets a delay).
     pub(crate) limits_delay: bool,
+    /// The scope is not evicted before then (the robots.txt cache entry's
+    /// expiry: the cache tells a scope its Crawl-delay once per entry).
+    pub(crate) pinned_until: Option<Instant>,
 }
 
 impl RobotsContribution {
-    fn for_config(crawl_delay: Duration, config: &ScopeConfig, explicit: bool) -> Self {
+    fn for_config(
+        crawl_delay: Duration,
+        config: &ScopeConfig,
+        explicit: bool,
+        pinned_until: Option<Instant>,
+    ) -> Self {
         RobotsContribution {
             crawl_delay,
             limits_concurrency: !(explicit && config.set_by_user.concurrency),
             limits_delay: !(explicit && config.set_by_user.delay),
+            pinned_until,
         }
     }
 
@@ -393,6 +402,28 @@ impl ScopeState {
         self.last_send.is_some_and(|last| {
             last.next_allowed_at_least(effective.delay, &effective.jitter, effective.delay_floor) > now
         })
+    }
+
+    /// Whether forgetting the idle scope now loses nothing that still limits
+    /// it: no hold, backoff, pacing or quota window in force, no robots.txt
+    /// Crawl-delay whose cache entry is still valid, and (`under_pressure`
+    /// aside, when the registry is full) no rampup pace learnt. A scope
+    /// created again starts from its configured limits.
+    pub(crate) fn may_be_forgotten(&self, now: Instant, under_pressure: bool) -> bool {
+        let contributions = &self.contributions;
+        let held = contributions.hold_until.is_some_and(|until| until > now);
+        let backing_off = contributions.backoff.is_some_and(|state| {
+            state
+                .at(now, self.config.get_backoff(), self.config.concurrency)
+                .is_some()
+        });
+        let paced = contributions.pacing.is_some_and(|(_, until)| until > now);
+        let robots_pinned = contributions
+            .robots
+            .and_then(|robots| robots.pinned_until)
+            .is_some_and(|until| until > now);
+        let rampup_kept = under_pressure && contributions.rampup.is_some();
+        !(held || backing_off || paced || robots_pinned || rampup_kept || self.current_window(now).is_some())
     }
 
     /// The current quota window, if the scope has a quota and the window

@@ -73,6 +73,10 @@ pub struct ScopeStats {
     /// waiter is only held by another of its scopes, a lane's own delay or
     /// the departure or first answer of an earlier request.
     pub held_back_by: Option<LimitSource>,
+    /// How long the scope has had nothing in flight or queued (`None`
+    /// while it has); an idle scope is evicted after the registry's
+    /// `idle_ttl`.
+    pub idle_for: Option<Duration>,
 }
 
 /// A scope's quota window, in [`ScopeStats::quota`].
@@ -103,6 +107,11 @@ pub struct Stats {
     pub max_concurrency: u32,
     /// Requests waiting to be sent.
     pub waiting: usize,
+    /// Scopes the registry holds now (idle ones are evicted after
+    /// `idle_ttl`, or first past `max_scopes`).
+    pub scopes_tracked: usize,
+    /// Idle scopes evicted since the registry was built.
+    pub evictions: u64,
     /// Every known scope, sorted by name.
     pub scopes: Vec<ScopeStats>,
 }
@@ -124,6 +133,8 @@ impl Scheduler {
             in_flight: self.in_flight(),
             max_concurrency,
             waiting: self.waiting(),
+            scopes_tracked: self.scopes_tracked(),
+            evictions: self.evictions(),
             scopes,
         }
     }
@@ -164,6 +175,7 @@ impl ScopeEntry {
                 .map(|(delay, _)| delay),
             announced: contributions.announced.as_deref().cloned(),
             quota: quota_stats(scope, now),
+            idle_for: self.idle_since.map(|since| now.saturating_duration_since(since)),
             held_back_by: (self.queued() > 0)
                 .then(|| held_back_by(scope, &effective, head_cost, now))
                 .flatten(),

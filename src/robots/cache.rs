@@ -278,8 +278,8 @@ impl OriginEntry {
         if !state.fetching {
             if let Some((known, due)) = &state.known {
                 if now < *due {
-                    let known = known.clone();
-                    state.apply_to(scopes, &known, registry);
+                    let (known, due) = (known.clone(), *due);
+                    state.apply_to(scopes, &known, due, registry);
                     return Arrival::Known(known);
                 }
             }
@@ -309,8 +309,8 @@ impl OriginEntry {
         let mut state = self.lock();
         if state.finished > round {
             *waiter = None;
-            let (known, _) = state.known.clone().expect("a finished fetch always leaves rules");
-            state.apply_to(scopes, &known, registry);
+            let (known, due) = state.known.clone().expect("a finished fetch always leaves rules");
+            state.apply_to(scopes, &known, due, registry);
             return Poll::Ready(known);
         }
         match waiter.and_then(|key| state.waiters.get_mut(key)) {
@@ -385,11 +385,11 @@ impl OriginEntry {
                 (known, saturating_add(now, retry_in))
             }
         };
-        let changed = previous.is_none_or(|previous| previous.crawl_delay != known.crawl_delay);
-        if changed {
-            for scope in &state.scopes {
-                registry.set_robots_delay(scope.clone(), known.crawl_delay);
-            }
+        // Told again at every refresh, changed or not: the registry keeps a
+        // scope's Crawl-delay only until the entry it came from expires
+        // (then an idle scope may be evicted, and come back without it).
+        for scope in &state.scopes {
+            registry.set_robots_delay_until(scope.clone(), known.crawl_delay, due);
         }
         state.known = Some((known, due));
         state.fetching = false;
@@ -403,13 +403,13 @@ impl OriginEntry {
 }
 
 impl EntryState {
-    /// Tells the registry the origin's Crawl-delay for each of `scopes` not
-    /// told yet.
-    fn apply_to(&mut self, scopes: &Scopes, known: &Known, registry: &Registry) {
+    /// Tells the registry the origin's Crawl-delay, valid until `due`, for
+    /// each of `scopes` not told yet.
+    fn apply_to(&mut self, scopes: &Scopes, known: &Known, due: Instant, registry: &Registry) {
         for (scope, _cost) in scopes.iter() {
             if !self.scopes.contains(scope) {
                 self.scopes.insert(scope.clone());
-                registry.set_robots_delay(scope.clone(), known.crawl_delay);
+                registry.set_robots_delay_until(scope.clone(), known.crawl_delay, due);
             }
         }
     }

@@ -370,3 +370,24 @@ proptest::proptest! {
         }
     }
 }
+
+/// A broad crawl: a million distinct scopes, one request each. The
+/// registry never holds more than `max_scopes`, and evicts the rest.
+#[test]
+fn a_million_scopes_once_each_stay_within_max_scopes() {
+    const MAX_SCOPES: usize = 1_000;
+    let scheduler = scheduler(free(1), 16).with_eviction(Duration::from_secs(3600), MAX_SCOPES);
+    let mut d = Driver::new(scheduler);
+    let t0 = tokio::time::Instant::now();
+    let mut most = 0;
+    for i in 0..1_000_000u64 {
+        let now = t0 + Duration::from_micros(i);
+        let (id, sent) = d.enqueue(Scope::new(format!("site{i}.example")), 0, now);
+        assert!(sent);
+        d.finish(id, ANSWERED, now);
+        most = most.max(d.scheduler.scopes_tracked());
+    }
+    assert_eq!(most, MAX_SCOPES);
+    assert_eq!(d.scheduler.evictions(), 1_000_000 - MAX_SCOPES as u64);
+    assert!(d.woken.is_empty());
+}

@@ -13,6 +13,14 @@ use crate::registry::feedback::{AnnouncedLimits, Feedback};
 use crate::scope::Scope;
 
 impl Scheduler {
+    /// The scope `key`, created if the scheduler has not seen it (a scope
+    /// created by an update, with nothing queued, is idle from the start).
+    fn scope_for_update(&mut self, key: &Scope, now: Instant) -> ScopeId {
+        let id = self.scope_id(key, now);
+        self.note_if_idle(id, now);
+        id
+    }
+
     /// Replaces a scope's config; waiters re-evaluate at once.
     pub(crate) fn set_scope(&mut self, key: Scope, config: ScopeConfig, now: Instant, wake: &mut WakeList) {
         let config = Arc::new(config.inherit_from(&self.default_config));
@@ -34,7 +42,7 @@ impl Scheduler {
         now: Instant,
         wake: &mut WakeList,
     ) {
-        let id = self.scope_id(key, now);
+        let id = self.scope_for_update(key, now);
         if self.scopes[id]
             .state
             .apply_feedback(feedback, expected_cost, now, self.max_concurrency)
@@ -58,18 +66,19 @@ impl Scheduler {
         &mut self,
         key: &Scope,
         crawl_delay: Option<Duration>,
+        pinned_until: Option<Instant>,
         now: Instant,
         wake: &mut WakeList,
     ) {
-        let id = self.scope_id(key, now);
-        self.scopes[id].state.set_robots_delay(crawl_delay);
+        let id = self.scope_for_update(key, now);
+        self.scopes[id].state.set_robots_delay(crawl_delay, pinned_until);
         self.dirty.push(id);
         self.run_dispatch(now, wake);
     }
 
     /// Holds scope `key` until `until`; see [`ScopeState::hold`].
     pub(crate) fn hold(&mut self, key: &Scope, until: Instant, now: Instant, wake: &mut WakeList) {
-        let id = self.scope_id(key, now);
+        let id = self.scope_for_update(key, now);
         if self.scopes[id].state.hold(until, now) {
             self.dirty.push(id);
             self.run_dispatch(now, wake);
@@ -84,14 +93,14 @@ impl Scheduler {
         now: Instant,
         wake: &mut WakeList,
     ) {
-        let id = self.scope_id(key, now);
+        let id = self.scope_for_update(key, now);
         self.scopes[id].state.set_pacing(pacing, now);
         self.dirty.push(id);
         self.run_dispatch(now, wake);
     }
 
     pub(crate) fn set_announced_limits(&mut self, key: &Scope, limits: AnnouncedLimits, now: Instant) {
-        let id = self.scope_id(key, now);
+        let id = self.scope_for_update(key, now);
         self.scopes[id].state.set_announced_limits(limits);
     }
 

@@ -24,7 +24,7 @@ impl ScopeState {
             (Some(autothrottle), None) => Some(autothrottle.start(config.delay)),
         };
         if let Some(robots) = &mut contributions.robots {
-            *robots = RobotsContribution::for_config(robots.crawl_delay, &config, true);
+            *robots = RobotsContribution::for_config(robots.crawl_delay, &config, true, robots.pinned_until);
         }
         match (config.get_rampup(), &contributions.rampup) {
             (None, _) => contributions.rampup = None,
@@ -126,10 +126,11 @@ impl ScopeState {
     /// Records a robots.txt Crawl-delay (`None`: no delay known). It applies
     /// unless the scope has an explicit config, which keeps precedence with
     /// a warning (silenced by `ignore_robots_txt`).
-    pub(crate) fn set_robots_delay(&mut self, crawl_delay: Option<Duration>) {
+    pub(crate) fn set_robots_delay(&mut self, crawl_delay: Option<Duration>, pinned_until: Option<Instant>) {
         let previous = self.contributions.robots;
-        self.contributions.robots = crawl_delay
-            .map(|crawl_delay| RobotsContribution::for_config(crawl_delay, &self.config, self.explicit));
+        self.contributions.robots = crawl_delay.map(|crawl_delay| {
+            RobotsContribution::for_config(crawl_delay, &self.config, self.explicit, pinned_until)
+        });
         let overridden = self
             .contributions
             .robots
