@@ -555,7 +555,7 @@ fn run_once(
     let outcome = drive(style, target, requests, scenario.requests())?;
     let cpu_after = CpuSample::take(server);
     let rss_after = resident_bytes();
-    let scopes = registry.stats().scopes.len();
+    let scopes = registry.stats().scopes_tracked;
     let departures = std::mem::take(&mut *departures.departures.lock().unwrap());
     let arrivals = sites.summary(departures, gap_floor(scenario.delay, jitter));
     Ok(RunReport {

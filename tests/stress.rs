@@ -142,8 +142,8 @@ async fn parallel_requests_with_cancellations_keep_every_limit_and_release_every
     };
     if tokio::time::timeout(Duration::from_secs(20), all).await.is_err() {
         let stats = registry.stats();
-        let busy: Vec<_> = stats
-            .scopes
+        let busy: Vec<_> = registry
+            .all_scope_stats()
             .iter()
             .filter(|s| s.in_flight > 0 || s.queued > 0)
             .map(|s| (s.scope.to_string(), s.in_flight, s.queued))
@@ -170,8 +170,8 @@ async fn parallel_requests_with_cancellations_keep_every_limit_and_release_every
     }
     let stats = registry.stats();
     assert_eq!((stats.in_flight, stats.waiting), (0, 0), "everything released");
-    assert!(stats
-        .scopes
+    assert!(registry
+        .all_scope_stats()
         .iter()
         .all(|scope| scope.in_flight == 0 && scope.queued == 0));
     // The queue places are all back: a fresh handle is ready at once.

@@ -62,6 +62,7 @@ pub const DEFAULT_QUOTA_WINDOW: Duration = Duration::from_secs(60);
 pub(crate) struct SetByUser {
     pub(crate) concurrency: bool,
     pub(crate) delay: bool,
+    pub(crate) delay_per_slot: bool,
 }
 
 /// A setting a scope config may leave to the default scope's config.
@@ -126,6 +127,7 @@ impl ScopeConfig {
     /// previous send on that lane.
     pub fn delay_per_slot(mut self, delay: Duration) -> Self {
         self.delay_per_slot = delay;
+        self.set_by_user.delay_per_slot = true;
         self
     }
 
@@ -313,6 +315,38 @@ impl ScopeConfig {
             validate_window(&format!("{name} window"), window)?;
         }
         Ok(())
+    }
+}
+
+/// Logs a warning for each setting of `config` (for scope `name`) that can
+/// never take effect, so a user does not wait for a limit that will not
+/// come: a concurrency above the registry's `max_concurrency`, or a
+/// `delay_per_slot` set explicitly that the scope's own `delay` always
+/// outlasts (each lane's sends are at least one scope gap apart).
+pub(crate) fn warn_about_settings_without_effect(name: &str, config: &ScopeConfig, max_concurrency: u32) {
+    if config.concurrency > max_concurrency {
+        tracing::warn!(
+            target: "tower_throttle",
+            scope = name,
+            concurrency = config.concurrency,
+            max_concurrency,
+            "scope concurrency can never take effect: max_concurrency caps it"
+        );
+    }
+    let (below, above) = (config.jitter.below(), config.jitter.above());
+    let longest_lane_gap = config.delay_per_slot.as_secs_f64() * (1.0 + above);
+    let shortest_scope_gap = config.delay.as_secs_f64() * (1.0 - below);
+    if config.set_by_user.delay_per_slot
+        && !config.delay_per_slot.is_zero()
+        && longest_lane_gap <= shortest_scope_gap
+    {
+        tracing::warn!(
+            target: "tower_throttle",
+            scope = name,
+            delay_per_slot_ms = config.delay_per_slot.as_millis() as u64,
+            delay_ms = config.delay.as_millis() as u64,
+            "delay_per_slot can never take effect: the scope's delay between any two sends is always longer"
+        );
     }
 }
 

@@ -163,7 +163,7 @@ use crate::scope::{HostResolver, Priority, RequestHead, Scope, ScopeResolver, Sc
 pub(crate) use admission::{QueuePlace, Ticket};
 pub(crate) use scheduler::Outcome;
 use scheduler::{Scheduler, WakeList};
-pub use scheduler::{DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
+pub use scheduler::{DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
 
 /// Default global cap on requests in flight.
 pub const DEFAULT_MAX_CONCURRENCY: u32 = 16;
@@ -269,7 +269,10 @@ impl Registry {
     pub fn set_scope(&self, key: impl Into<Scope>, config: ScopeConfig) -> Result<(), ConfigError> {
         let key = key.into();
         config.validate(&format!("scope {:?}", key.as_str()))?;
-        self.with_scheduler(|scheduler, now, wake| scheduler.set_scope(key, config, now, wake));
+        self.with_scheduler(|scheduler, now, wake| {
+            config::warn_about_settings_without_effect(key.as_str(), &config, scheduler.max_concurrency());
+            scheduler.set_scope(key, config, now, wake)
+        });
         Ok(())
     }
 
@@ -373,15 +376,24 @@ impl Registry {
         self.scheduler().config_of(key)
     }
 
-    /// A snapshot of scope `key`, or `None` if the registry has never seen
-    /// it.
+    /// A snapshot of scope `key`, or `None` if the registry does not hold
+    /// it (never seen, or evicted while idle).
     pub fn scope_stats(&self, key: &str) -> Option<ScopeStats> {
         self.scheduler().scope_stats(key, Instant::now())
     }
 
-    /// A snapshot of every scope and the global counters.
+    /// The global counters: in flight, waiting, scopes tracked, evictions.
+    /// Cheap whatever the number of scopes (nothing per scope is built);
+    /// see [`all_scope_stats`](Self::all_scope_stats) for every scope.
     pub fn stats(&self) -> Stats {
-        self.scheduler().stats(Instant::now())
+        self.scheduler().stats()
+    }
+
+    /// A snapshot of every scope the registry holds, sorted by name. Costs
+    /// one [`ScopeStats`] per scope, under the registry's lock: for a
+    /// dashboard, not for every request.
+    pub fn all_scope_stats(&self) -> Vec<ScopeStats> {
+        self.scheduler().all_scope_stats(Instant::now())
     }
 
     /// The scopes `request` is throttled by: its [`Scopes`] extension if it
@@ -430,6 +442,7 @@ pub struct RegistryBuilder {
     quota_window: Option<Duration>,
     idle_ttl: Duration,
     max_scopes: usize,
+    delayed_warn_threshold: usize,
 }
 
 impl fmt::Debug for RegistryBuilder {
@@ -455,6 +468,7 @@ impl Default for RegistryBuilder {
             quota_window: None,
             idle_ttl: DEFAULT_IDLE_TTL,
             max_scopes: DEFAULT_MAX_SCOPES,
+            delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
         }
     }
 }
@@ -522,6 +536,15 @@ impl RegistryBuilder {
         self
     }
 
+    /// Logs a warning when more than this many requests wait for their
+    /// scopes (default 500): the crawl produces requests faster than its
+    /// scopes allow, and memory grows with the queue. Once per crossing:
+    /// again only after the queue fell back below half of it.
+    pub fn delayed_warn_threshold(mut self, threshold: usize) -> Self {
+        self.delayed_warn_threshold = threshold;
+        self
+    }
+
     /// Seeds the jitter's random numbers, for reproducible runs.
     pub fn jitter_seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
@@ -567,15 +590,20 @@ impl RegistryBuilder {
         self.default_scope.validate("default scope")?;
         for (key, config) in &self.scopes {
             config.validate(&format!("scope {:?}", key.as_str()))?;
-            self.warn_if_capped(key.as_str(), config);
+            config::warn_about_settings_without_effect(key.as_str(), config, self.max_concurrency);
         }
-        self.warn_if_capped("default scope", &self.default_scope);
+        config::warn_about_settings_without_effect(
+            "default scope",
+            &self.default_scope,
+            self.max_concurrency,
+        );
         let rng = match self.seed {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
         };
         let scheduler = Scheduler::new(self.default_scope, self.scopes, self.max_concurrency, rng)
-            .with_eviction(self.idle_ttl, self.max_scopes);
+            .with_eviction(self.idle_ttl, self.max_scopes)
+            .with_delayed_warn_threshold(self.delayed_warn_threshold);
         Ok(Registry {
             shared: Arc::new(Shared {
                 scheduler: Mutex::new(scheduler),
@@ -584,17 +612,5 @@ impl RegistryBuilder {
                 queue_places: Arc::new(Semaphore::new(self.max_queued)),
             }),
         })
-    }
-
-    fn warn_if_capped(&self, name: &str, config: &ScopeConfig) {
-        if config.concurrency > self.max_concurrency {
-            tracing::warn!(
-                target: "tower_throttle",
-                scope = name,
-                concurrency = config.concurrency,
-                max_concurrency = self.max_concurrency,
-                "scope concurrency can never take effect: max_concurrency caps it"
-            );
-        }
     }
 }

@@ -87,6 +87,12 @@ pub(crate) struct Scheduler {
     /// Any other ticket admitted meanwhile leaves later, when its task runs.
     departing: Option<TicketId>,
     eviction: Eviction,
+    /// Requests in the scopes' queues.
+    waiting: usize,
+    /// Past this many waiting requests, warn (once per crossing).
+    delayed_warn_threshold: usize,
+    /// Whether the warning for the current crossing was given.
+    delayed_warned: bool,
 }
 
 impl Scheduler {
@@ -117,6 +123,36 @@ impl Scheduler {
             passed: Vec::new(),
             departing: None,
             eviction: Eviction::new(DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES),
+            waiting: 0,
+            delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
+            delayed_warned: false,
+        }
+    }
+
+    /// Warns when more than `threshold` requests wait (once each time the
+    /// count passes it).
+    pub(crate) fn with_delayed_warn_threshold(mut self, threshold: usize) -> Self {
+        self.delayed_warn_threshold = threshold;
+        self
+    }
+
+    /// One more request waits; warns once when the count passes the
+    /// threshold, and again only after it fell back below half of it.
+    fn count_waiter(&mut self) {
+        self.waiting += 1;
+        if self.waiting <= self.delayed_warn_threshold / 2 {
+            self.delayed_warned = false;
+        }
+        if self.waiting > self.delayed_warn_threshold && !self.delayed_warned {
+            self.delayed_warned = true;
+            tracing::warn!(
+                target: "tower_throttle",
+                waiting = self.waiting,
+                threshold = self.delayed_warn_threshold,
+                in_flight = self.in_flight,
+                "more requests wait for their scopes than delayed_warn_threshold: \
+                 the crawl produces requests faster than its scopes allow"
+            );
         }
     }
 
@@ -200,6 +236,7 @@ impl Scheduler {
             bypassed: 0,
             held_by: None,
             in_global_queue: false,
+            waiting: false,
             enqueued_at: now,
             sent_at: None,
             departed: false,
@@ -209,11 +246,13 @@ impl Scheduler {
             self.departing = None;
             return (id, true);
         }
-        let ticket = &self.tickets[id];
+        let ticket = &mut self.tickets[id];
+        ticket.waiting = true;
         for seat in &ticket.seats {
             self.scopes[seat.scope].queue.insert(order, id);
             self.dirty.push(seat.scope);
         }
+        self.count_waiter();
         self.run_dispatch(now, wake);
         self.departing = None;
         let sent = self.tickets[id].status == Status::InFlight;
@@ -407,6 +446,9 @@ impl Scheduler {
         if ticket.in_global_queue {
             self.global_queue.remove(&ticket.order);
         }
+        if ticket.waiting {
+            self.waiting -= 1;
+        }
         self.run_dispatch(now, wake);
     }
 
@@ -588,6 +630,10 @@ impl Scheduler {
             ticket.in_global_queue = false;
             self.global_queue.remove(&ticket.order);
         }
+        if ticket.waiting {
+            ticket.waiting = false;
+            self.waiting -= 1;
+        }
         ticket.status = Status::InFlight;
         ticket.sent_at = Some(now);
         ticket.departed = departs_now;
@@ -639,6 +685,9 @@ mod updates;
 
 use eviction::Eviction;
 pub use eviction::{DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
+
+/// Default number of waiting requests past which the registry warns.
+pub const DEFAULT_DELAYED_WARN_THRESHOLD: usize = 500;
 
 #[cfg(test)]
 mod tests;

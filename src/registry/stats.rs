@@ -105,15 +105,13 @@ pub struct Stats {
     pub in_flight: u32,
     /// The global cap on requests in flight.
     pub max_concurrency: u32,
-    /// Requests waiting to be sent.
+    /// Requests waiting for their scopes.
     pub waiting: usize,
     /// Scopes the registry holds now (idle ones are evicted after
     /// `idle_ttl`, or first past `max_scopes`).
     pub scopes_tracked: usize,
     /// Idle scopes evicted since the registry was built.
     pub evictions: u64,
-    /// Every known scope, sorted by name.
-    pub scopes: Vec<ScopeStats>,
 }
 
 impl Scheduler {
@@ -122,21 +120,24 @@ impl Scheduler {
         Some(scope.stats(now, self.max_concurrency(), self.head_cost(id)))
     }
 
-    pub(crate) fn stats(&self, now: Instant) -> Stats {
+    pub(crate) fn stats(&self) -> Stats {
+        Stats {
+            in_flight: self.in_flight(),
+            max_concurrency: self.max_concurrency(),
+            waiting: self.waiting(),
+            scopes_tracked: self.scopes_tracked(),
+            evictions: self.evictions(),
+        }
+    }
+
+    pub(crate) fn all_scope_stats(&self, now: Instant) -> Vec<ScopeStats> {
         let max_concurrency = self.max_concurrency();
         let mut scopes: Vec<ScopeStats> = self
             .scopes_with_ids()
             .map(|(id, scope)| scope.stats(now, max_concurrency, self.head_cost(id)))
             .collect();
         scopes.sort_by(|a, b| a.scope.cmp(&b.scope));
-        Stats {
-            in_flight: self.in_flight(),
-            max_concurrency,
-            waiting: self.waiting(),
-            scopes_tracked: self.scopes_tracked(),
-            evictions: self.evictions(),
-            scopes,
-        }
+        scopes
     }
 }
 

@@ -88,6 +88,8 @@ pub(crate) struct TicketState {
     /// The scope that held this waiter back at its last evaluation.
     pub(crate) held_by: Option<ScopeId>,
     pub(crate) in_global_queue: bool,
+    /// Whether it is in its scopes' queues (counted among the waiting).
+    pub(crate) waiting: bool,
     pub(crate) enqueued_at: Instant,
     /// When the request left: stamped at admission, moved to its departure
     /// when its own future hands it to the inner service later.

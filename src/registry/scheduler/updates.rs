@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Scheduler, ScopeEntry, ScopeId, Status, WakeList};
+use super::{Scheduler, ScopeEntry, ScopeId, WakeList};
 use crate::registry::config::ScopeConfig;
 use crate::registry::feedback::{AnnouncedLimits, Feedback};
 use crate::scope::Scope;
@@ -131,9 +131,6 @@ impl Scheduler {
 
     /// Requests waiting to be sent.
     pub(crate) fn waiting(&self) -> usize {
-        self.tickets
-            .iter()
-            .filter(|(_, ticket)| ticket.status == Status::Queued)
-            .count()
+        self.waiting
     }
 }
