@@ -133,6 +133,7 @@ mod autothrottle;
 mod backoff;
 mod config;
 mod feedback;
+pub mod metrics;
 mod rampup;
 mod scheduler;
 mod scope_state;
@@ -251,7 +252,9 @@ impl Registry {
         let mut wake = WakeList::new();
         let result = {
             let mut scheduler = self.scheduler();
-            act(&mut scheduler, Instant::now(), &mut wake)
+            let result = act(&mut scheduler, Instant::now(), &mut wake);
+            scheduler.report_levels();
+            result
         };
         for waker in wake {
             waker.wake();
@@ -439,6 +442,7 @@ pub struct RegistryBuilder {
     scopes: Vec<(Scope, ScopeConfig)>,
     resolver: Box<dyn ScopeResolver>,
     seed: Option<u64>,
+    metrics_per_scope: bool,
     quota_window: Option<Duration>,
     idle_ttl: Duration,
     max_scopes: usize,
@@ -465,6 +469,7 @@ impl Default for RegistryBuilder {
             scopes: Vec::new(),
             resolver: Box::new(HostResolver),
             seed: None,
+            metrics_per_scope: false,
             quota_window: None,
             idle_ttl: DEFAULT_IDLE_TTL,
             max_scopes: DEFAULT_MAX_SCOPES,
@@ -545,6 +550,14 @@ impl RegistryBuilder {
         self
     }
 
+    /// With the `metrics` feature, labels the counters with the scope
+    /// (default off: a broad crawl has millions of scopes, more label
+    /// values than most metrics back ends hold). See [`metrics`].
+    pub fn metrics_per_scope(mut self, per_scope: bool) -> Self {
+        self.metrics_per_scope = per_scope;
+        self
+    }
+
     /// Seeds the jitter's random numbers, for reproducible runs.
     pub fn jitter_seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
@@ -603,7 +616,10 @@ impl RegistryBuilder {
         };
         let scheduler = Scheduler::new(self.default_scope, self.scopes, self.max_concurrency, rng)
             .with_eviction(self.idle_ttl, self.max_scopes)
-            .with_delayed_warn_threshold(self.delayed_warn_threshold);
+            .with_delayed_warn_threshold(self.delayed_warn_threshold)
+            .with_metrics(metrics::Metrics {
+                per_scope: self.metrics_per_scope,
+            });
         Ok(Registry {
             shared: Arc::new(Shared {
                 scheduler: Mutex::new(scheduler),

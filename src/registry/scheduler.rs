@@ -18,6 +18,7 @@ use slab::Slab;
 use tokio::time::Instant;
 
 use super::config::ScopeConfig;
+use super::metrics::Metrics;
 use super::scope_state::{Effective, ScopeCheck, ScopeState, Sending};
 use super::ticket::{OrderKey, Seat, Seats, Status, TicketState};
 pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
@@ -93,6 +94,7 @@ pub(crate) struct Scheduler {
     delayed_warn_threshold: usize,
     /// Whether the warning for the current crossing was given.
     delayed_warned: bool,
+    metrics: Metrics,
 }
 
 impl Scheduler {
@@ -126,7 +128,20 @@ impl Scheduler {
             waiting: 0,
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
             delayed_warned: false,
+            metrics: Metrics::default(),
         }
+    }
+
+    /// Reports to the `metrics` facade (with the `metrics` feature).
+    pub(crate) fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Sets the gauges: waiting, in flight, scopes tracked.
+    pub(crate) fn report_levels(&self) {
+        self.metrics
+            .levels(self.waiting, self.in_flight, self.scopes.len());
     }
 
     /// Warns when more than `threshold` requests wait (once each time the
@@ -622,6 +637,7 @@ impl Scheduler {
                     cost: seat.cost,
                 },
             );
+            self.metrics.sent(&scope.state.key);
             if scope.queue.remove(&ticket.order).is_some() {
                 self.dirty.push(seat.scope);
             }

@@ -131,6 +131,7 @@ impl Scheduler {
         let scope = self.scopes.remove(id);
         self.index.remove(scope.state.key.as_str());
         self.eviction.evicted += 1;
+        self.metrics.evicted(&scope.state.key);
         tracing::trace!(
             target: "tower_throttle",
             scope = %scope.state.key,

@@ -43,6 +43,9 @@ impl Scheduler {
         wake: &mut WakeList,
     ) {
         let id = self.scope_for_update(key, now);
+        if feedback.is_backoff() {
+            self.metrics.backoff(key);
+        }
         if self.scopes[id]
             .state
             .apply_feedback(feedback, expected_cost, now, self.max_concurrency)
@@ -80,6 +83,7 @@ impl Scheduler {
     pub(crate) fn hold(&mut self, key: &Scope, until: Instant, now: Instant, wake: &mut WakeList) {
         let id = self.scope_for_update(key, now);
         if self.scopes[id].state.hold(until, now) {
+            self.metrics.hold(key);
             self.dirty.push(id);
             self.run_dispatch(now, wake);
         }
