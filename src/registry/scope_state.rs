@@ -564,7 +564,13 @@ impl ScopeState {
         };
         match self.lanes.get_mut(lane) {
             Some(existing) => *existing = taken,
-            None => self.lanes.push(taken),
+            None => {
+                // Lanes grow one at a time up to the concurrency, so exact
+                // growth costs a few reallocations over a scope's life and
+                // spares every one-lane scope three unused lanes.
+                self.lanes.reserve_exact(1);
+                self.lanes.push(taken);
+            }
         }
         self.last_send = Some(scope_send);
         self.spend_quota(cost, now);
