@@ -9,6 +9,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::registry::{Outcome, Ticket};
+use crate::scope::Scopes;
 
 pin_project! {
     /// Waits for the request's turn, then drives the inner service's
@@ -36,7 +37,7 @@ pin_project! {
         Waiting {
             // Boxed so the future stays small for the common case of a
             // request sent at once; taken exactly once, when it is sent.
-            waiting: Option<Box<(S, Req)>>,
+            waiting: Option<Box<Parked<S, Req>>>,
         },
         Calling {
             #[pin]
@@ -46,18 +47,36 @@ pin_project! {
     }
 }
 
-impl<S, Req> ResponseFuture<S, Req>
+/// A request waiting for its turn, with the handle that will send it and
+/// the scopes to record in its extensions when it leaves (recorded then,
+/// not before: an extension map costs three allocations, which a waiting
+/// request has no need to hold).
+struct Parked<S, Req> {
+    service: S,
+    request: Req,
+    scopes: Option<Scopes>,
+}
+
+impl<S, ReqBody> ResponseFuture<S, http::Request<ReqBody>>
 where
-    S: Service<Req>,
+    S: Service<http::Request<ReqBody>>,
 {
-    /// `readied` is the handle `Throttle::poll_ready` readied.
-    pub(crate) fn new(mut readied: S, request: Req, ticket: Ticket, adjust_autothrottle: bool) -> Self
+    /// `readied` is the handle `Throttle::poll_ready` readied; `scopes`,
+    /// when given, go into the request's extensions as it is sent.
+    pub(crate) fn new(
+        mut readied: S,
+        mut request: http::Request<ReqBody>,
+        scopes: Option<Scopes>,
+        ticket: Ticket,
+        adjust_autothrottle: bool,
+    ) -> Self
     where
         S: Clone,
     {
         // The common case: the request could be sent at once, so the inner
         // call starts now and the waiting state is never entered.
         let state = if ticket.is_sent() {
+            record(&mut request, scopes);
             State::Calling {
                 future: readied.call(request),
             }
@@ -68,7 +87,11 @@ where
             let unreadied = readied.clone();
             drop(readied);
             State::Waiting {
-                waiting: Some(Box::new((unreadied, request))),
+                waiting: Some(Box::new(Parked {
+                    service: unreadied,
+                    request,
+                    scopes,
+                })),
             }
         };
         ResponseFuture {
@@ -79,9 +102,15 @@ where
     }
 }
 
-impl<S, Req, ResBody> Future for ResponseFuture<S, Req>
+fn record<B>(request: &mut http::Request<B>, scopes: Option<Scopes>) {
+    if let Some(scopes) = scopes {
+        request.extensions_mut().insert(scopes);
+    }
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, http::Request<ReqBody>>
 where
-    S: Service<Req, Response = http::Response<ResBody>> + Clone,
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone,
 {
     type Output = Result<S::Response, S::Error>;
 
@@ -99,7 +128,7 @@ where
                     };
                     // Admitted: the request keeps its lanes while the inner
                     // service gets ready (its own limits come after ours).
-                    match parked.0.poll_ready(cx) {
+                    match parked.service.poll_ready(cx) {
                         Poll::Ready(Ok(())) => {}
                         Poll::Ready(Err(error)) => {
                             this.ticket.finish(Outcome::NoResponse);
@@ -115,7 +144,12 @@ where
                     }
                     // The send instant is now, when the request leaves.
                     this.ticket.depart();
-                    let (mut service, request) = *waiting.take().expect("checked above");
+                    let Parked {
+                        mut service,
+                        mut request,
+                        scopes,
+                    } = *waiting.take().expect("checked above");
+                    record(&mut request, scopes);
                     let future = service.call(request);
                     this.state.set(State::Calling { future });
                 }

@@ -152,7 +152,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: http::Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
         let reserved = std::mem::replace(&mut self.reserved, Reserved::Nothing);
         let given = request.extensions().get::<Scopes>();
         let already_recorded = given.is_some() && self.fixed.is_none();
@@ -176,11 +176,9 @@ where
             Reserved::Nothing => panic!("poll_ready must be called first"),
         };
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
-        if self.record_scopes && !already_recorded {
-            request.extensions_mut().insert(scopes);
-        }
+        let to_record = (self.record_scopes && !already_recorded).then_some(scopes);
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(inner, request, ticket, adjust_autothrottle)
+        ResponseFuture::new(inner, request, to_record, ticket, adjust_autothrottle)
     }
 }
