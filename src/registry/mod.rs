@@ -113,24 +113,30 @@
 //!
 //! - `scope_state.rs`: one scope at a given instant: its config,
 //!   contributions, lanes and last sends, the effective limits and what
-//!   they allow next; `scope_state/updates.rs`: the per-scope half of every
-//!   feedback handler and config change;
+//!   they allow next; `scope_state/quota.rs`: its quota window;
+//!   `scope_state/updates.rs`: the per-scope half of every feedback handler
+//!   and config change, and whether an idle scope may be forgotten;
 //! - `scheduler.rs`: the queues, all-or-nothing dispatch, departures and
 //!   the one timer per scope; pure (every call is given `now`), unit-tested
-//!   at fixed instants in `scheduler/tests.rs`; `scheduler/updates.rs`:
-//!   routing feedback and config changes to a scope; `ticket.rs`: a
-//!   request's order and its seat (scope and lane) in each of its scopes;
+//!   at fixed instants in `scheduler/tests.rs`; `scheduler/choice.rs`:
+//!   which waiter of a ready scope goes; `scheduler/updates.rs`: routing
+//!   feedback and config changes to a scope; `scheduler/eviction.rs`: idle
+//!   scopes; `ticket.rs`: a request's order and its seat (scope, lane,
+//!   cost) in each of its scopes;
 //! - `admission.rs`: what a throttled request holds (queue place, `Ticket`)
 //!   and the timer that wakes the first waiter of a scope;
-//! - `config.rs`, `backoff.rs`, `rampup.rs`, `autothrottle.rs`: settings
-//!   and the feedback sources' own state machines; `time.rs`: jitter and
-//!   duration helpers, the leaf they all import;
+//! - `builder.rs`: [`RegistryBuilder`]; `config.rs`, `backoff.rs`,
+//!   `rampup.rs`, `autothrottle.rs`: settings and the feedback sources' own
+//!   state machines; `time.rs`: jitter and duration helpers, the leaf they
+//!   all import;
 //! - `stats.rs`: the snapshots; `feedback.rs`: what feedback layers report;
+//!   [`metrics`]: the `metrics` feature's counters and gauges;
 //! - this file: the [`Registry`] handle around the locked scheduler.
 
 mod admission;
 mod autothrottle;
 mod backoff;
+mod builder;
 mod config;
 mod feedback;
 pub mod metrics;
@@ -143,6 +149,7 @@ mod time;
 
 pub use autothrottle::AutoThrottleConfig;
 pub use backoff::{BackoffConfig, DEFAULT_BACKOFF_CODES};
+pub use builder::RegistryBuilder;
 pub use config::{ScopeConfig, DEFAULT_QUOTA_WINDOW};
 pub use feedback::{AnnouncedLimits, Feedback, FeedbackKind};
 pub use rampup::RampupConfig;
@@ -160,7 +167,7 @@ use tokio::time::Instant;
 use tokio_util::sync::PollSemaphore;
 
 use crate::error::ConfigError;
-use crate::scope::{HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
+use crate::scope::{Priority, RequestHead, Scope, ScopeResolver, Scopes};
 pub(crate) use admission::{QueuePlace, Ticket};
 pub(crate) use scheduler::Outcome;
 use scheduler::{Scheduler, WakeList};
@@ -431,202 +438,5 @@ impl Registry {
             scheduler.enqueue(scopes, priority.0, now, wake, departs_on_admission)
         });
         Ticket::new(self.clone(), id, place, sent, departs_on_admission)
-    }
-}
-
-/// Builds a [`Registry`]; see [`Registry::builder`].
-pub struct RegistryBuilder {
-    max_concurrency: u32,
-    max_queued: usize,
-    default_scope: ScopeConfig,
-    scopes: Vec<(Scope, ScopeConfig)>,
-    resolver: Box<dyn ScopeResolver>,
-    seed: Option<u64>,
-    metrics_per_scope: bool,
-    quota_window: Option<Duration>,
-    idle_ttl: Duration,
-    max_scopes: usize,
-    delayed_warn_threshold: usize,
-}
-
-impl fmt::Debug for RegistryBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RegistryBuilder")
-            .field("max_concurrency", &self.max_concurrency)
-            .field("max_queued", &self.max_queued)
-            .field("default_scope", &self.default_scope)
-            .field("scopes", &self.scopes)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Default for RegistryBuilder {
-    fn default() -> Self {
-        RegistryBuilder {
-            max_concurrency: DEFAULT_MAX_CONCURRENCY,
-            max_queued: DEFAULT_MAX_QUEUED,
-            default_scope: ScopeConfig::default(),
-            scopes: Vec::new(),
-            resolver: Box::new(HostResolver),
-            seed: None,
-            metrics_per_scope: false,
-            quota_window: None,
-            idle_ttl: DEFAULT_IDLE_TTL,
-            max_scopes: DEFAULT_MAX_SCOPES,
-            delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
-        }
-    }
-}
-
-impl RegistryBuilder {
-    /// Total requests in flight over all scopes (default 16). Caps every
-    /// scope's concurrency.
-    pub fn max_concurrency(mut self, max: u32) -> Self {
-        self.max_concurrency = max;
-        self
-    }
-
-    /// Requests admitted by `poll_ready` but not yet sent (default 10 000).
-    /// At the bound, `poll_ready` is `Pending` until a place frees.
-    pub fn max_queued(mut self, max: usize) -> Self {
-        self.max_queued = max;
-        self
-    }
-
-    /// The config of every scope without its own.
-    pub fn default_scope(mut self, config: ScopeConfig) -> Self {
-        self.default_scope = config;
-        self
-    }
-
-    /// The config of scope `key`. A later call for the same key wins.
-    pub fn scope(mut self, key: impl Into<Scope>, config: ScopeConfig) -> Self {
-        self.scopes.push((key.into(), config));
-        self
-    }
-
-    /// How requests map to scopes (default: [`HostResolver`]).
-    pub fn resolver(mut self, resolver: impl ScopeResolver) -> Self {
-        self.resolver = Box::new(resolver);
-        self
-    }
-
-    /// The length of quota windows for every scope that does not set its
-    /// own [`window`](ScopeConfig::window) (default 60 s, the seeds'
-    /// `THROTTLING_WINDOW`).
-    pub fn quota_window(mut self, window: Duration) -> Self {
-        self.quota_window = Some(window);
-        self
-    }
-
-    /// How long a scope with nothing in flight or queued is kept (default
-    /// 1 h). An evicted scope comes back, on its next request, with its
-    /// configured limits: only state that no longer limits it is ever
-    /// dropped (an active backoff, hold, pacing, quota window, or a
-    /// robots.txt Crawl-delay whose cache entry is still valid keeps a
-    /// scope). Eviction work is spread over arriving requests: a few
-    /// candidates per request, never a scan of every scope.
-    pub fn idle_ttl(mut self, ttl: Duration) -> Self {
-        self.idle_ttl = ttl;
-        self
-    }
-
-    /// Past this many scopes (default 100 000), idle scopes are evicted
-    /// before their `idle_ttl`, least recently used first (rampup scopes
-    /// are kept until their `idle_ttl`). A soft cap: scopes whose state
-    /// still limits them are never evicted, so a registry where all of them
-    /// are busy or held back grows past it.
-    pub fn max_scopes(mut self, max: usize) -> Self {
-        self.max_scopes = max;
-        self
-    }
-
-    /// Logs a warning when more than this many requests wait for their
-    /// scopes (default 500): the crawl produces requests faster than its
-    /// scopes allow, and memory grows with the queue. Once per crossing:
-    /// again only after the queue fell back below half of it.
-    pub fn delayed_warn_threshold(mut self, threshold: usize) -> Self {
-        self.delayed_warn_threshold = threshold;
-        self
-    }
-
-    /// With the `metrics` feature, labels the counters with the scope
-    /// (default off: a broad crawl has millions of scopes, more label
-    /// values than most metrics back ends hold). See [`metrics`].
-    pub fn metrics_per_scope(mut self, per_scope: bool) -> Self {
-        self.metrics_per_scope = per_scope;
-        self
-    }
-
-    /// Seeds the jitter's random numbers, for reproducible runs.
-    pub fn jitter_seed(mut self, seed: u64) -> Self {
-        self.seed = Some(seed);
-        self
-    }
-
-    /// Checks every value and builds the registry.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] naming the first invalid field and its value.
-    pub fn build(self) -> Result<Registry, ConfigError> {
-        if self.max_concurrency == 0 {
-            return Err(ConfigError::new("max_concurrency", 0, "must be at least 1"));
-        }
-        if self.max_queued == 0 {
-            return Err(ConfigError::new("max_queued", 0, "must be at least 1"));
-        }
-        if self.max_scopes == 0 {
-            return Err(ConfigError::new("max_scopes", 0, "must be at least 1"));
-        }
-        config::validate_window("idle_ttl", self.idle_ttl)?;
-        if self.max_queued > Semaphore::MAX_PERMITS {
-            return Err(ConfigError::new(
-                "max_queued",
-                self.max_queued,
-                "must be at most tokio's Semaphore::MAX_PERMITS",
-            ));
-        }
-        let mut default_scope = self.default_scope;
-        if let Some(window) = self.quota_window {
-            config::validate_window("quota_window", window)?;
-            default_scope.window = default_scope.window.or(Some(window));
-        }
-        RegistryBuilder {
-            default_scope,
-            ..self
-        }
-        .build_checked()
-    }
-
-    fn build_checked(self) -> Result<Registry, ConfigError> {
-        self.default_scope.validate("default scope")?;
-        for (key, config) in &self.scopes {
-            config.validate(&format!("scope {:?}", key.as_str()))?;
-            config::warn_about_settings_without_effect(key.as_str(), config, self.max_concurrency);
-        }
-        config::warn_about_settings_without_effect(
-            "default scope",
-            &self.default_scope,
-            self.max_concurrency,
-        );
-        let rng = match self.seed {
-            Some(seed) => fastrand::Rng::with_seed(seed),
-            None => fastrand::Rng::new(),
-        };
-        let scheduler = Scheduler::new(self.default_scope, self.scopes, self.max_concurrency, rng)
-            .with_eviction(self.idle_ttl, self.max_scopes)
-            .with_delayed_warn_threshold(self.delayed_warn_threshold)
-            .with_metrics(metrics::Metrics {
-                per_scope: self.metrics_per_scope,
-            });
-        Ok(Registry {
-            shared: Arc::new(Shared {
-                scheduler: Mutex::new(scheduler),
-                resolver: self.resolver,
-                max_queued: self.max_queued,
-                queue_places: Arc::new(Semaphore::new(self.max_queued)),
-            }),
-        })
     }
 }

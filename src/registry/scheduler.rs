@@ -516,97 +516,6 @@ impl Scheduler {
         }
     }
 
-    /// The first waiter of a ready scope that every one of its scopes
-    /// allows now, passing over (a bounded number of) waiters that another
-    /// scope holds back.
-    fn pick_waiter(&mut self, scope_id: ScopeId, now: Instant, wake: &mut WakeList) -> Option<TicketId> {
-        let candidates: Vec<TicketId> = self.scopes[scope_id]
-            .queue
-            .values()
-            .take(MAX_SCAN)
-            .copied()
-            .collect();
-        let mut skipped_here = 0;
-        for id in candidates {
-            self.passed.clear();
-            match self.evaluate(id, Some(scope_id), now) {
-                Verdict::Admit => {
-                    // The waiters skipped here are the first ones in the queue.
-                    for &passed in self.scopes[scope_id].queue.values().take(skipped_here) {
-                        self.tickets[passed].bypassed += 1;
-                    }
-                    for passed in self.passed.drain(..) {
-                        self.tickets[passed].bypassed += 1;
-                    }
-                    return Some(id);
-                }
-                Verdict::Global => {
-                    let ticket = &mut self.tickets[id];
-                    if !ticket.in_global_queue {
-                        ticket.in_global_queue = true;
-                        self.global_queue.insert(ticket.order, id);
-                    }
-                    return None;
-                }
-                Verdict::HeldBy(other) => {
-                    if other == scope_id {
-                        // Only a quota stops a waiter behind a head this
-                        // scope allows: look again when its window ends.
-                        let frees = self.scopes[scope_id]
-                            .state
-                            .quota_frees_at(self.cost_in(id, scope_id), now);
-                        self.set_timer(scope_id, frees, wake);
-                        return None;
-                    }
-                    let ticket = &mut self.tickets[id];
-                    ticket.held_by = Some(other);
-                    if ticket.bypassed >= MAX_BYPASS {
-                        return None;
-                    }
-                    skipped_here += 1;
-                }
-            }
-        }
-        None
-    }
-
-    /// Whether every scope of ticket `id` lets it go now. `known_ready` is
-    /// a scope whose limits and order were just checked by the caller.
-    fn evaluate(&mut self, id: TicketId, known_ready: Option<ScopeId>, now: Instant) -> Verdict {
-        let ticket = &self.tickets[id];
-        let order = ticket.order;
-        for seat in &ticket.seats {
-            let scope = &self.scopes[seat.scope];
-            if Some(seat.scope) == known_ready {
-                // Checked for the first waiter's cost; this one's may differ.
-                if scope.state.quota_frees_at(seat.cost, now).is_some() {
-                    return Verdict::HeldBy(seat.scope);
-                }
-                continue;
-            }
-            let effective = scope.state.effective(now, self.max_concurrency);
-            if !matches!(
-                scope.state.check(now, &effective, seat.cost),
-                ScopeCheck::Ready { .. }
-            ) {
-                return Verdict::HeldBy(seat.scope);
-            }
-            for &ahead in scope.queue.range(..order).map(|(_, id)| id).take(MAX_SCAN + 1) {
-                let ahead_ticket = &self.tickets[ahead];
-                let passable = matches!(ahead_ticket.held_by, Some(other) if other != seat.scope)
-                    && ahead_ticket.bypassed < MAX_BYPASS;
-                if !passable || self.passed.len() > MAX_SCAN {
-                    return Verdict::HeldBy(seat.scope);
-                }
-                self.passed.push(ahead);
-            }
-        }
-        if self.in_flight >= self.max_concurrency {
-            return Verdict::Global;
-        }
-        Verdict::Admit
-    }
-
     /// Sends ticket `id`: takes a lane in each scope, starts each scope's
     /// delays (with a fresh jitter draw) and counts it in flight.
     fn send(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) {
@@ -659,23 +568,6 @@ impl Scheduler {
         self.in_flight += 1;
     }
 
-    /// The expected cost of the first waiter of `scope_id` there.
-    pub(crate) fn head_cost(&self, scope_id: ScopeId) -> f64 {
-        match self.scopes[scope_id].queue.values().next() {
-            Some(&first) => self.cost_in(first, scope_id),
-            None => 0.0,
-        }
-    }
-
-    /// The expected cost of ticket `id` in scope `scope_id`.
-    fn cost_in(&self, id: TicketId, scope_id: ScopeId) -> f64 {
-        self.tickets[id]
-            .seats
-            .iter()
-            .find(|seat| seat.scope == scope_id)
-            .map_or(0.0, |seat| seat.cost)
-    }
-
     /// Records when a scope's head may next go, and makes sure its first
     /// waiter keeps a timer for it (one timer per scope).
     fn set_timer(&mut self, scope_id: ScopeId, at: Option<Instant>, wake: &mut WakeList) {
@@ -696,6 +588,7 @@ impl Scheduler {
     }
 }
 
+mod choice;
 mod eviction;
 mod updates;
 

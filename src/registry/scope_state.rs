@@ -404,70 +404,6 @@ impl ScopeState {
         })
     }
 
-    /// Whether forgetting the idle scope now loses nothing that still limits
-    /// it: no hold, backoff, pacing or quota window in force, no robots.txt
-    /// Crawl-delay whose cache entry is still valid, and (`under_pressure`
-    /// aside, when the registry is full) no rampup pace learnt. A scope
-    /// created again starts from its configured limits.
-    pub(crate) fn may_be_forgotten(&self, now: Instant, under_pressure: bool) -> bool {
-        let contributions = &self.contributions;
-        let held = contributions.hold_until.is_some_and(|until| until > now);
-        let backing_off = contributions.backoff.is_some_and(|state| {
-            state
-                .at(now, self.config.get_backoff(), self.config.concurrency)
-                .is_some()
-        });
-        let paced = contributions.pacing.is_some_and(|(_, until)| until > now);
-        let robots_pinned = contributions
-            .robots
-            .and_then(|robots| robots.pinned_until)
-            .is_some_and(|until| until > now);
-        let rampup_kept = under_pressure && contributions.rampup.is_some();
-        !(held || backing_off || paced || robots_pinned || rampup_kept || self.current_window(now).is_some())
-    }
-
-    /// The current quota window, if the scope has a quota and the window
-    /// has not ended.
-    pub(crate) fn current_window(&self, now: Instant) -> Option<&QuotaWindow> {
-        self.config.get_quota()?;
-        let window = self.contributions.quota.as_deref()?;
-        (now < saturating_add(window.started, self.config.get_window())).then_some(window)
-    }
-
-    /// `None` when a request costing `cost` fits the scope's quota now;
-    /// otherwise when the current window ends (and spending restarts from
-    /// zero). An empty window takes any cost, so a request costing more
-    /// than the whole quota goes at the start of a window, never starves.
-    pub(crate) fn quota_frees_at(&self, cost: f64, now: Instant) -> Option<Instant> {
-        let quota = self.config.get_quota()?;
-        let window = self.current_window(now)?;
-        // A small tolerance, so that float sums of exact fractions
-        // (0.1 + 0.2 + ...) do not refuse a cost that fits.
-        let fits = window.used <= 0.0 || window.used + cost <= quota * (1.0 + 1e-9);
-        (!fits).then(|| saturating_add(window.started, self.config.get_window()))
-    }
-
-    /// Spends `cost` from the quota window at a send, starting a window if
-    /// none is current.
-    fn spend_quota(&mut self, cost: f64, now: Instant) {
-        if self.config.get_quota().is_none() {
-            return;
-        }
-        match self.current_window(now).is_some() {
-            true => {
-                if let Some(window) = self.contributions.quota.as_deref_mut() {
-                    window.used += cost;
-                }
-            }
-            false => {
-                self.contributions.quota = Some(Box::new(QuotaWindow {
-                    started: now,
-                    used: cost,
-                }))
-            }
-        }
-    }
-
     /// Whether the scope's next gap cannot be measured yet, because it runs
     /// from an instant still to come: the departure of a request admitted
     /// but not yet handed to the inner service, or, while the scope is cold,
@@ -665,4 +601,5 @@ impl ScopeState {
     }
 }
 
+mod quota;
 mod updates;

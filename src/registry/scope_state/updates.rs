@@ -185,4 +185,26 @@ impl ScopeState {
             empty => *empty = Some(Box::new(limits)),
         }
     }
+
+    /// Whether forgetting the idle scope now loses nothing that still limits
+    /// it: no hold, backoff, pacing or quota window in force, no robots.txt
+    /// Crawl-delay whose cache entry is still valid, and (`under_pressure`
+    /// aside, when the registry is full) no rampup pace learnt. A scope
+    /// created again starts from its configured limits.
+    pub(crate) fn may_be_forgotten(&self, now: Instant, under_pressure: bool) -> bool {
+        let contributions = &self.contributions;
+        let held = contributions.hold_until.is_some_and(|until| until > now);
+        let backing_off = contributions.backoff.is_some_and(|state| {
+            state
+                .at(now, self.config.get_backoff(), self.config.concurrency)
+                .is_some()
+        });
+        let paced = contributions.pacing.is_some_and(|(_, until)| until > now);
+        let robots_pinned = contributions
+            .robots
+            .and_then(|robots| robots.pinned_until)
+            .is_some_and(|until| until > now);
+        let rampup_kept = under_pressure && contributions.rampup.is_some();
+        !(held || backing_off || paced || robots_pinned || rampup_kept || self.current_window(now).is_some())
+    }
 }
