@@ -111,6 +111,19 @@ pub(crate) struct Contributions {
     pub(crate) quota: Option<Box<QuotaWindow>>,
 }
 
+/// The contributions of a scope that has none: what
+/// [`ScopeState::contributions`] reads for most scopes.
+static NO_CONTRIBUTIONS: Contributions = Contributions {
+    hold_until: None,
+    backoff: None,
+    autothrottle_delay: None,
+    robots: None,
+    pacing: None,
+    announced: None,
+    rampup: None,
+    quota: None,
+};
+
 /// What a scope with a quota has spent in its current window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct QuotaWindow {
@@ -194,7 +207,9 @@ pub(crate) struct ScopeState {
     pub(crate) config: Arc<ScopeConfig>,
     /// Whether the scope has a config of its own (not the default one).
     pub(crate) explicit: bool,
-    pub(crate) contributions: Contributions,
+    /// What the feedback layers contribute, allocated on the first one:
+    /// most scopes of a broad crawl never get any.
+    extra: Option<Box<Contributions>>,
     pub(crate) lanes: Vec<Lane>,
     pub(crate) last_send: Option<LastSend>,
     pub(crate) in_flight: u32,
@@ -238,18 +253,20 @@ pub(crate) enum ScopeCheck {
 
 impl ScopeState {
     pub(crate) fn new(key: Scope, config: Arc<ScopeConfig>, explicit: bool, now: Instant) -> Self {
-        let mut contributions = Contributions::default();
+        let mut extra = None;
         if let Some(autothrottle) = config.get_autothrottle() {
+            let contributions: &mut Contributions = extra.get_or_insert_with(Box::default);
             contributions.autothrottle_delay = Some(autothrottle.start(config.delay));
         }
         if config.get_rampup().is_some() {
+            let contributions: &mut Contributions = extra.get_or_insert_with(Box::default);
             contributions.rampup = Some(Box::new(RampupState::new(config.delay, now)));
         }
         ScopeState {
             key,
             config,
             explicit,
-            contributions,
+            extra,
             lanes: Vec::new(),
             last_send: None,
             in_flight: 0,
@@ -262,11 +279,21 @@ impl ScopeState {
         }
     }
 
+    /// What the feedback layers contribute to the scope's limits.
+    pub(crate) fn contributions(&self) -> &Contributions {
+        self.extra.as_deref().unwrap_or(&NO_CONTRIBUTIONS)
+    }
+
+    /// The contributions, to change them (allocated on first use).
+    pub(crate) fn contributions_mut(&mut self) -> &mut Contributions {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
     /// The limits without backoff: config, global cap, robots.txt and
     /// AutoThrottle. Backoff steps multiply these.
     fn effective_before_backoff(&self, max_concurrency: u32) -> Effective {
         let config = &self.config;
-        let mut effective = match &self.contributions.rampup {
+        let mut effective = match &self.contributions().rampup {
             Some(rampup) => Effective {
                 concurrency: self.rampup_lanes(rampup.delay),
                 concurrency_source: LimitSource::Rampup,
@@ -291,7 +318,7 @@ impl ScopeState {
             },
         };
         effective.lower_concurrency(max_concurrency, LimitSource::MaxConcurrency);
-        if let Some(robots) = self.contributions.robots {
+        if let Some(robots) = self.contributions().robots {
             if robots.limits_concurrency {
                 effective.lower_concurrency(1, LimitSource::Robots);
             }
@@ -302,7 +329,7 @@ impl ScopeState {
                 effective.delay_floor = robots.crawl_delay;
             }
         }
-        if let Some(delay) = self.contributions.autothrottle_delay {
+        if let Some(delay) = self.contributions().autothrottle_delay {
             effective.raise_delay(delay, LimitSource::AutoThrottle);
         }
         effective
@@ -312,7 +339,7 @@ impl ScopeState {
     /// looked at (recovery is computed lazily, so this is when it is seen),
     /// and drops the backoff state once the scope is back on its limits.
     fn note_backoff_recovery(&mut self, now: Instant, max_concurrency: u32) {
-        let Some(state) = self.contributions.backoff else {
+        let Some(state) = self.contributions().backoff else {
             return;
         };
         let base = self.effective_before_backoff(max_concurrency);
@@ -328,7 +355,7 @@ impl ScopeState {
                 "backoff step down"
             );
         }
-        self.contributions.backoff = current.map(|_| BackoffState {
+        self.contributions_mut().backoff = current.map(|_| BackoffState {
             reported_level: level,
             ..state
         });
@@ -344,14 +371,14 @@ impl ScopeState {
 
     pub(crate) fn effective(&self, now: Instant, max_concurrency: u32) -> Effective {
         let mut effective = self.effective_before_backoff(max_concurrency);
-        if let Some((delay, until)) = self.contributions.pacing {
+        if let Some((delay, until)) = self.contributions().pacing {
             if now < until {
                 effective.raise_delay(delay, LimitSource::RateLimitPolicy);
             }
         }
         let backoff_config = self.config.get_backoff();
         let backoff = self
-            .contributions
+            .contributions()
             .backoff
             .and_then(|state| state.at(now, backoff_config, effective.concurrency));
         if let Some(backoff) = backoff {
@@ -376,7 +403,7 @@ impl ScopeState {
             last.next_allowed_at_least(effective.delay, &effective.jitter, effective.delay_floor)
         });
         let quota_frees = self.quota_frees_at(cost, now);
-        let ready_at = [lane_free, next_send, self.contributions.hold_until, quota_frees]
+        let ready_at = [lane_free, next_send, self.contributions().hold_until, quota_frees]
             .into_iter()
             .flatten()
             .max();
@@ -385,7 +412,7 @@ impl ScopeState {
                 // A backoff step back or the end of a pacing may shorten the
                 // delay before then: look again at that instant.
                 let step_back = effective.backoff.map(|backoff| backoff.next_step_back);
-                let pacing_end = self.contributions.pacing.map(|(_, until)| until);
+                let pacing_end = self.contributions().pacing.map(|(_, until)| until);
                 let relief = [step_back, pacing_end]
                     .into_iter()
                     .flatten()
@@ -463,11 +490,12 @@ impl ScopeState {
             departs_now,
             cost,
         } = sending;
-        if let (Some(rampup), Some(config)) = (&mut self.contributions.rampup, self.config.get_rampup()) {
+        let rampup = self.extra.as_deref_mut().and_then(|extra| extra.rampup.as_mut());
+        if let (Some(rampup), Some(config)) = (rampup, self.config.get_rampup()) {
             rampup.roll(now, config);
         }
         let (check, effective) = match chosen {
-            Some((lane, effective)) if self.contributions.backoff.is_none() => {
+            Some((lane, effective)) if self.contributions().backoff.is_none() => {
                 (ScopeCheck::Ready { lane }, effective)
             }
             _ => {
@@ -581,13 +609,13 @@ impl ScopeState {
         });
         let (Some(autothrottle), Some(old), true) = (
             self.config.get_autothrottle(),
-            self.contributions.autothrottle_delay,
+            self.contributions().autothrottle_delay,
             adjust_autothrottle,
         ) else {
             return;
         };
         let new = autothrottle.next_delay(old, latency, status, self.config.delay);
-        self.contributions.autothrottle_delay = Some(new);
+        self.contributions_mut().autothrottle_delay = Some(new);
         tracing::debug!(
             target: "tower_throttle",
             scope = %self.key,

@@ -145,7 +145,7 @@ impl ScopeEntry {
     fn stats(&self, now: Instant, max_concurrency: u32, head_cost: f64) -> ScopeStats {
         let scope = &self.state;
         let effective = scope.effective(now, max_concurrency);
-        let contributions = &scope.contributions;
+        let contributions = scope.contributions();
         ScopeStats {
             scope: scope.key.clone(),
             in_flight: scope.in_flight,
@@ -205,7 +205,7 @@ fn held_back_by(scope: &ScopeState, effective: &Effective, cost: f64, now: Insta
     if scope.quota_frees_at(cost, now).is_some() {
         return Some(LimitSource::Quota);
     }
-    if scope.contributions.hold_until.is_some_and(|until| until > now) {
+    if scope.contributions().hold_until.is_some_and(|until| until > now) {
         return Some(LimitSource::Hold);
     }
     if scope.in_flight >= effective.concurrency {

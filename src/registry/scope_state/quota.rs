@@ -11,7 +11,7 @@ impl ScopeState {
     /// has not ended.
     pub(crate) fn current_window(&self, now: Instant) -> Option<&QuotaWindow> {
         self.config.get_quota()?;
-        let window = self.contributions.quota.as_deref()?;
+        let window = self.contributions().quota.as_deref()?;
         (now < saturating_add(window.started, self.config.get_window())).then_some(window)
     }
 
@@ -36,12 +36,12 @@ impl ScopeState {
         }
         match self.current_window(now).is_some() {
             true => {
-                if let Some(window) = self.contributions.quota.as_deref_mut() {
+                if let Some(window) = self.contributions_mut().quota.as_deref_mut() {
                     window.used += cost;
                 }
             }
             false => {
-                self.contributions.quota = Some(Box::new(QuotaWindow {
+                self.contributions_mut().quota = Some(Box::new(QuotaWindow {
                     started: now,
                     used: cost,
                 }))

@@ -17,7 +17,7 @@ impl ScopeState {
     /// `Registry::set_scope`), keeping what the feedback layers learnt.
     pub(crate) fn replace_config(&mut self, config: Arc<ScopeConfig>, now: Instant) {
         let autothrottle = config.get_autothrottle().copied();
-        let contributions = &mut self.contributions;
+        let contributions = self.extra.get_or_insert_with(Box::default);
         contributions.autothrottle_delay = match (autothrottle, contributions.autothrottle_delay) {
             (None, _) => None,
             (Some(_), Some(kept)) => Some(kept.max(config.delay)),
@@ -56,7 +56,8 @@ impl ScopeState {
             return quota_changed;
         }
         self.backoff_feedbacks += 1;
-        if let (Some(rampup), Some(config)) = (&mut self.contributions.rampup, self.config.get_rampup()) {
+        let rampup = self.extra.as_deref_mut().and_then(|extra| extra.rampup.as_mut());
+        if let (Some(rampup), Some(config)) = (rampup, self.config.get_rampup()) {
             let before = rampup.delay;
             rampup.on_backoff(now, config);
             tracing::debug!(
@@ -71,7 +72,7 @@ impl ScopeState {
             let base = self.effective_before_backoff(max_concurrency);
             let config = self.config.get_backoff();
             let current = self
-                .contributions
+                .contributions()
                 .backoff
                 .and_then(|state| state.at(now, config, base.concurrency));
             let stepped = BackoffState::step(current, now, config, base.delay, base.concurrency);
@@ -83,7 +84,7 @@ impl ScopeState {
                 concurrency = stepped.concurrency,
                 "backoff step up"
             );
-            self.contributions.backoff = Some(stepped);
+            self.contributions_mut().backoff = Some(stepped);
         }
         true
     }
@@ -95,7 +96,7 @@ impl ScopeState {
         if difference == 0.0 || self.current_window(now).is_none() {
             return false;
         }
-        let Some(window) = self.contributions.quota.as_deref_mut() else {
+        let Some(window) = self.contributions_mut().quota.as_deref_mut() else {
             return false;
         };
         window.used = (window.used + difference).max(0.0);
@@ -111,10 +112,10 @@ impl ScopeState {
         };
         let used = (quota - remaining).max(0.0);
         if self.current_window(now).is_none() {
-            self.contributions.quota = Some(Box::new(QuotaWindow { started: now, used }));
+            self.contributions_mut().quota = Some(Box::new(QuotaWindow { started: now, used }));
             return true;
         }
-        match self.contributions.quota.as_deref_mut() {
+        match self.contributions_mut().quota.as_deref_mut() {
             Some(window) if window.used != used => {
                 window.used = used;
                 true
@@ -127,12 +128,13 @@ impl ScopeState {
     /// unless the scope has an explicit config, which keeps precedence with
     /// a warning (silenced by `ignore_robots_txt`).
     pub(crate) fn set_robots_delay(&mut self, crawl_delay: Option<Duration>, pinned_until: Option<Instant>) {
-        let previous = self.contributions.robots;
-        self.contributions.robots = crawl_delay.map(|crawl_delay| {
+        let previous = self.contributions().robots;
+        let robots = crawl_delay.map(|crawl_delay| {
             RobotsContribution::for_config(crawl_delay, &self.config, self.explicit, pinned_until)
         });
+        self.contributions_mut().robots = robots;
         let overridden = self
-            .contributions
+            .contributions()
             .robots
             .is_some_and(|robots| !robots.limits_concurrency || !robots.limits_delay);
         let known_before = previous.is_some_and(|robots| Some(robots.crawl_delay) == crawl_delay);
@@ -156,10 +158,14 @@ impl ScopeState {
     pub(crate) fn hold(&mut self, until: Instant, now: Instant) -> bool {
         let cap = saturating_add(now, self.config.get_backoff().max_delay);
         let until = until.min(cap);
-        if self.contributions.hold_until.is_some_and(|known| known >= until) {
+        if self
+            .contributions()
+            .hold_until
+            .is_some_and(|known| known >= until)
+        {
             return false;
         }
-        self.contributions.hold_until = Some(until);
+        self.contributions_mut().hold_until = Some(until);
         tracing::debug!(
             target: "tower_throttle",
             scope = %self.key,
@@ -175,12 +181,12 @@ impl ScopeState {
     pub(crate) fn set_pacing(&mut self, pacing: Option<(Duration, Instant)>, now: Instant) {
         let cap = self.config.get_backoff().max_delay;
         let longest = saturating_add(now, MAX_CONFIG_DELAY);
-        self.contributions.pacing = pacing.map(|(delay, until)| (delay.min(cap), until.min(longest)));
+        self.contributions_mut().pacing = pacing.map(|(delay, until)| (delay.min(cap), until.min(longest)));
     }
 
     /// Records what the server announced about the scope's limits.
     pub(crate) fn set_announced_limits(&mut self, limits: AnnouncedLimits) {
-        match &mut self.contributions.announced {
+        match &mut self.contributions_mut().announced {
             Some(known) => **known = limits,
             empty => *empty = Some(Box::new(limits)),
         }
@@ -192,7 +198,7 @@ impl ScopeState {
     /// aside, when the registry is full) no rampup pace learnt. A scope
     /// created again starts from its configured limits.
     pub(crate) fn may_be_forgotten(&self, now: Instant, under_pressure: bool) -> bool {
-        let contributions = &self.contributions;
+        let contributions = self.contributions();
         let held = contributions.hold_until.is_some_and(|until| until > now);
         let backing_off = contributions.backoff.is_some_and(|state| {
             state
