@@ -113,7 +113,9 @@
 //!
 //! - `scope_state.rs`: one scope at a given instant: its config,
 //!   contributions, lanes and last sends, the effective limits and what
-//!   they allow next; `scope_state/quota.rs`: its quota window;
+//!   they allow next; `scope_state/contributions.rs`: what the feedback
+//!   layers add, one field per source; `scope_state/quota.rs`: its quota
+//!   window;
 //!   `scope_state/updates.rs`: the per-scope half of every feedback handler
 //!   and config change, and whether an idle scope may be forgotten;
 //! - `scheduler.rs`: the queues, all-or-nothing dispatch, departures and

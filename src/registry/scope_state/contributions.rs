@@ -1,0 +1,95 @@
+//! What the feedback layers add to a scope's limits, one field per source.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::registry::backoff::BackoffState;
+use crate::registry::config::ScopeConfig;
+use crate::registry::feedback::AnnouncedLimits;
+use crate::registry::rampup::RampupState;
+
+/// What the feedback layers add to a scope's limits. Each source owns one
+/// field; [`ScopeState::effective`] folds them into the limits the scheduler
+/// applies, keeping the most restrictive (smallest concurrency, largest
+/// delay). A new source is one more field and one more term in that fold.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Contributions {
+    /// Nothing is sent before this instant (Retry-After, rate-limit resets).
+    pub(crate) hold_until: Option<Instant>,
+    /// Exponential backoff after the last step (recovery is computed from
+    /// it when read).
+    pub(crate) backoff: Option<BackoffState>,
+    /// AutoThrottle's current delay, when AutoThrottle is on.
+    pub(crate) autothrottle_delay: Option<Duration>,
+    /// robots.txt Crawl-delay, and whether it applies (a scope with an
+    /// explicit config keeps its own limits).
+    pub(crate) robots: Option<RobotsContribution>,
+    /// Pacing derived from a server-announced policy (spread the remaining
+    /// quota until its reset), and the instant it stops applying.
+    pub(crate) pacing: Option<(Duration, Instant)>,
+    /// What the server last announced about its limits (for stats).
+    pub(crate) announced: Option<Box<AnnouncedLimits>>,
+    /// The rampup controller, when rampup is on.
+    pub(crate) rampup: Option<Box<RampupState>>,
+    /// The current quota window, when the scope has a quota and has spent
+    /// from it (boxed: most scopes have no quota).
+    pub(crate) quota: Option<Box<QuotaWindow>>,
+}
+
+/// The contributions of a scope that has none: what
+/// [`ScopeState::contributions`] reads for most scopes.
+pub(super) static NO_CONTRIBUTIONS: Contributions = Contributions {
+    hold_until: None,
+    backoff: None,
+    autothrottle_delay: None,
+    robots: None,
+    pacing: None,
+    announced: None,
+    rampup: None,
+    quota: None,
+};
+
+/// What a scope with a quota has spent in its current window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct QuotaWindow {
+    /// The first send of the window; it ends `window` later.
+    pub(crate) started: Instant,
+    /// Units spent (expected costs at send, corrected by feedback).
+    pub(crate) used: f64,
+}
+
+/// The robots.txt contribution of a scope.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RobotsContribution {
+    pub(crate) crawl_delay: Duration,
+    /// Whether it sets the scope's concurrency to 1 (not when the scope's
+    /// own config sets a concurrency).
+    pub(crate) limits_concurrency: bool,
+    /// Whether it raises the scope's delay (not when the scope's own config
+    /// sets a delay).
+    pub(crate) limits_delay: bool,
+    /// The scope is not evicted before then (the robots.txt cache entry's
+    /// expiry: the cache tells a scope its Crawl-delay once per entry).
+    pub(crate) pinned_until: Option<Instant>,
+}
+
+impl RobotsContribution {
+    pub(super) fn for_config(
+        crawl_delay: Duration,
+        config: &ScopeConfig,
+        explicit: bool,
+        pinned_until: Option<Instant>,
+    ) -> Self {
+        RobotsContribution {
+            crawl_delay,
+            limits_concurrency: !(explicit && config.set_by_user.concurrency),
+            limits_delay: !(explicit && config.set_by_user.delay),
+            pinned_until,
+        }
+    }
+
+    pub(crate) fn applies(&self) -> bool {
+        self.limits_concurrency || self.limits_delay
+    }
+}
