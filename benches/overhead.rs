@@ -20,18 +20,16 @@
 //! cargo bench --bench overhead
 //! ```
 
-use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use governor::{Quota, RateLimiter};
 use tower::Service;
 use tower_throttle::ThrottleLayer;
 
 #[path = "variants/mod.rs"]
 mod variants;
 
-use variants::{bare, drive, unthrottled_registry, uris};
+use variants::{bare, drive, governor_keyed, unthrottled_registry, uris};
 
 const MANY_SCOPES: usize = 100_000;
 
@@ -59,14 +57,7 @@ fn overhead(c: &mut Criterion) {
         ("governor_keyed/100k_keys", &many),
     ] {
         group.bench_function(name, |b| {
-            let limiter = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
-            let mut inner = bare();
-            // The same work Throttle's host resolver does: key = lower-cased host.
-            let mut service = tower::service_fn(move |request: http::Request<()>| {
-                let key = request.uri().host().unwrap_or_default().to_ascii_lowercase();
-                assert!(limiter.check_key(&key).is_ok());
-                inner.call(request)
-            });
+            let mut service = governor_keyed();
             b.iter_custom(|iters| runtime.block_on(drive(&mut service, uris, iters)));
         });
     }

@@ -59,12 +59,10 @@
 //! `governor`, which has its own clock) do not.
 
 use std::hint::black_box;
-use std::num::NonZeroU32;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use governor::{Quota, RateLimiter};
-use tower::{Layer, Service};
+use tower::Layer;
 use tower_throttle::ThrottleLayer;
 
 const VARIANTS: [&str; 6] = [
@@ -79,7 +77,7 @@ const VARIANTS: [&str; 6] = [
 #[path = "../benches/variants/mod.rs"]
 mod variants;
 
-use variants::{bare, drive, unthrottled_registry, uris};
+use variants::{bare, drive, governor_keyed, unthrottled_registry, uris};
 
 const MANY_SCOPES: usize = 100_000;
 
@@ -145,17 +143,7 @@ fn run_variant(variant: &str, n: u64) -> ExitCode {
             let mut service = tower::limit::ConcurrencyLimit::new(bare(), 1_000);
             measured(&runtime, drive(&mut service, &one, n));
         }
-        "governor_keyed" => {
-            let limiter = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
-            let mut inner = bare();
-            // The same work Throttle's host resolver does: key = lower-cased host.
-            let mut service = tower::service_fn(move |request: http::Request<()>| {
-                let key = request.uri().host().unwrap_or_default().to_ascii_lowercase();
-                assert!(limiter.check_key(&key).is_ok());
-                inner.call(request)
-            });
-            measured(&runtime, drive(&mut service, &one, n));
-        }
+        "governor_keyed" => measured(&runtime, drive(&mut governor_keyed(), &one, n)),
         "throttle_1_scope" => {
             let mut service = ThrottleLayer::new(unthrottled_registry()).layer(bare());
             measured(&runtime, drive(&mut service, &one, n));

@@ -382,34 +382,9 @@ async fn a_request_whose_body_cannot_be_copied_is_not_retried() {
     assert_eq!(inner.sent().len(), 1);
 }
 
-/// Every `tower_throttle` debug event of this test binary, captured by one
-/// global subscriber. (A thread-local one raced with the other tests over
-/// tracing's per-callsite cache and missed events now and then.)
-fn captured_events() -> Arc<Mutex<Vec<String>>> {
-    use tracing_subscriber::layer::SubscriberExt;
-    static CAPTURED: std::sync::OnceLock<Arc<Mutex<Vec<String>>>> = std::sync::OnceLock::new();
-    CAPTURED
-        .get_or_init(|| {
-            let captured: Arc<Mutex<Vec<String>>> = Arc::default();
-            let sink = captured.clone();
-            let subscriber = tracing_subscriber::registry().with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(move || CaptureWriter(sink.clone()))
-                    .with_ansi(false)
-                    .with_filter(
-                        tracing_subscriber::filter::Targets::new()
-                            .with_target("tower_throttle", tracing::Level::DEBUG),
-                    ),
-            );
-            tracing::subscriber::set_global_default(subscriber).expect("only this test sets one");
-            captured
-        })
-        .clone()
-}
-
 #[tokio::test(start_paused = true)]
 async fn steps_up_and_down_are_traced() {
-    let captured = captured_events();
+    let captured = support::captured_events(tracing::Level::DEBUG);
     let registry = Registry::builder().default_scope(exact(1)).build().unwrap();
     let mut service = client(&registry, Scripted::new([429]));
     // Its own host, so other tests' events cannot satisfy the assertions.
@@ -426,24 +401,6 @@ async fn steps_up_and_down_are_traced() {
     };
     assert!(ours("backoff step up"), "{log}");
     assert!(ours("backoff step down"), "{log}");
-}
-
-use tracing_subscriber::Layer as _;
-
-struct CaptureWriter(Arc<Mutex<Vec<String>>>);
-
-impl std::io::Write for CaptureWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap()
-            .push(String::from_utf8_lossy(buf).into_owned());
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// A server (real hyper, over an in-memory pipe) that answers 429 to any

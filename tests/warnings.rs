@@ -1,53 +1,19 @@
 //! Warnings that help: each fires once, with the scope and the numbers,
 //! never once per request. Events are captured by one global subscriber
-//! for this test binary; each test looks only at events of its own scopes.
+//! for this test binary (`support::captured_events`); each test looks only
+//! at events of its own scopes.
 
 mod support;
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::{get, Recorder};
 use tower::{Layer, Service, ServiceExt};
 use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::Layer as _;
 
 fn events() -> Arc<Mutex<Vec<String>>> {
-    static EVENTS: OnceLock<Arc<Mutex<Vec<String>>>> = OnceLock::new();
-    EVENTS
-        .get_or_init(|| {
-            let events: Arc<Mutex<Vec<String>>> = Arc::default();
-            let sink = events.clone();
-            let subscriber = tracing_subscriber::registry().with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(move || Capture(sink.clone()))
-                    .with_ansi(false)
-                    .with_filter(
-                        tracing_subscriber::filter::Targets::new()
-                            .with_target("tower_throttle", tracing::Level::WARN),
-                    ),
-            );
-            tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-            events
-        })
-        .clone()
-}
-
-struct Capture(Arc<Mutex<Vec<String>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap()
-            .push(String::from_utf8_lossy(buf).into_owned());
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    support::captured_events(tracing::Level::WARN)
 }
 
 /// The captured warning lines that contain every one of `needles`.

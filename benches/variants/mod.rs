@@ -5,7 +5,10 @@
 
 use std::convert::Infallible;
 use std::hint::black_box;
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
+
+use governor::{Quota, RateLimiter};
 
 use tower::{Service, ServiceExt};
 use tower_throttle::{Registry, ScopeConfig};
@@ -18,6 +21,20 @@ pub fn bare() -> impl Service<
     Future = std::future::Ready<Result<http::Response<()>, Infallible>>,
 > + Clone {
     tower::service_fn(|_request: http::Request<()>| std::future::ready(Ok(http::Response::new(()))))
+}
+
+/// The `governor` peer: a keyed rate-limit check (a quota that never
+/// refuses) on the lower-cased host, the same key work Throttle's host
+/// resolver does, in front of the bare service.
+pub fn governor_keyed() -> impl Service<http::Request<()>, Response = http::Response<()>, Error = Infallible>
+{
+    let limiter = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
+    let mut inner = bare();
+    tower::service_fn(move |request: http::Request<()>| {
+        let key = request.uri().host().unwrap_or_default().to_ascii_lowercase();
+        assert!(limiter.check_key(&key).is_ok());
+        inner.call(request)
+    })
 }
 
 /// `count` URIs on distinct hosts, so `count` distinct scopes.

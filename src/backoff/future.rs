@@ -54,7 +54,10 @@ where
                 // A request with several scopes is judged once per scope;
                 // the response carries backoff when any scope got it.
                 let mut verdict: Option<Feedback> = None;
-                let header_cost = shared.cost_header.as_ref().and_then(|name| cost_in(&head, name));
+                let header_cost = shared
+                    .cost_header
+                    .as_ref()
+                    .and_then(|name| header_cost(&head, name));
                 registry.feedback_each(this.scopes, |config| {
                     let feedback = (shared.on_response)(&head, config);
                     let feedback = match (feedback.actual_cost(), header_cost) {
@@ -80,7 +83,7 @@ where
 }
 
 /// The cost header's value, when it is a finite number ≥ 0.
-fn cost_in(head: &ResponseHead<'_>, name: &http::HeaderName) -> Option<f64> {
+fn header_cost(head: &ResponseHead<'_>, name: &http::HeaderName) -> Option<f64> {
     let cost: f64 = head.headers.get(name)?.to_str().ok()?.trim().parse().ok()?;
     (cost.is_finite() && cost >= 0.0).then_some(cost)
 }

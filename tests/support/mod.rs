@@ -315,3 +315,48 @@ impl RobotsSite {
         self.fetches.sent().into_iter().map(|sent| sent.path).collect()
     }
 }
+
+/// Every `tower_throttle` event at `level` or above, captured as formatted
+/// lines by one global subscriber, installed by the first call in a test
+/// binary (later calls share it; the first caller's level holds). A global
+/// subscriber, because a thread-local one races with the binary's other
+/// tests over tracing's per-callsite cache and misses events now and then.
+/// Tests look only at events of their own scopes.
+pub fn captured_events(level: tracing::Level) -> Arc<Mutex<Vec<String>>> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::Layer as _;
+    static CAPTURED: std::sync::OnceLock<Arc<Mutex<Vec<String>>>> = std::sync::OnceLock::new();
+    CAPTURED
+        .get_or_init(|| {
+            let captured: Arc<Mutex<Vec<String>>> = Arc::default();
+            let sink = captured.clone();
+            let subscriber = tracing_subscriber::registry().with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(move || CaptureWriter(sink.clone()))
+                    .with_ansi(false)
+                    .with_filter(
+                        tracing_subscriber::filter::Targets::new().with_target("tower_throttle", level),
+                    ),
+            );
+            tracing::subscriber::set_global_default(subscriber)
+                .expect("one global subscriber per test binary");
+            captured
+        })
+        .clone()
+}
+
+struct CaptureWriter(Arc<Mutex<Vec<String>>>);
+
+impl std::io::Write for CaptureWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(String::from_utf8_lossy(buf).into_owned());
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
