@@ -54,13 +54,13 @@ where
                 // A request with several scopes is judged once per scope;
                 // the response carries backoff when any scope got it.
                 let mut verdict: Option<Feedback> = None;
-                let header_cost = shared
+                let cost_from_header = shared
                     .cost_header
                     .as_ref()
                     .and_then(|name| header_cost(&head, name));
                 registry.feedback_each(this.scopes, |config| {
                     let feedback = (shared.on_response)(&head, config);
-                    let feedback = match (feedback.actual_cost(), header_cost) {
+                    let feedback = match (feedback.actual_cost(), cost_from_header) {
                         (None, Some(cost)) => feedback.with_actual_cost(cost),
                         _ => feedback,
                     };
