@@ -22,6 +22,7 @@ use super::metrics::Metrics;
 use super::scope_state::{Effective, ScopeCheck, ScopeState, Sending};
 use super::ticket::{OrderKey, Seat, Seats, Status, TicketState};
 pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
+use super::time::Stamp;
 use crate::scope::{Scope, Scopes};
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -44,24 +45,93 @@ enum Verdict {
 }
 
 /// A scope as the scheduler keeps it: its state, and its waiters.
+///
+/// Sized for a million idle scopes: the waiters live behind a pointer that
+/// is null while the scope has none, and instants are 8-byte stamps.
 #[derive(Debug)]
 pub(crate) struct ScopeEntry {
     pub(crate) state: ScopeState,
+    /// Allocated when a first request waits, dropped when the scope goes
+    /// idle.
+    waiters: Option<Box<Waiters>>,
+    /// Since when nothing of the scope has been in flight or queued.
+    idle_since: Option<Stamp>,
+    /// Whether the scope is among the eviction candidates.
+    evictable: bool,
+    /// Whether it was used since it joined the candidates (it then gets a
+    /// second chance under pressure).
+    referenced: bool,
+}
+
+/// The requests waiting for a scope, and its timer.
+#[derive(Debug, Default)]
+struct Waiters {
     /// The waiters, in order.
     queue: BTreeMap<OrderKey, TicketId>,
     /// The waiter told to keep the scope's timer, and the instant the
     /// scope's own time limits next let its head go.
     timer_owner: Option<(TicketId, Instant)>,
-    /// Since when nothing of the scope has been in flight or queued.
-    pub(crate) idle_since: Option<Instant>,
-    /// Whether the scope is among the eviction candidates.
-    evictable: bool,
 }
 
+/// The queue of a scope nobody waits for.
+static NO_WAITERS: BTreeMap<OrderKey, TicketId> = BTreeMap::new();
+
 impl ScopeEntry {
+    fn new(state: ScopeState) -> Self {
+        ScopeEntry {
+            state,
+            waiters: None,
+            idle_since: None,
+            evictable: false,
+            referenced: false,
+        }
+    }
+
     /// Requests waiting for this scope.
     pub(crate) fn queued(&self) -> usize {
-        self.queue.len()
+        self.queue().len()
+    }
+
+    /// The waiters, in order.
+    fn queue(&self) -> &BTreeMap<OrderKey, TicketId> {
+        self.waiters
+            .as_ref()
+            .map_or(&NO_WAITERS, |waiters| &waiters.queue)
+    }
+
+    fn has_waiters(&self) -> bool {
+        !self.queue().is_empty()
+    }
+
+    fn add_waiter(&mut self, order: OrderKey, id: TicketId) {
+        self.waiters
+            .get_or_insert_with(Box::default)
+            .queue
+            .insert(order, id);
+    }
+
+    /// Takes waiter `order` out of the queue; whether it was there.
+    fn remove_waiter(&mut self, order: &OrderKey) -> bool {
+        self.waiters
+            .as_mut()
+            .is_some_and(|waiters| waiters.queue.remove(order).is_some())
+    }
+
+    fn timer_owner(&self) -> Option<(TicketId, Instant)> {
+        self.waiters.as_ref().and_then(|waiters| waiters.timer_owner)
+    }
+
+    fn set_timer_owner(&mut self, owner: Option<(TicketId, Instant)>) {
+        match (&mut self.waiters, owner) {
+            (Some(waiters), _) => waiters.timer_owner = owner,
+            (None, None) => {}
+            (None, Some(_)) => self.waiters.get_or_insert_with(Box::default).timer_owner = owner,
+        }
+    }
+
+    /// Since when nothing of the scope has been in flight or queued.
+    pub(crate) fn idle_since(&self) -> Option<Instant> {
+        self.idle_since.map(Stamp::instant)
     }
 }
 
@@ -72,7 +142,7 @@ pub(crate) struct Scheduler {
     /// at this one.
     default_config: Arc<ScopeConfig>,
     overrides: HashMap<Scope, Arc<ScopeConfig>>,
-    index: HashMap<Scope, ScopeId>,
+    index: ScopeIndex,
     scopes: Slab<ScopeEntry>,
     tickets: Slab<TicketState>,
     next_seq: u64,
@@ -113,7 +183,7 @@ impl Scheduler {
         Scheduler {
             default_config: Arc::new(default_config),
             overrides: overrides_map,
-            index: HashMap::default(),
+            index: ScopeIndex::default(),
             scopes: Slab::new(),
             tickets: Slab::new(),
             next_seq: 0,
@@ -188,7 +258,7 @@ impl Scheduler {
     }
 
     fn scope_id(&mut self, key: &Scope, now: Instant) -> ScopeId {
-        if let Some(&id) = self.index.get(key.as_str()) {
+        if let Some(id) = self.index.get(key.as_str(), &self.scopes) {
             return id;
         }
         self.make_room(now);
@@ -196,14 +266,13 @@ impl Scheduler {
             Some(config) => (config.clone(), true),
             None => (self.default_config.clone(), false),
         };
-        let id = self.scopes.insert(ScopeEntry {
-            state: ScopeState::new(key.clone(), config, explicit, now),
-            queue: BTreeMap::new(),
-            timer_owner: None,
-            idle_since: None,
-            evictable: false,
-        });
-        self.index.insert(key.clone(), id);
+        let id = self.scopes.insert(ScopeEntry::new(ScopeState::new(
+            key.clone(),
+            config,
+            explicit,
+            now,
+        )));
+        self.index.insert(id, &self.scopes);
         id
     }
 
@@ -264,7 +333,7 @@ impl Scheduler {
         let ticket = &mut self.tickets[id];
         ticket.waiting = true;
         for seat in &ticket.seats {
-            self.scopes[seat.scope].queue.insert(order, id);
+            self.scopes[seat.scope].add_waiter(order, id);
             self.dirty.push(seat.scope);
         }
         self.count_waiter();
@@ -290,7 +359,7 @@ impl Scheduler {
         let mut first_lane = None;
         for seat in &ticket.seats {
             let scope = &self.scopes[seat.scope];
-            if !scope.queue.is_empty() {
+            if scope.has_waiters() {
                 return false;
             }
             let effective = scope.state.effective(now, self.max_concurrency);
@@ -348,9 +417,9 @@ impl Scheduler {
     fn fire_due_timers(&mut self, id: TicketId, now: Instant) {
         for seat in &self.tickets[id].seats {
             let scope = &mut self.scopes[seat.scope];
-            if let Some((owner, at)) = scope.timer_owner {
+            if let Some((owner, at)) = scope.timer_owner() {
                 if owner == id && at <= now {
-                    scope.timer_owner = None;
+                    scope.set_timer_owner(None);
                     self.dirty.push(seat.scope);
                 }
             }
@@ -362,7 +431,7 @@ impl Scheduler {
         self.tickets[id]
             .seats
             .iter()
-            .filter_map(|seat| match self.scopes[seat.scope].timer_owner {
+            .filter_map(|seat| match self.scopes[seat.scope].timer_owner() {
                 Some((owner, at)) if owner == id => Some(at),
                 _ => None,
             })
@@ -414,7 +483,7 @@ impl Scheduler {
         for seat in &ticket.seats {
             let scope = &mut self.scopes[seat.scope];
             scope.state.depart(seat.lane, now);
-            if !scope.queue.is_empty() {
+            if scope.has_waiters() {
                 self.dirty.push(seat.scope);
             }
         }
@@ -438,7 +507,7 @@ impl Scheduler {
         for seat in &ticket.seats {
             let scope = &mut self.scopes[seat.scope];
             scope.state.release_lane(seat.lane, ticket.departed, now);
-            if !scope.queue.is_empty() {
+            if scope.has_waiters() {
                 self.dirty.push(seat.scope);
             }
         }
@@ -452,9 +521,9 @@ impl Scheduler {
     fn leave_queues(&mut self, id: TicketId, ticket: &TicketState, now: Instant, wake: &mut WakeList) {
         for seat in &ticket.seats {
             let scope = &mut self.scopes[seat.scope];
-            scope.queue.remove(&ticket.order);
-            if matches!(scope.timer_owner, Some((owner, _)) if owner == id) {
-                scope.timer_owner = None;
+            scope.remove_waiter(&ticket.order);
+            if matches!(scope.timer_owner(), Some((owner, _)) if owner == id) {
+                scope.set_timer_owner(None);
             }
             self.dirty.push(seat.scope);
         }
@@ -492,7 +561,7 @@ impl Scheduler {
     fn dispatch(&mut self, scope_id: ScopeId, now: Instant, wake: &mut WakeList) {
         loop {
             let scope = &self.scopes[scope_id];
-            if scope.queue.is_empty() {
+            if !scope.has_waiters() {
                 self.set_timer(scope_id, None, wake);
                 return;
             }
@@ -547,7 +616,7 @@ impl Scheduler {
                 },
             );
             self.metrics.sent(&scope.state.key);
-            if scope.queue.remove(&ticket.order).is_some() {
+            if scope.remove_waiter(&ticket.order) {
                 self.dirty.push(seat.scope);
             }
         }
@@ -572,14 +641,14 @@ impl Scheduler {
     /// waiter keeps a timer for it (one timer per scope).
     fn set_timer(&mut self, scope_id: ScopeId, at: Option<Instant>, wake: &mut WakeList) {
         let scope = &mut self.scopes[scope_id];
-        let owner = match (at, scope.queue.values().next()) {
+        let owner = match (at, scope.queue().values().next()) {
             (Some(at), Some(&first)) => Some((first, at)),
             _ => None,
         };
-        if scope.timer_owner == owner {
+        if scope.timer_owner() == owner {
             return;
         }
-        scope.timer_owner = owner;
+        scope.set_timer_owner(owner);
         if let Some((first, _)) = owner {
             if let Some(waker) = &self.tickets[first].waker {
                 wake.push(waker.clone());
@@ -590,10 +659,12 @@ impl Scheduler {
 
 mod choice;
 mod eviction;
+mod index;
 mod updates;
 
 use eviction::Eviction;
 pub use eviction::{DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
+use index::ScopeIndex;
 
 /// Default number of waiting requests past which the registry warns.
 pub const DEFAULT_DELAYED_WARN_THRESHOLD: usize = 500;

@@ -7,15 +7,17 @@
 //! here too; the scheduler's side of them is finding the scope and letting
 //! its waiters re-evaluate.
 
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use super::backoff::{BackoffNow, BackoffState};
 use super::config::ScopeConfig;
 use super::rampup::RampupState;
-use super::time::{saturating_add, scale, Jitter};
+use super::time::{scale, Jitter, Stamp};
 use crate::scope::Scope;
 use contributions::NO_CONTRIBUTIONS;
 pub(crate) use contributions::{Contributions, QuotaWindow, RobotsContribution};
@@ -54,7 +56,7 @@ pub enum LimitSource {
 /// any new contribution applies to requests already waiting.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LastSend {
-    at: Instant,
+    at: Stamp,
     /// Uniform in `[0, 1)`; mapped onto the jitter range in force.
     draw: f64,
 }
@@ -63,18 +65,39 @@ impl LastSend {
     /// Moves the send to `at` when it happened later than stamped (the
     /// request left after its admission); the jitter draw stays.
     fn departed_at(&mut self, at: Instant) {
-        self.at = self.at.max(at);
+        self.at = self.at.max(Stamp::of(at));
     }
 
-    fn next_allowed(&self, gap: Duration, jitter: &Jitter) -> Instant {
+    /// When the next send may go after this one, `gap` later with the
+    /// jitter applied; `None` when there is no gap (a past send never
+    /// blocks), which spares the request path a clock conversion.
+    fn next_allowed(&self, gap: Duration, jitter: &Jitter) -> Option<Stamp> {
         self.next_allowed_at_least(gap, jitter, Duration::ZERO)
     }
 
-    fn next_allowed_at_least(&self, gap: Duration, jitter: &Jitter, floor: Duration) -> Instant {
+    fn next_allowed_at_least(&self, gap: Duration, jitter: &Jitter, floor: Duration) -> Option<Stamp> {
         if gap.is_zero() && floor.is_zero() {
-            return self.at;
+            return None;
         }
-        saturating_add(self.at, scale(gap, jitter.factor(self.draw)).max(floor))
+        Some(self.at.after(scale(gap, jitter.factor(self.draw)).max(floor)))
+    }
+}
+
+/// `now` as a [`Stamp`], converted at most once, and only if a gap needs
+/// comparing: scopes without delays never pay for the conversion.
+struct NowStamp {
+    instant: Instant,
+    stamp: Option<Stamp>,
+}
+
+impl NowStamp {
+    fn new(instant: Instant) -> Self {
+        NowStamp { instant, stamp: None }
+    }
+
+    fn get(&mut self) -> Stamp {
+        let instant = self.instant;
+        *self.stamp.get_or_insert_with(|| Stamp::of(instant))
     }
 }
 
@@ -126,7 +149,8 @@ pub(crate) struct ScopeState {
     /// What the feedback layers contribute, allocated on the first one:
     /// most scopes of a broad crawl never get any.
     extra: Option<Box<Contributions>>,
-    pub(crate) lanes: Vec<Lane>,
+    /// One lane inline: most scopes never have two requests in flight.
+    pub(crate) lanes: SmallVec<[Lane; 1]>,
     pub(crate) last_send: Option<LastSend>,
     pub(crate) in_flight: u32,
     /// Requests admitted whose own future has not yet handed them to the
@@ -136,9 +160,9 @@ pub(crate) struct ScopeState {
     /// then the scope is cold: its first connection is still being set up.
     pub(crate) warm: bool,
     pub(crate) sent: u64,
-    pub(crate) backoff_feedbacks: u64,
-    pub(crate) reported_cost: f64,
-    pub(crate) latency: Option<Duration>,
+    /// The latency average in nanoseconds + 1 (0 would be a latency
+    /// too), once a response came; 8 bytes where `Option<Duration>` takes 16.
+    latency: Option<NonZeroU64>,
 }
 
 /// The request a scope is sending, as [`ScopeState::take_lane`] needs it.
@@ -183,16 +207,19 @@ impl ScopeState {
             config,
             explicit,
             extra,
-            lanes: Vec::new(),
+            lanes: SmallVec::new(),
             last_send: None,
             in_flight: 0,
             undeparted: 0,
             warm: false,
             sent: 0,
-            backoff_feedbacks: 0,
-            reported_cost: 0.0,
             latency: None,
         }
+    }
+
+    /// The latency average (send to response head), once a response came.
+    pub(crate) fn latency(&self) -> Option<Duration> {
+        self.latency.map(|biased| Duration::from_nanos(biased.get() - 1))
     }
 
     /// What the feedback layers contribute to the scope's limits.
@@ -280,7 +307,7 @@ impl ScopeState {
     /// Lanes a rampup scope needs to keep its pace at the observed latency
     /// (at least its configured concurrency).
     fn rampup_lanes(&self, delay: Duration) -> u32 {
-        let latency = self.latency.unwrap_or_default().as_secs_f64();
+        let latency = self.latency().unwrap_or_default().as_secs_f64();
         let needed = (latency / delay.as_secs_f64().max(1e-6)).ceil() + 1.0;
         (needed.min(f64::from(u32::MAX)) as u32).max(self.config.concurrency)
     }
@@ -312,19 +339,22 @@ impl ScopeState {
         if self.in_flight >= effective.concurrency || self.waits_for_an_earlier_request(effective) {
             return ScopeCheck::Full;
         }
-        let Some((lane, lane_free)) = self.soonest_free_lane(now, effective) else {
+        let mut now_stamp = NowStamp::new(now);
+        let Some((lane, lane_free)) = self.soonest_free_lane(&mut now_stamp, effective) else {
             return ScopeCheck::Full;
         };
-        let next_send = self.last_send.map(|last| {
+        let next_send = self.last_send.and_then(|last| {
             last.next_allowed_at_least(effective.delay, &effective.jitter, effective.delay_floor)
         });
+        // The gaps are in stamps, the feedback's instants are not: compare
+        // each kind with `now` in its own terms, and convert only a wait.
+        let gaps_end = lane_free.max(next_send).filter(|&at| at > now_stamp.get());
         let quota_frees = self.quota_frees_at(cost, now);
-        let ready_at = [lane_free, next_send, self.contributions().hold_until, quota_frees]
-            .into_iter()
-            .flatten()
-            .max();
-        match ready_at {
-            Some(at) if at > now => {
+        let other_limits_end = quota_frees
+            .max(self.contributions().hold_until)
+            .filter(|&at| at > now);
+        match gaps_end.map(Stamp::instant).max(other_limits_end) {
+            Some(at) => {
                 // A backoff step back or the end of a pacing may shorten the
                 // delay before then: look again at that instant.
                 let step_back = effective.backoff.map(|backoff| backoff.next_step_back);
@@ -336,15 +366,17 @@ impl ScopeState {
                     .min();
                 ScopeCheck::Until(relief.map_or(at, |relief| relief.min(at)))
             }
-            _ => ScopeCheck::Ready { lane },
+            None => ScopeCheck::Ready { lane },
         }
     }
 
     /// Whether the scope's delay since its last send has not passed yet.
     pub(crate) fn last_send_blocks(&self, effective: &Effective, now: Instant) -> bool {
-        self.last_send.is_some_and(|last| {
-            last.next_allowed_at_least(effective.delay, &effective.jitter, effective.delay_floor) > now
-        })
+        self.last_send
+            .and_then(|last| {
+                last.next_allowed_at_least(effective.delay, &effective.jitter, effective.delay_floor)
+            })
+            .is_some_and(|at| at > Stamp::of(now))
     }
 
     /// Whether the scope's next gap cannot be measured yet, because it runs
@@ -363,23 +395,21 @@ impl ScopeState {
     /// The free lane whose per-slot delay ends soonest. Lanes are created
     /// lazily, so a scope that never had more than one request in flight
     /// keeps one lane whatever its concurrency.
-    fn soonest_free_lane(&self, now: Instant, effective: &Effective) -> Option<(usize, Option<Instant>)> {
+    /// The lane's free instant is `None` when it is free now.
+    fn soonest_free_lane(&self, now: &mut NowStamp, effective: &Effective) -> Option<(usize, Option<Stamp>)> {
         let best = self
             .lanes
             .iter()
             .enumerate()
             .filter(|(_, lane)| !lane.busy)
             .map(|(index, lane)| {
-                (
-                    index,
-                    Some(
-                        lane.last_send
-                            .next_allowed(effective.delay_per_slot, &effective.jitter),
-                    ),
-                )
+                let free = lane
+                    .last_send
+                    .next_allowed(effective.delay_per_slot, &effective.jitter);
+                (index, free)
             })
             .min_by_key(|(_, free)| *free);
-        let ready_now = best.is_some_and(|(_, free)| free.is_none_or(|free| free <= now));
+        let ready_now = best.is_some_and(|(_, free)| free.is_none_or(|free| free <= now.get()));
         if !ready_now && self.lanes.len() < effective.concurrency as usize {
             return Some((self.lanes.len(), None));
         }
@@ -430,14 +460,9 @@ impl ScopeState {
                 self.lanes.len()
             }
         };
-        let lane_send = LastSend {
-            at: now,
-            draw: rng.f64(),
-        };
-        let scope_send = LastSend {
-            at: now,
-            draw: rng.f64(),
-        };
+        let at = Stamp::of(now);
+        let lane_send = LastSend { at, draw: rng.f64() };
+        let scope_send = LastSend { at, draw: rng.f64() };
         let taken = Lane {
             busy: true,
             last_send: lane_send,
@@ -447,7 +472,7 @@ impl ScopeState {
             None => {
                 // Lanes grow one at a time up to the concurrency, so exact
                 // growth costs a few reallocations over a scope's life and
-                // spares every one-lane scope three unused lanes.
+                // spares every scope lanes it never uses.
                 self.lanes.reserve_exact(1);
                 self.lanes.push(taken);
             }
@@ -514,15 +539,14 @@ impl ScopeState {
     pub(crate) fn observe_latency(&mut self, latency: Duration, status: u16, adjust_autothrottle: bool) {
         // A moving average with weight 1/5 for the newest sample, in whole
         // nanoseconds (no float conversion on the completion path).
-        self.latency = Some(match self.latency {
-            Some(average) => {
-                let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 8);
-                let average = nanos(average).min(u64::MAX / 8);
-                let latest = nanos(latency).min(u64::MAX / 8);
-                Duration::from_nanos((average * 4 + latest) / 5)
-            }
-            None => latency,
-        });
+        let latest = u64::try_from(latency.as_nanos())
+            .unwrap_or(u64::MAX)
+            .min(u64::MAX / 8);
+        let average = match self.latency {
+            Some(biased) => ((biased.get() - 1).min(u64::MAX / 8) * 4 + latest) / 5,
+            None => latest,
+        };
+        self.latency = NonZeroU64::new(average + 1);
         let (Some(autothrottle), Some(old), true) = (
             self.config.get_autothrottle(),
             self.contributions().autothrottle_delay,

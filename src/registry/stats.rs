@@ -162,21 +162,23 @@ impl ScopeEntry {
             sent: scope.sent,
             backoff_level: effective.backoff.map_or(0, |backoff| backoff.level),
             backoff_delay: effective.backoff.map(|backoff| backoff.delay),
-            backoff_feedbacks: scope.backoff_feedbacks,
+            backoff_feedbacks: contributions.backoff_feedbacks,
             autothrottle_delay: contributions.autothrottle_delay,
             robots_delay: contributions.robots.map(|robots| robots.crawl_delay),
             robots_delay_applies: contributions.robots.is_some_and(|robots| robots.applies()),
             rampup_delay: contributions.rampup.as_ref().map(|rampup| rampup.delay),
             rampup_windows: contributions.rampup.as_ref().map_or(0, |rampup| rampup.windows),
-            latency: scope.latency,
-            reported_cost: scope.reported_cost,
+            latency: scope.latency(),
+            reported_cost: contributions.reported_cost,
             pacing_delay: contributions
                 .pacing
                 .filter(|(_, until)| now < *until)
                 .map(|(delay, _)| delay),
             announced: contributions.announced.as_deref().cloned(),
             quota: quota_stats(scope, now),
-            idle_for: self.idle_since.map(|since| now.saturating_duration_since(since)),
+            idle_for: self
+                .idle_since()
+                .map(|since| now.saturating_duration_since(since)),
             held_back_by: (self.queued() > 0)
                 .then(|| held_back_by(scope, &effective, head_cost, now))
                 .flatten(),

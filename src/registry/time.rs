@@ -2,6 +2,8 @@
 //! (config, backoff, rampup, AutoThrottle and the scheduler), so imports
 //! point one way.
 
+use std::num::NonZeroU64;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -27,6 +29,86 @@ pub(crate) fn scale(gap: Duration, factor: f64) -> Duration {
         return gap;
     }
     Duration::try_from_secs_f64(gap.as_secs_f64() * factor).unwrap_or(MAX_CONFIG_DELAY)
+}
+
+/// An instant in 8 bytes, for what every scope keeps (its last sends, when it
+/// went idle): a million scopes make each byte count, and a
+/// `tokio::time::Instant` takes 16.
+///
+/// It counts nanoseconds from an origin fixed once per process, offset by
+/// [`STAMP_BIAS`] so that instants up to ~146 years before the origin fit as
+/// well as those after it (a paused test runtime may start before another
+/// one fixed the origin). Conversion either way is exact to the nanosecond,
+/// so nothing scheduled moves, and `Option<Stamp>` is 8 bytes too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Stamp(NonZeroU64);
+
+/// Where the origin sits in a stamp's range: half way up, roughly.
+const STAMP_BIAS: u64 = 1 << 62;
+
+/// The origin of every [`Stamp`]. Any instant would do (results never
+/// depend on it, only differences do); the first one asked for is used.
+static STAMP_ORIGIN: OnceLock<Instant> = OnceLock::new();
+
+fn stamp_origin(first_use: Instant) -> Instant {
+    *STAMP_ORIGIN.get_or_init(|| first_use)
+}
+
+/// `duration` in nanoseconds, saturating (at 584 years), without the
+/// 128-bit arithmetic of `as_nanos`: this is on every request's path.
+fn nanos_saturating(duration: Duration) -> u64 {
+    duration
+        .as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(duration.subsec_nanos()))
+}
+
+impl Stamp {
+    /// The stamp of `instant`.
+    pub(crate) fn of(instant: Instant) -> Stamp {
+        let origin = stamp_origin(instant);
+        let biased = if instant >= origin {
+            STAMP_BIAS.saturating_add(nanos_saturating(instant - origin))
+        } else {
+            STAMP_BIAS.saturating_sub(nanos_saturating(origin - instant))
+        };
+        Stamp(NonZeroU64::new(biased).unwrap_or(NonZeroU64::MIN))
+    }
+
+    /// The instant this stamp stands for.
+    pub(crate) fn instant(self) -> Instant {
+        // A stamp exists only once `of` fixed the origin, so the fallback
+        // is never taken.
+        let origin = STAMP_ORIGIN.get().copied().unwrap_or_else(Instant::now);
+        let biased = self.0.get();
+        if biased >= STAMP_BIAS {
+            saturating_add(origin, Duration::from_nanos(biased - STAMP_BIAS))
+        } else {
+            origin
+                .checked_sub(Duration::from_nanos(STAMP_BIAS - biased))
+                .unwrap_or(origin)
+        }
+    }
+
+    /// `gap` later (saturating far in the future: a gap too large to add is
+    /// one that never ends).
+    pub(crate) fn after(self, gap: Duration) -> Stamp {
+        let later = self.0.get().saturating_add(nanos_saturating(gap));
+        Stamp(NonZeroU64::new(later).unwrap_or(self.0))
+    }
+
+    /// The stamp `secs` whole seconds after the origin.
+    pub(crate) fn from_coarse_secs(secs: u32) -> Stamp {
+        let biased = STAMP_BIAS + u64::from(secs) * 1_000_000_000;
+        Stamp(NonZeroU64::new(biased).unwrap_or(NonZeroU64::MIN))
+    }
+
+    /// Whole seconds since the origin, as a coarse 4-byte instant (saturating;
+    /// 0 for instants before the origin).
+    pub(crate) fn coarse_secs(self) -> u32 {
+        let secs = self.0.get().saturating_sub(STAMP_BIAS) / 1_000_000_000;
+        u32::try_from(secs).unwrap_or(u32::MAX)
+    }
 }
 
 /// Random variation applied to every computed wait: each wait is multiplied

@@ -17,7 +17,7 @@ impl Scheduler {
         wake: &mut WakeList,
     ) -> Option<TicketId> {
         let candidates: Vec<TicketId> = self.scopes[scope_id]
-            .queue
+            .queue()
             .values()
             .take(MAX_SCAN)
             .copied()
@@ -28,7 +28,7 @@ impl Scheduler {
             match self.evaluate(id, Some(scope_id), now) {
                 Verdict::Admit => {
                     // The waiters skipped here are the first ones in the queue.
-                    for &passed in self.scopes[scope_id].queue.values().take(skipped_here) {
+                    for &passed in self.scopes[scope_id].queue().values().take(skipped_here) {
                         self.tickets[passed].bypassed += 1;
                     }
                     for passed in self.passed.drain(..) {
@@ -87,7 +87,7 @@ impl Scheduler {
             ) {
                 return Verdict::HeldBy(seat.scope);
             }
-            for &ahead in scope.queue.range(..order).map(|(_, id)| id).take(MAX_SCAN + 1) {
+            for &ahead in scope.queue().range(..order).map(|(_, id)| id).take(MAX_SCAN + 1) {
                 let ahead_ticket = &self.tickets[ahead];
                 let passable = matches!(ahead_ticket.held_by, Some(other) if other != seat.scope)
                     && ahead_ticket.bypassed < MAX_BYPASS;
@@ -105,7 +105,7 @@ impl Scheduler {
 
     /// The expected cost of the first waiter of `scope_id` there.
     pub(crate) fn head_cost(&self, scope_id: ScopeId) -> f64 {
-        match self.scopes[scope_id].queue.values().next() {
+        match self.scopes[scope_id].queue().values().next() {
             Some(&first) => self.cost_in(first, scope_id),
             None => 0.0,
         }

@@ -9,15 +9,20 @@
 //! `idle_ttl`, or when the registry holds `max_scopes` scopes, unless its
 //! state still limits it (see [`ScopeState::may_be_forgotten`]); then it
 //! goes back to the end of the queue. A candidate used again since it
-//! joined also goes back to the end (a second chance), so under pressure
-//! the least recently used idle scopes go first.
+//! joined also goes back to the end (a second chance, as in the CLOCK page
+//! replacement algorithm), so under pressure the least recently used idle
+//! scopes go first.
+//!
+//! A candidate costs 8 bytes: the scope's slab id and the whole second at
+//! which it joined (seconds are enough to know when the front of the queue
+//! may have expired; the exact check uses the scope's own idle instant).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::{Scheduler, ScopeId};
-use crate::registry::time::saturating_add;
+use crate::registry::time::{saturating_add, Stamp};
 
 /// Default time an idle scope is kept.
 pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(3600);
@@ -32,11 +37,64 @@ const MAX_LOOKS: usize = 8;
 pub(crate) struct Eviction {
     pub(crate) idle_ttl: Duration,
     pub(crate) max_scopes: usize,
-    /// Idle scopes, each with the instant it joined (so in that order); a
+    /// Idle scopes, each with the second it joined (so in that order); a
     /// scope is here at most once.
-    candidates: std::collections::VecDeque<(ScopeId, Instant)>,
+    candidates: std::collections::VecDeque<Candidate>,
+    /// When the front candidate's `idle_ttl` may have passed, once
+    /// computed: every request asks, and the front rarely changes.
+    front_expires: Option<Instant>,
     /// Scopes evicted since the registry was built.
     pub(crate) evicted: u64,
+}
+
+/// An idle scope waiting for eviction: its id and the whole second (of a
+/// [`Stamp`]) at which it joined the queue.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    id: u32,
+    joined_secs: u32,
+}
+
+impl Candidate {
+    /// `None` for an id beyond `u32` (four billion scopes in memory at once
+    /// is beyond any machine); such a scope is simply never evicted.
+    fn new(id: ScopeId, now: Instant) -> Option<Self> {
+        Some(Candidate {
+            id: u32::try_from(id).ok()?,
+            joined_secs: Stamp::of(now).coarse_secs(),
+        })
+    }
+
+    /// When its `ttl` may have passed: the second it joined is rounded
+    /// up, so an expired candidate is never passed over.
+    fn expires(&self, ttl: Duration) -> Instant {
+        let joined = Stamp::from_coarse_secs(self.joined_secs.saturating_add(1)).instant();
+        saturating_add(joined, ttl)
+    }
+}
+
+impl Eviction {
+    fn push(&mut self, candidate: Candidate) {
+        if self.candidates.is_empty() {
+            self.front_expires = None;
+        }
+        self.candidates.push_back(candidate);
+    }
+
+    fn pop(&mut self) -> Option<Candidate> {
+        self.front_expires = None;
+        self.candidates.pop_front()
+    }
+
+    /// Whether the front candidate (if any) surely joined less than
+    /// `idle_ttl` before `now`.
+    fn front_is_fresh(&mut self, now: Instant) -> bool {
+        let Some(front) = self.candidates.front() else {
+            return true;
+        };
+        let ttl = self.idle_ttl;
+        *self.front_expires.get_or_insert_with(|| front.expires(ttl)) > now
+    }
 }
 
 impl Eviction {
@@ -45,6 +103,7 @@ impl Eviction {
             idle_ttl,
             max_scopes,
             candidates: std::collections::VecDeque::new(),
+            front_expires: None,
             evicted: 0,
         }
     }
@@ -56,21 +115,29 @@ impl Scheduler {
         let Some(scope) = self.scopes.get_mut(id) else {
             return;
         };
-        if scope.state.in_flight > 0 || !scope.queue.is_empty() {
+        if scope.state.in_flight > 0 || scope.has_waiters() {
             return;
         }
+        // Nobody waits, so no timer is needed either: an idle scope keeps
+        // no waiter storage.
+        scope.waiters = None;
         if scope.idle_since.is_none() {
-            scope.idle_since = Some(now);
+            scope.idle_since = Some(Stamp::of(now));
         }
         if !scope.evictable {
-            scope.evictable = true;
-            self.eviction.candidates.push_back((id, now));
+            if let Some(candidate) = Candidate::new(id, now) {
+                scope.evictable = true;
+                scope.referenced = false;
+                self.eviction.push(candidate);
+            }
         }
     }
 
     /// Notes that scope `id` is in use again.
     pub(super) fn note_busy(&mut self, id: ScopeId) {
-        self.scopes[id].idle_since = None;
+        let scope = &mut self.scopes[id];
+        scope.idle_since = None;
+        scope.referenced = scope.evictable;
     }
 
     /// Evicts idle scopes that have had their time, looking at a few
@@ -79,14 +146,13 @@ impl Scheduler {
     pub(super) fn evict_expired(&mut self, now: Instant) {
         debug_assert!(self.dirty.is_empty(), "eviction runs between operations");
         for _ in 0..MAX_LOOKS {
-            let Some(&(id, joined)) = self.eviction.candidates.front() else {
-                return;
-            };
-            if saturating_add(joined, self.eviction.idle_ttl) > now {
+            if self.eviction.front_is_fresh(now) {
                 return;
             }
-            self.eviction.candidates.pop_front();
-            self.look_at_candidate(id, joined, false, now);
+            let Some(candidate) = self.eviction.pop() else {
+                return;
+            };
+            self.look_at_candidate(candidate.id as ScopeId, false, now);
         }
     }
 
@@ -101,35 +167,37 @@ impl Scheduler {
             if self.scopes.len() < self.eviction.max_scopes {
                 return;
             }
-            let Some((id, joined)) = self.eviction.candidates.pop_front() else {
+            let Some(candidate) = self.eviction.pop() else {
                 return;
             };
-            self.look_at_candidate(id, joined, true, now);
+            self.look_at_candidate(candidate.id as ScopeId, true, now);
         }
     }
 
-    fn look_at_candidate(&mut self, id: ScopeId, joined: Instant, full: bool, now: Instant) {
+    fn look_at_candidate(&mut self, id: ScopeId, full: bool, now: Instant) {
         let ttl = self.eviction.idle_ttl;
         let Some(scope) = self.scopes.get_mut(id) else {
             return;
         };
-        let Some(idle_since) = scope.idle_since else {
+        let used_since_it_joined = std::mem::take(&mut scope.referenced);
+        let Some(idle_since) = scope.idle_since() else {
             // Busy again: it comes back when it is idle.
             scope.evictable = false;
             return;
         };
         let expired = saturating_add(idle_since, ttl) <= now;
-        let used_since_it_joined = idle_since > joined;
         let may_go = (expired || (full && !used_since_it_joined)) && scope.state.may_be_forgotten(now, full);
         if !may_go {
             // Looked at again one `idle_ttl` from now at the earliest (or
             // under pressure), so a scope kept for its state costs one look
             // per `idle_ttl`, not one per request.
-            self.eviction.candidates.push_back((id, now));
+            if let Some(candidate) = Candidate::new(id, now) {
+                self.eviction.push(candidate);
+            }
             return;
         }
+        self.index.remove(id, &self.scopes);
         let scope = self.scopes.remove(id);
-        self.index.remove(scope.state.key.as_str());
         self.eviction.evicted += 1;
         self.metrics.evicted(&scope.state.key);
         tracing::trace!(

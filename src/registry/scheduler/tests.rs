@@ -141,7 +141,7 @@ fn finishing_releases_the_lane_and_wakes_the_next_waiter() {
     assert_eq!(d.lane(b), 0);
     // The latency of A (send to answer) feeds the average.
     assert_eq!(
-        d.scheduler.scope_with_id("site").unwrap().1.state.latency,
+        d.scheduler.scope_with_id("site").unwrap().1.state.latency(),
         Some(ms(50))
     );
 
@@ -390,4 +390,13 @@ fn a_million_scopes_once_each_stay_within_max_scopes() {
     assert_eq!(most, MAX_SCOPES);
     assert_eq!(d.scheduler.evictions(), 1_000_000 - MAX_SCOPES as u64);
     assert!(d.woken.is_empty());
+}
+
+/// DESIGN §5 allows 256 bytes per idle scope, key and index included; the
+/// slab slot is most of it and the slab's doubling adds up to 2× to it, so
+/// its size is pinned here (measured in full by `cargo bench --bench memory`).
+#[test]
+fn an_idle_scope_entry_fits_its_share_of_the_memory_budget() {
+    let entry = std::mem::size_of::<ScopeEntry>();
+    assert!(entry <= 136, "a scope's slab entry takes {entry} bytes");
 }

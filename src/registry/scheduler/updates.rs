@@ -24,7 +24,7 @@ impl Scheduler {
     /// Replaces a scope's config; waiters re-evaluate at once.
     pub(crate) fn set_scope(&mut self, key: Scope, config: ScopeConfig, now: Instant, wake: &mut WakeList) {
         let config = Arc::new(config.inherit_from(&self.default_config));
-        if let Some(&id) = self.index.get(key.as_str()) {
+        if let Some(id) = self.index.get(key.as_str(), &self.scopes) {
             self.scopes[id].state.replace_config(config.clone(), now);
             self.dirty.push(id);
         }
@@ -57,8 +57,8 @@ impl Scheduler {
 
     /// The config scope `key` uses, without creating the scope.
     pub(crate) fn config_arc(&self, key: &str) -> Arc<ScopeConfig> {
-        match self.index.get(key) {
-            Some(&id) => self.scopes[id].state.config.clone(),
+        match self.index.get(key, &self.scopes) {
+            Some(id) => self.scopes[id].state.config.clone(),
             None => self.overrides.get(key).unwrap_or(&self.default_config).clone(),
         }
     }
@@ -120,7 +120,7 @@ impl Scheduler {
 
     /// The scope `key` and its id, if the scheduler has seen it.
     pub(crate) fn scope_with_id(&self, key: &str) -> Option<(ScopeId, &ScopeEntry)> {
-        self.index.get(key).map(|&id| (id, &self.scopes[id]))
+        self.index.get(key, &self.scopes).map(|id| (id, &self.scopes[id]))
     }
 
     /// The global cap on requests in flight.

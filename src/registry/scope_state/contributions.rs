@@ -35,6 +35,12 @@ pub(crate) struct Contributions {
     /// The current quota window, when the scope has a quota and has spent
     /// from it (boxed: most scopes have no quota).
     pub(crate) quota: Option<Box<QuotaWindow>>,
+    /// Backoff feedbacks received (for stats). Counts of feedback live
+    /// here rather than in every scope, since only scopes with feedback
+    /// have any.
+    pub(crate) backoff_feedbacks: u64,
+    /// Sum of the actual costs feedback reported (for stats).
+    pub(crate) reported_cost: f64,
 }
 
 /// The contributions of a scope that has none: what
@@ -48,6 +54,8 @@ pub(super) static NO_CONTRIBUTIONS: Contributions = Contributions {
     announced: None,
     rampup: None,
     quota: None,
+    backoff_feedbacks: 0,
+    reported_cost: 0.0,
 };
 
 /// What a scope with a quota has spent in its current window.

@@ -46,7 +46,7 @@ impl ScopeState {
     ) -> bool {
         let mut quota_changed = false;
         if let Some(cost) = feedback.actual_cost() {
-            self.reported_cost += cost;
+            self.contributions_mut().reported_cost += cost;
             quota_changed |= self.correct_spending(cost - expected_cost, now);
         }
         if let Some(remaining) = feedback.remaining_quota() {
@@ -55,7 +55,7 @@ impl ScopeState {
         if feedback.kind() != FeedbackKind::Backoff {
             return quota_changed;
         }
-        self.backoff_feedbacks += 1;
+        self.contributions_mut().backoff_feedbacks += 1;
         let rampup = self.extra.as_deref_mut().and_then(|extra| extra.rampup.as_mut());
         if let (Some(rampup), Some(config)) = (rampup, self.config.get_rampup()) {
             let before = rampup.delay;
