@@ -10,6 +10,8 @@
 
 #[path = "../examples/demo/cli.rs"]
 mod cli;
+#[path = "../examples/demo/client.rs"]
+mod client;
 #[path = "../examples/demo/crawl.rs"]
 mod crawl;
 #[path = "../examples/demo/progress.rs"]
@@ -146,7 +148,7 @@ async fn every_site_is_crawled_once_robots_txt_is_known() {
             "{}: every page answered 2xx in the end",
             site.host
         );
-        // A page is sent once, plus a re-send per 429 (at most 3).
+        // A page is sent once, plus a re-send per 429 (at most MAX_RETRIES).
         assert!(
             (5..=17).contains(&sends.len()),
             "{}: {} sends",

@@ -2,26 +2,18 @@
 //! each send (as the client hands it to the network) and of each site's
 //! limits, sampled while it runs.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper_util::client::legacy::connect::dns::Name;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use tokio::time::{Instant, MissedTickBehavior};
-use tower::retry::RetryLayer;
-use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_throttle::{
-    BackoffLayer, LimitSource, Registry, RetryAfterLayer, RobotsDelayLayer, ScopeStats, ThrottleLayer,
-};
+use tower::{Service, ServiceExt};
+use tower_throttle::{LimitSource, Registry, ScopeStats};
 
+use crate::client::{self, SendLog};
 use crate::progress::{Reporter, SiteStatus};
 use crate::sites::{self, Site};
 
@@ -30,9 +22,6 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How often each site's limits are sampled for the timeline and progress.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
-
-/// How often a 429 is sent again (through the throttle) before the page counts as failed.
-const MAX_RETRIES: u32 = 3;
 
 /// One request handed to the hyper-util client.
 #[derive(Debug, Clone, Copy)]
@@ -144,7 +133,7 @@ pub async fn crawl(sites: Vec<Site>, requests: usize, reporter: Reporter) -> Res
     let registry = sites::registry(&sites)?;
     let start = Instant::now();
     let log = Arc::new(SendLog::new(&sites, start));
-    let client = full_stack(&registry, site_client(&sites, &addresses), log.clone());
+    let client = client::full_stack(&registry, &sites, &addresses, log.clone());
 
     let tallies: Arc<Vec<Tally>> = Arc::new(sites.iter().map(|_| Tally::default()).collect());
     let finished = Arc::new(AtomicBool::new(false));
@@ -186,7 +175,7 @@ pub async fn crawl(sites: Vec<Site>, requests: usize, reporter: Reporter) -> Res
     finished.store(true, Ordering::Relaxed);
     let samples = sampler.await?;
 
-    let sends = std::mem::take(&mut *log.sends.lock().unwrap());
+    let sends = log.take();
     Ok(Run {
         stats: sites
             .iter()
@@ -203,33 +192,6 @@ pub async fn crawl(sites: Vec<Site>, requests: usize, reporter: Reporter) -> Res
         samples,
         elapsed,
     })
-}
-
-/// The stack the README describes: BackoffRetry → RobotsDelay → Throttle →
-/// RetryAfter → Backoff → (send log) → client.
-fn full_stack(
-    registry: &Registry,
-    client: SiteClient,
-    log: Arc<SendLog>,
-) -> impl Service<
-    http::Request<Full<Bytes>>,
-    Response = http::Response<hyper::body::Incoming>,
-    Error = BoxError,
-    Future = impl std::future::Future<Output = Result<http::Response<hyper::body::Incoming>, BoxError>>
-                 + std::marker::Send
-                 + 'static,
-> + Clone
-       + std::marker::Send
-       + 'static {
-    let backoff = BackoffLayer::new(registry.clone());
-    ServiceBuilder::new()
-        .map_err(BoxError::from)
-        .layer(RetryLayer::new(backoff.retry_policy(MAX_RETRIES)))
-        .layer(RobotsDelayLayer::new(registry.clone()).user_agent("demo-bot/1.0"))
-        .layer(ThrottleLayer::new(registry.clone()))
-        .layer(RetryAfterLayer::new(registry.clone()).pace_to_policy(true))
-        .layer(backoff)
-        .service(RecordSends { inner: client, log })
 }
 
 /// Samples every site's limits until the crawl is over, feeding the progress
@@ -276,104 +238,4 @@ async fn sample_until_finished(
             return samples;
         }
     }
-}
-
-/// Where each send is written down.
-#[derive(Debug)]
-struct SendLog {
-    start: Instant,
-    site_of_host: HashMap<String, usize>,
-    sends: Mutex<Vec<Sent>>,
-}
-
-impl SendLog {
-    fn new(sites: &[Site], start: Instant) -> Self {
-        SendLog {
-            start,
-            site_of_host: sites
-                .iter()
-                .enumerate()
-                .map(|(index, site)| (site.host.clone(), index))
-                .collect(),
-            sends: Mutex::default(),
-        }
-    }
-}
-
-/// Between Backoff and the client: writes down the instant each request is
-/// handed to the client, which is what the site experiences.
-#[derive(Debug, Clone)]
-struct RecordSends<S> {
-    inner: S,
-    log: Arc<SendLog>,
-}
-
-impl<S, B> Service<http::Request<B>> for RecordSends<S>
-where
-    S: Service<http::Request<B>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let site = request
-            .uri()
-            .host()
-            .and_then(|host| self.log.site_of_host.get(host));
-        if let Some(&site) = site {
-            let send = Sent {
-                site,
-                at: self.log.start.elapsed(),
-                robots: request.uri().path() == "/robots.txt",
-            };
-            self.log.sends.lock().unwrap().push(send);
-        }
-        self.inner.call(request)
-    }
-}
-
-/// Resolves each site's host to its own loopback address.
-#[derive(Debug, Clone)]
-struct SiteResolver {
-    addresses: Arc<HashMap<String, SocketAddr>>,
-}
-
-impl Service<Name> for SiteResolver {
-    type Response = std::vec::IntoIter<SocketAddr>;
-    type Error = std::io::Error;
-    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, name: Name) -> Self::Future {
-        std::future::ready(match self.addresses.get(name.as_str()) {
-            Some(&address) => Ok(vec![address].into_iter()),
-            None => Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{name} is not a demo site"),
-            )),
-        })
-    }
-}
-
-type SiteClient = Client<HttpConnector<SiteResolver>, Full<Bytes>>;
-
-fn site_client(sites: &[Site], addresses: &[SocketAddr]) -> SiteClient {
-    let addresses = sites
-        .iter()
-        .zip(addresses)
-        .map(|(site, &address)| (site.host.clone(), address))
-        .collect();
-    let mut connector = HttpConnector::new_with_resolver(SiteResolver {
-        addresses: Arc::new(addresses),
-    });
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).build(connector)
 }

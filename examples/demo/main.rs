@@ -11,6 +11,7 @@
 //! ```
 
 mod cli;
+mod client;
 mod crawl;
 mod progress;
 mod server;

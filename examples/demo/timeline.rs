@@ -237,8 +237,8 @@ fn legend(svg: &mut String, scale: &Scale, y: f64) {
             x + 14.0,
             escape(text)
         );
-        // About 7 px per character at 12 px sans-serif.
-        x += 14.0 + 7.0 * text.len() as f64 + 20.0;
+        // About 6.5 px per character at 12 px sans-serif.
+        x += 14.0 + 6.5 * text.len() as f64 + 24.0;
     }
 }
 
