@@ -57,8 +57,11 @@ async fn run_demo(options: &Options) -> Run {
     run
 }
 
-fn class_is(node: &roxmltree::Node<'_, '_>, tag: &str, class: &str) -> bool {
-    node.has_tag_name(tag) && node.attribute("class") == Some(class)
+/// The elements `<tag class="class">` under `node`.
+fn count(node: &roxmltree::Node<'_, '_>, tag: &str, class: &str) -> usize {
+    node.descendants()
+        .filter(|node| node.has_tag_name(tag) && node.attribute("class") == Some(class))
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,7 +85,7 @@ async fn the_timeline_has_one_row_per_site_and_one_tick_per_send() {
 
     let rows: Vec<_> = root
         .descendants()
-        .filter(|node| class_is(node, "g", "row"))
+        .filter(|node| node.has_tag_name("g") && node.attribute("class") == Some("row"))
         .collect();
     assert_eq!(rows.len(), 6, "one row per site (6 kinds × 1)");
     assert_eq!(run.sites.len(), 6);
@@ -92,10 +95,7 @@ async fn the_timeline_has_one_row_per_site_and_one_tick_per_send() {
             Some(site.host.as_str()),
             "rows in site order"
         );
-        let ticks = row
-            .descendants()
-            .filter(|node| class_is(node, "line", "tick"))
-            .count();
+        let ticks = count(row, "line", "tick");
         assert_eq!(
             ticks,
             run.sends_of(index).count(),
@@ -103,19 +103,13 @@ async fn the_timeline_has_one_row_per_site_and_one_tick_per_send() {
             site.host
         );
     }
-    let all_ticks = root
-        .descendants()
-        .filter(|node| class_is(node, "line", "tick"))
-        .count();
+    let all_ticks = count(&root, "line", "tick");
     assert_eq!(
         all_ticks,
         run.sends.len(),
         "one tick per send, none outside the rows"
     );
-    let backoff_marks = root
-        .descendants()
-        .filter(|node| class_is(node, "path", "backoff"))
-        .count();
+    let backoff_marks = count(&root, "path", "backoff");
     let backoff_events: usize = (0..run.sites.len()).map(|site| run.backoffs_of(site).len()).sum();
     assert_eq!(
         backoff_marks, backoff_events,

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -51,10 +50,13 @@ pub fn full_stack(
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(RetryAfterLayer::new(registry.clone()).pace_to_policy(true))
         .layer(backoff)
-        .service(RecordSends {
-            inner: site_client(sites, addresses),
-            log,
+        // Between Backoff and the client: the instant each request is
+        // handed to the client is what the site experiences.
+        .map_request(move |request: http::Request<Full<Bytes>>| {
+            log.record(&request);
+            request
         })
+        .service(site_client(sites, addresses))
 }
 
 /// Where each send is written down.
@@ -79,87 +81,62 @@ impl SendLog {
         }
     }
 
+    fn record<B>(&self, request: &http::Request<B>) {
+        let site = request.uri().host().and_then(|host| self.site_of_host.get(host));
+        if let Some(&site) = site {
+            let send = Sent {
+                site,
+                at: self.start.elapsed(),
+                robots: request.uri().path() == "/robots.txt",
+            };
+            self.sends.lock().unwrap().push(send);
+        }
+    }
+
     /// The sends so far, in order; the log is left empty.
     pub fn take(&self) -> Vec<Sent> {
         std::mem::take(&mut *self.sends.lock().unwrap())
     }
 }
 
-/// Between Backoff and the client: writes down the instant each request is
-/// handed to the client, which is what the site experiences.
-#[derive(Debug, Clone)]
-struct RecordSends<S> {
-    inner: S,
-    log: Arc<SendLog>,
-}
+/// What the resolver answers: the site's address, at once.
+type Resolved = std::future::Ready<Result<std::vec::IntoIter<SocketAddr>, std::io::Error>>;
 
-impl<S, B> Service<http::Request<B>> for RecordSends<S>
-where
-    S: Service<http::Request<B>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let site = request
-            .uri()
-            .host()
-            .and_then(|host| self.log.site_of_host.get(host));
-        if let Some(&site) = site {
-            let send = Sent {
-                site,
-                at: self.log.start.elapsed(),
-                robots: request.uri().path() == "/robots.txt",
-            };
-            self.log.sends.lock().unwrap().push(send);
-        }
-        self.inner.call(request)
-    }
-}
-
-/// Resolves each site's host to its own loopback address.
-#[derive(Debug, Clone)]
-struct SiteResolver {
-    addresses: Arc<HashMap<String, SocketAddr>>,
-}
-
-impl Service<Name> for SiteResolver {
-    type Response = std::vec::IntoIter<SocketAddr>;
-    type Error = std::io::Error;
-    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, name: Name) -> Self::Future {
-        std::future::ready(match self.addresses.get(name.as_str()) {
+/// A client that reaches each of `sites` at its address in `addresses`.
+fn site_client(
+    sites: &[Site],
+    addresses: &[SocketAddr],
+) -> Client<
+    HttpConnector<
+        impl Service<
+                Name,
+                Response = std::vec::IntoIter<SocketAddr>,
+                Error = std::io::Error,
+                Future = Resolved,
+            > + Clone
+            + Send
+            + Sync
+            + 'static,
+    >,
+    Full<Bytes>,
+> {
+    let addresses: Arc<HashMap<String, SocketAddr>> = Arc::new(
+        sites
+            .iter()
+            .zip(addresses)
+            .map(|(site, &address)| (site.host.clone(), address))
+            .collect(),
+    );
+    let resolve = tower::service_fn(move |name: Name| {
+        std::future::ready(match addresses.get(name.as_str()) {
             Some(&address) => Ok(vec![address].into_iter()),
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 format!("{name} is not a demo site"),
             )),
         })
-    }
-}
-
-type SiteClient = Client<HttpConnector<SiteResolver>, Full<Bytes>>;
-
-/// A client that reaches each of `sites` at its address in `addresses`.
-fn site_client(sites: &[Site], addresses: &[SocketAddr]) -> SiteClient {
-    let addresses = sites
-        .iter()
-        .zip(addresses)
-        .map(|(site, &address)| (site.host.clone(), address))
-        .collect();
-    let mut connector = HttpConnector::new_with_resolver(SiteResolver {
-        addresses: Arc::new(addresses),
     });
+    let mut connector = HttpConnector::new_with_resolver(resolve);
     connector.set_nodelay(true);
     Client::builder(TokioExecutor::new()).build(connector)
 }
