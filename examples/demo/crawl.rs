@@ -138,6 +138,7 @@ pub async fn crawl(sites: Vec<Site>, requests: usize, reporter: Reporter) -> Res
     let tallies: Arc<Vec<Tally>> = Arc::new(sites.iter().map(|_| Tally::default()).collect());
     let finished = Arc::new(AtomicBool::new(false));
     let sampler = tokio::spawn(sample_until_finished(
+        start,
         registry.clone(),
         sites.clone(),
         requests,
@@ -197,6 +198,7 @@ pub async fn crawl(sites: Vec<Site>, requests: usize, reporter: Reporter) -> Res
 /// Samples every site's limits until the crawl is over, feeding the progress
 /// reporter; returns the samples.
 async fn sample_until_finished(
+    start: Instant,
     registry: Registry,
     sites: Vec<Site>,
     requests: usize,
@@ -204,7 +206,6 @@ async fn sample_until_finished(
     finished: Arc<AtomicBool>,
     mut reporter: Reporter,
 ) -> Vec<Vec<Sample>> {
-    let start = Instant::now();
     let mut samples: Vec<Vec<Sample>> = sites.iter().map(|_| Vec::new()).collect();
     let mut ticker = tokio::time::interval(SAMPLE_EVERY);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);

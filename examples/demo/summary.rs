@@ -33,7 +33,10 @@ pub fn format_duration(duration: Duration) -> String {
     }
 }
 
-/// The summary table, one row per site.
+/// The summary table, one row per site. The lanes and delays are those the
+/// samples saw while the site was being crawled; holds are counted from the
+/// samples too (a hold shorter than the sampling step can be missed), while
+/// backoffs are the registry's own count of feedbacks.
 pub fn table(run: &Run) -> String {
     let header = [
         "site",
