@@ -1,0 +1,142 @@
+//! The client side: a hyper-util client that finds each site at its own
+//! loopback address, wrapped in the whole stack, with a recorder of sends
+//! between Backoff and the client.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper_util::client::legacy::connect::dns::Name;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::time::Instant;
+use tower::retry::RetryLayer;
+use tower::{Service, ServiceBuilder};
+use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
+
+use crate::crawl::{BoxError, Sent};
+use crate::sites::Site;
+
+/// How often a 429 is sent again (through the throttle) before the page counts as failed.
+pub const MAX_RETRIES: u32 = 3;
+
+/// The stack the README describes, BackoffRetry → RobotsDelay → Throttle →
+/// RetryAfter (pacing to announced policies) → Backoff, around a client that
+/// reaches each of `sites` at its address in `addresses`; `log` notes every
+/// request the client is handed.
+pub fn full_stack(
+    registry: &Registry,
+    sites: &[Site],
+    addresses: &[SocketAddr],
+    log: Arc<SendLog>,
+) -> impl Service<
+    http::Request<Full<Bytes>>,
+    Response = http::Response<hyper::body::Incoming>,
+    Error = BoxError,
+    Future = impl std::future::Future<Output = Result<http::Response<hyper::body::Incoming>, BoxError>>
+                 + std::marker::Send
+                 + 'static,
+> + Clone
+       + std::marker::Send
+       + 'static {
+    let backoff = BackoffLayer::new(registry.clone());
+    ServiceBuilder::new()
+        .map_err(BoxError::from)
+        .layer(RetryLayer::new(backoff.retry_policy(MAX_RETRIES)))
+        .layer(RobotsDelayLayer::new(registry.clone()).user_agent("demo-bot/1.0"))
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(RetryAfterLayer::new(registry.clone()).pace_to_policy(true))
+        .layer(backoff)
+        // Between Backoff and the client: the instant each request is
+        // handed to the client is what the site experiences.
+        .map_request(move |request: http::Request<Full<Bytes>>| {
+            log.record(&request);
+            request
+        })
+        .service(site_client(sites, addresses))
+}
+
+/// Where each send is written down.
+#[derive(Debug)]
+pub struct SendLog {
+    start: Instant,
+    site_of_host: HashMap<String, usize>,
+    sends: Mutex<Vec<Sent>>,
+}
+
+impl SendLog {
+    /// A log for `sites`, timing sends from `start`.
+    pub fn new(sites: &[Site], start: Instant) -> Self {
+        SendLog {
+            start,
+            site_of_host: sites
+                .iter()
+                .enumerate()
+                .map(|(index, site)| (site.host.clone(), index))
+                .collect(),
+            sends: Mutex::default(),
+        }
+    }
+
+    fn record<B>(&self, request: &http::Request<B>) {
+        let site = request.uri().host().and_then(|host| self.site_of_host.get(host));
+        if let Some(&site) = site {
+            let send = Sent {
+                site,
+                at: self.start.elapsed(),
+                robots: request.uri().path() == "/robots.txt",
+            };
+            self.sends.lock().unwrap().push(send);
+        }
+    }
+
+    /// The sends so far, in order; the log is left empty.
+    pub fn take(&self) -> Vec<Sent> {
+        std::mem::take(&mut *self.sends.lock().unwrap())
+    }
+}
+
+/// What the resolver answers: the site's address, at once.
+type Resolved = std::future::Ready<Result<std::vec::IntoIter<SocketAddr>, std::io::Error>>;
+
+/// A client that reaches each of `sites` at its address in `addresses`.
+fn site_client(
+    sites: &[Site],
+    addresses: &[SocketAddr],
+) -> Client<
+    HttpConnector<
+        impl Service<
+                Name,
+                Response = std::vec::IntoIter<SocketAddr>,
+                Error = std::io::Error,
+                Future = Resolved,
+            > + Clone
+            + Send
+            + Sync
+            + 'static,
+    >,
+    Full<Bytes>,
+> {
+    let addresses: Arc<HashMap<String, SocketAddr>> = Arc::new(
+        sites
+            .iter()
+            .zip(addresses)
+            .map(|(site, &address)| (site.host.clone(), address))
+            .collect(),
+    );
+    let resolve = tower::service_fn(move |name: Name| {
+        std::future::ready(match addresses.get(name.as_str()) {
+            Some(&address) => Ok(vec![address].into_iter()),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{name} is not a demo site"),
+            )),
+        })
+    });
+    let mut connector = HttpConnector::new_with_resolver(resolve);
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).build(connector)
+}

@@ -1,0 +1,167 @@
+//! The kinds of virtual site the demo crawls, what each one teaches, and the
+//! registry config the crawl uses for them.
+
+use std::time::Duration;
+
+use tower_throttle::{BackoffConfig, ConfigError, Registry, ScopeConfig};
+
+/// The pace of every site without a config of its own: one lane, 250 ms
+/// between sends, ±50 % jitter.
+pub const DEFAULT_DELAY: Duration = Duration::from_millis(250);
+
+/// How many sends per rolling second the `busy` sites accept before they
+/// answer 429.
+pub const BUSY_SITE_RATE: usize = 5;
+
+/// The `api` sites' quota: this many requests per window.
+pub const API_QUOTA: u32 = 10;
+
+/// The `api` sites' quota window.
+pub const API_WINDOW: Duration = Duration::from_secs(5);
+
+/// What a site does; the demo runs `--sites N` of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Answers at once; crawled on the default config.
+    Fast,
+    /// Takes 600 ms per answer; crawled on the default config.
+    Slow,
+    /// Answers 429 + `Retry-After: 1` above [`BUSY_SITE_RATE`] requests a second.
+    Busy,
+    /// Its robots.txt asks for `Crawl-delay: 0.5`.
+    Polite,
+    /// An API announcing its quota in `RateLimit` / `RateLimit-Policy`.
+    Api,
+    /// A site the crawler has its own config for: 4 lanes, no delay.
+    Tuned,
+}
+
+impl Kind {
+    /// Every kind, in the order the demo lists them.
+    pub const ALL: [Kind; 6] = [
+        Kind::Fast,
+        Kind::Slow,
+        Kind::Busy,
+        Kind::Polite,
+        Kind::Api,
+        Kind::Tuned,
+    ];
+
+    /// The kind's name, as used in host names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Fast => "fast",
+            Kind::Slow => "slow",
+            Kind::Busy => "busy",
+            Kind::Polite => "polite",
+            Kind::Api => "api",
+            Kind::Tuned => "tuned",
+        }
+    }
+
+    /// What the site's row shows, in a few words.
+    pub fn lesson(self) -> &'static str {
+        match self {
+            Kind::Fast => "default config: 1 lane, 250 ms +-50 %",
+            Kind::Slow => "600 ms answers keep its one lane busy",
+            Kind::Busy => "429 + Retry-After above 5/s: backoff and holds",
+            Kind::Polite => "robots.txt Crawl-delay: 0.5",
+            Kind::Api => "RateLimit headers, 10 per 5 s: paced",
+            Kind::Tuned => "own config: 4 lanes, no delay",
+        }
+    }
+
+    /// How long the site takes to answer.
+    pub fn latency(self) -> Duration {
+        match self {
+            Kind::Slow => Duration::from_millis(600),
+            Kind::Tuned => Duration::from_millis(30),
+            _ => Duration::from_millis(5),
+        }
+    }
+
+    /// The site's robots.txt, if it has one (the others answer 404, which
+    /// allows everything).
+    pub fn robots_txt(self) -> Option<&'static str> {
+        match self {
+            Kind::Polite => Some("User-agent: *\nCrawl-delay: 0.5\n"),
+            _ => None,
+        }
+    }
+
+    /// The crawler's config for sites of this kind; `None` for the default.
+    fn config(self) -> Option<ScopeConfig> {
+        match self {
+            // Too eager for the site on purpose, with a short backoff whose
+            // recovery fits in the demo: the timeline shows the saw-tooth.
+            Kind::Busy => Some(
+                ScopeConfig::default()
+                    .concurrency(2)
+                    .delay(Duration::from_millis(100))
+                    .delay_per_slot(Duration::ZERO)
+                    .jitter(0.0)
+                    .backoff(
+                        BackoffConfig::default()
+                            .min_delay(Duration::from_millis(250))
+                            .window(Duration::from_secs(2)),
+                    ),
+            ),
+            // Nothing but the server's announced policy slows it down.
+            Kind::Api => Some(
+                ScopeConfig::default()
+                    .concurrency(2)
+                    .delay(Duration::ZERO)
+                    .delay_per_slot(Duration::ZERO),
+            ),
+            Kind::Tuned => Some(
+                ScopeConfig::default()
+                    .concurrency(4)
+                    .delay(Duration::ZERO)
+                    .delay_per_slot(Duration::ZERO),
+            ),
+            Kind::Fast | Kind::Slow | Kind::Polite => None,
+        }
+    }
+}
+
+/// One virtual site.
+#[derive(Debug, Clone)]
+pub struct Site {
+    /// What it does.
+    pub kind: Kind,
+    /// Its host name, which is also its scope.
+    pub host: String,
+}
+
+/// `per_kind` sites of every kind, kind after kind.
+pub fn sites(per_kind: usize) -> Vec<Site> {
+    Kind::ALL
+        .iter()
+        .flat_map(|&kind| {
+            (1..=per_kind).map(move |number| Site {
+                kind,
+                host: format!("{}-{number}.demo.test", kind.name()),
+            })
+        })
+        .collect()
+}
+
+/// The registry the crawl runs on: the default config for most sites, the
+/// kinds' own configs for the others.
+///
+/// # Errors
+///
+/// A [`ConfigError`] if a config above is invalid.
+pub fn registry(sites: &[Site]) -> Result<Registry, ConfigError> {
+    let mut builder = Registry::builder().max_concurrency(32).default_scope(
+        ScopeConfig::default()
+            .delay(DEFAULT_DELAY)
+            .delay_per_slot(Duration::ZERO),
+    );
+    for site in sites {
+        if let Some(config) = site.kind.config() {
+            builder = builder.scope(site.host.as_str(), config);
+        }
+    }
+    builder.build()
+}

@@ -1,0 +1,200 @@
+//! The demo (`examples/demo/`): its crawl, summary table and SVG timeline,
+//! run on small `--sites`/`--requests` values.
+//!
+//! The demo's own modules are compiled in here, so the test runs the code
+//! the example runs. The crawl talks to a real hyper server over loopback in
+//! real time, so these tests assert counts, order and the SVG's structure,
+//! never timings.
+
+#![allow(dead_code, unreachable_pub)]
+
+#[path = "../examples/demo/cli.rs"]
+mod cli;
+#[path = "../examples/demo/client.rs"]
+mod client;
+#[path = "../examples/demo/crawl.rs"]
+mod crawl;
+#[path = "../examples/demo/progress.rs"]
+mod progress;
+#[path = "../examples/demo/server.rs"]
+mod server;
+#[path = "../examples/demo/sites.rs"]
+mod sites;
+#[path = "../examples/demo/summary.rs"]
+mod summary;
+#[path = "../examples/demo/timeline.rs"]
+mod timeline;
+
+use std::path::PathBuf;
+
+use cli::{Command, Options};
+use crawl::Run;
+use progress::{Mode, Reporter};
+
+fn args(args: &[&str]) -> Vec<String> {
+    args.iter().map(|&arg| arg.to_owned()).collect()
+}
+
+fn options(args: &[&str]) -> Options {
+    match cli::parse(self::args(args)) {
+        Ok(Command::Run(options)) => options,
+        other => panic!("{args:?} should parse as a run, got {other:?}"),
+    }
+}
+
+fn temp_svg(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("tower-throttle-{name}-{}.svg", std::process::id()))
+}
+
+async fn run_demo(options: &Options) -> Run {
+    let sites = sites::sites(options.sites_per_kind);
+    // Lines, not bars: the test has no terminal, and its output is captured.
+    let reporter = Reporter::new(Mode::Lines, &sites, options.requests);
+    let run = crawl::crawl(sites, options.requests, reporter)
+        .await
+        .expect("the crawl runs");
+    timeline::write(&run, &options.output).expect("the timeline is written");
+    run
+}
+
+/// The elements `<tag class="class">` under `node`.
+fn count(node: &roxmltree::Node<'_, '_>, tag: &str, class: &str) -> usize {
+    node.descendants()
+        .filter(|node| node.has_tag_name(tag) && node.attribute("class") == Some(class))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_timeline_has_one_row_per_site_and_one_tick_per_send() {
+    let output = temp_svg("timeline");
+    let options = options(&[
+        "--sites",
+        "1",
+        "--requests",
+        "3",
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    let run = run_demo(&options).await;
+    let svg = std::fs::read_to_string(&output).expect("the SVG exists");
+    std::fs::remove_file(&output).ok();
+
+    let document = roxmltree::Document::parse(&svg).expect("the timeline is well-formed XML");
+    let root = document.root_element();
+    assert!(root.has_tag_name(("http://www.w3.org/2000/svg", "svg")));
+
+    let rows: Vec<_> = root
+        .descendants()
+        .filter(|node| node.has_tag_name("g") && node.attribute("class") == Some("row"))
+        .collect();
+    assert_eq!(rows.len(), 6, "one row per site (6 kinds × 1)");
+    assert_eq!(run.sites.len(), 6);
+    for (index, (row, site)) in rows.iter().zip(&run.sites).enumerate() {
+        assert_eq!(
+            row.attribute("data-site"),
+            Some(site.host.as_str()),
+            "rows in site order"
+        );
+        let ticks = count(row, "line", "tick");
+        assert_eq!(
+            ticks,
+            run.sends_of(index).count(),
+            "{}: one tick per send",
+            site.host
+        );
+    }
+    let all_ticks = count(&root, "line", "tick");
+    assert_eq!(
+        all_ticks,
+        run.sends.len(),
+        "one tick per send, none outside the rows"
+    );
+    let backoff_marks = count(&root, "path", "backoff");
+    let backoff_events: usize = (0..run.sites.len()).map(|site| run.backoffs_of(site).len()).sum();
+    assert_eq!(
+        backoff_marks, backoff_events,
+        "one mark per sampled backoff event"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_site_is_crawled_once_robots_txt_is_known() {
+    let output = temp_svg("crawl");
+    let options = options(&["--requests", "4", "--output", output.to_str().unwrap()]);
+    let run = run_demo(&options).await;
+    std::fs::remove_file(&output).ok();
+
+    let mut addresses = run.addresses.clone();
+    addresses.sort();
+    addresses.dedup_by_key(|address| address.ip());
+    assert_eq!(addresses.len(), run.sites.len(), "each site on its own address");
+    for (index, site) in run.sites.iter().enumerate() {
+        let sends: Vec<_> = run.sends_of(index).collect();
+        assert!(sends[0].robots, "{}: robots.txt goes first", site.host);
+        assert_eq!(
+            sends.iter().filter(|send| send.robots).count(),
+            1,
+            "{}",
+            site.host
+        );
+        assert_eq!(
+            run.pages_ok[index], 4,
+            "{}: every page answered 2xx in the end",
+            site.host
+        );
+        // A page is sent once, plus a re-send per 429 (at most MAX_RETRIES).
+        assert!(
+            (5..=17).contains(&sends.len()),
+            "{}: {} sends",
+            site.host,
+            sends.len()
+        );
+        let stats = run.stats[index].as_ref().expect("the scope is known");
+        assert_eq!(
+            stats.sent,
+            sends.len() as u64,
+            "{}: the registry counted every send",
+            site.host
+        );
+    }
+    assert!(
+        run.sends.windows(2).all(|pair| pair[0].at <= pair[1].at),
+        "sends are recorded in order"
+    );
+
+    let table = summary::table(&run);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        lines.len(),
+        2 + run.sites.len(),
+        "a header, a rule and a row per site:\n{table}"
+    );
+    for (line, site) in lines[2..].iter().zip(&run.sites) {
+        assert!(line.starts_with(&site.host), "{line}");
+        assert!(line.contains(" 4/4 "), "{line}");
+    }
+}
+
+#[test]
+fn flags_parse_and_bad_ones_are_named() {
+    assert_eq!(cli::parse(args(&[])), Ok(Command::Run(Options::default())));
+    assert_eq!(cli::parse(args(&["--help"])), Ok(Command::Help));
+    assert_eq!(cli::parse(args(&["-h"])), Ok(Command::Help));
+    let parsed = options(&["--sites=2", "--requests", "7", "--output", "x/y.svg"]);
+    assert_eq!(parsed.sites_per_kind, 2);
+    assert_eq!(parsed.requests, 7);
+    assert_eq!(parsed.output, PathBuf::from("x/y.svg"));
+
+    let error = |list: &[&str]| cli::parse(args(list)).expect_err("a bad command line");
+    assert_eq!(
+        error(&["--sites", "0"]),
+        "--sites must be a whole number from 1 to 40, got \"0\""
+    );
+    assert_eq!(
+        error(&["--requests", "many"]),
+        "--requests must be a whole number from 1 to 1000, got \"many\""
+    );
+    assert_eq!(error(&["--output"]), "--output needs a value");
+    assert_eq!(error(&["--fast"]), "unknown flag \"--fast\"");
+    assert_eq!(error(&["extra"]), "unknown flag \"extra\"");
+}
