@@ -205,7 +205,9 @@ mod tests {
     #[test]
     fn connection_failures_behind_robots_delay_are_backoff_feedback() {
         use std::io::{Error, ErrorKind};
-        assert!(verdict(crate::Error::inner(Error::from(ErrorKind::ConnectionRefused))));
+        assert!(verdict(crate::Error::inner(Error::from(
+            ErrorKind::ConnectionRefused
+        ))));
         assert!(!verdict(crate::Error::inner(Error::other("bad request"))));
         assert!(!verdict(crate::Error::robots_disallowed(
             "http://a".into(),
