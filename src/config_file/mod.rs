@@ -51,10 +51,12 @@
 //!
 //! # Keys
 //!
-//! Every key is optional. Durations are seconds as a number (`1.5`) or a
-//! string with a unit: `"1.5s"`, `"250ms"`, `"2m"`, `"1h"` (digits, an
-//! optional fraction, the unit; nothing negative, no spaces). Jitter is a
-//! factor (`0.5`: every wait times `[0.5, 1.5]`) or `[below, above]`.
+//! Every key is optional; the table's second part is the keys of
+//! `[default_scope]` and of each `[scopes."NAME"]`. Durations are seconds
+//! as a number (`1.5`) or a string with a unit: `"1.5s"`, `"250ms"`,
+//! `"2m"`, `"1h"` (digits, an optional fraction, the unit; nothing
+//! negative, no spaces). Jitter is a factor (`0.5`: every wait times
+//! `[0.5, 1.5]`) or `[below, above]`.
 //!
 //! | key | default | meaning |
 //! |---|---|---|
@@ -66,26 +68,14 @@
 //! | `delayed_warn_threshold` | 500 | warn when more requests than this wait for their scopes |
 //! | `metrics_per_scope` | false | label metrics with the scope (feature `metrics`) |
 //! | `jitter_seed` | random | seed of the jitter's random numbers, for reproducible runs |
-//! | `[default_scope]` | | the config of every scope without its own (keys below) |
-//! | `[scopes."KEY"]` | | the config of scope `KEY` (a host by default; keys below) |
-//!
-//! In `[default_scope]` and each `[scopes."KEY"]`:
-//!
-//! | key | default | meaning |
-//! |---|---|---|
+//! | `default_scope.KEY`, `scopes."NAME".KEY`: | | |
 //! | `concurrency` | 1 | lanes: requests of the scope in flight at once |
 //! | `delay` | 1 s | minimum time between the sends of any two requests of the scope |
 //! | `delay_per_slot` | 1 s | minimum time between two sends on the same lane |
 //! | `jitter` | 0.5 | random variation of every wait: a factor or `[below, above]`; `0` disables |
 //! | `ignore_robots_txt` | false | silence the warning when this scope's own limits override robots.txt's Crawl-delay |
-//! | `quota` | none | units the scope may spend per `window` (a request costs 1 unless its `Scopes` say) |
+//! | `quota` | none | units the scope may spend per `window` |
 //! | `window` | `quota_window` | length of the scope's quota windows |
-//! | `backoff` | table below | how the scope backs off on 429/5xx and timeouts |
-//! | `autothrottle` | off | `true`, `false` or a table below: Scrapy's latency-adaptive delay |
-//! | `rampup` | off | `true`, `false` or a table below: search the fastest pace the server accepts |
-//!
-//! | key | default | meaning |
-//! |---|---|---|
 //! | `backoff.http_codes` | `[429, 502, 503, 504, 520, 521, 522, 523, 524]` | statuses that are backoff feedback |
 //! | `backoff.delay_factor` | 2.0 | each step multiplies the delay by this (≥ 1) |
 //! | `backoff.min_delay` | 1 s | the smallest delay while backing off |
@@ -93,9 +83,11 @@
 //! | `backoff.jitter` | 0.1 | jitter while backing off |
 //! | `backoff.window` | 60 s | quiet time after which the scope takes one step back |
 //! | `backoff.concurrency_factor` | 0.5 | each step multiplies the lanes by this (in `(0, 1]`) |
+//! | `autothrottle` | off | `true`, `false` or a table: Scrapy's latency-adaptive delay |
 //! | `autothrottle.target_concurrency` | 1.0 | requests the scope should have in flight on average |
 //! | `autothrottle.start_delay` | 5 s | the delay before the first response adjusts it |
 //! | `autothrottle.max_delay` | 60 s | the largest delay AutoThrottle sets |
+//! | `rampup` | off | `true`, `false` or a table: search the fastest pace the server accepts |
 //! | `rampup.backoff_target` | 1 | backoff feedbacks per window to aim at: a count or `[low, high]` |
 //! | `rampup.window` | 60 s | the window backoffs are counted over |
 //! | `rampup.min_delay` | 0 | the smallest delay rampup sets |
