@@ -193,7 +193,7 @@ fn bad_files_name_the_key_path_and_the_value() {
         ),
         (
             "[scopes.a]\njitter = [1, 2, 3]",
-            "scopes.a.jitter: invalid length 3, expected [below, above]",
+            "scopes.a.jitter: invalid length 3, expected a pair [low, high]",
         ),
         ("[scopes.a]\nconcurrency = 0", "scopes.a.concurrency: must be at least 1, got 0"),
         ("max_concurrency = 0", "max_concurrency: must be at least 1, got 0"),
@@ -220,6 +220,18 @@ fn bad_files_name_the_key_path_and_the_value() {
         (
             "[scopes.a]\nautothrottle = { target_concurrency = 0 }",
             "scopes.a.autothrottle.target_concurrency: must be finite and greater than 0, got 0.0",
+        ),
+        (
+            "[scopes.a]\njitter = \"x\"",
+            "scopes.a.jitter: invalid type: string \"x\", expected a number, or a pair [low, high]",
+        ),
+        (
+            "[scopes.a.rampup]\nbackoff_target = -1",
+            "scopes.a.rampup.backoff_target: invalid value: integer `-1`, expected u32",
+        ),
+        (
+            "[scopes.a.rampup]\nbackoff_target = [3, 1]",
+            "scopes.a.rampup.backoff_target: must not be empty, got 3..=1",
         ),
         ("[scopes.a]\nquota = 0", "scopes.a.quota: must be a finite number above 0, got 0.0"),
         ("quota_window = 0", "quota_window: must be longer than zero, got 0ns"),

@@ -176,16 +176,19 @@ where
     while let Some(done) = running.join_next().await {
         report(&joined(done), &mut summary, options, started, out, progress)?;
     }
-    writeln!(
-        progress,
-        "done: {} URLs in {:.1} s: {} answered 2xx, {} another status, {} failed",
+    writeln!(progress, "done: {}", progress_line(&summary, started))?;
+    Ok(summary)
+}
+
+fn progress_line(summary: &Summary, started: Instant) -> String {
+    format!(
+        "{} URLs in {:.1} s: {} answered 2xx, {} another status, {} failed",
         summary.urls,
         started.elapsed().as_secs_f64(),
         summary.success,
         summary.other_status,
         summary.errors
-    )?;
-    Ok(summary)
+    )
 }
 
 /// What happened to one URL.
@@ -272,15 +275,7 @@ fn report(
         None => summary.errors += 1,
     }
     if options.progress_every > 0 && summary.urls.is_multiple_of(options.progress_every) {
-        writeln!(
-            progress,
-            "{} URLs in {:.1} s ({} 2xx, {} other, {} failed)",
-            summary.urls,
-            started.elapsed().as_secs_f64(),
-            summary.success,
-            summary.other_status,
-            summary.errors
-        )?;
+        writeln!(progress, "{}", progress_line(summary, started))?;
     }
     Ok(())
 }

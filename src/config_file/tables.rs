@@ -8,29 +8,29 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::values::{BackoffTarget, JitterValue, Seconds, Switch};
+use super::values::{OneOrPair, Seconds, Switch};
 use crate::registry::{GlobalSettings, Setting};
-use crate::{AutoThrottleConfig, BackoffConfig, RampupConfig, ScopeConfig};
+use crate::{AutoThrottleConfig, BackoffConfig, Jitter, RampupConfig, ScopeConfig};
 
 /// The whole file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct FileTable {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_concurrency: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_queued: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) quota_window: Option<Seconds>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) idle_ttl: Option<Seconds>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_scopes: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) delayed_warn_threshold: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) metrics_per_scope: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) jitter_seed: Option<u64>,
     #[serde(default, skip_serializing_if = "ScopeTable::is_empty")]
     pub(crate) default_scope: ScopeTable,
@@ -42,70 +42,70 @@ pub(crate) struct FileTable {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ScopeTable {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) concurrency: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) delay: Option<Seconds>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) delay_per_slot: Option<Seconds>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) jitter: Option<JitterValue>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) jitter: Option<OneOrPair<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) ignore_robots_txt: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) quota: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) window: Option<Seconds>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) backoff: Option<BackoffTable>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) autothrottle: Option<Switch<AutoThrottleTable>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) rampup: Option<Switch<RampupTable>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BackoffTable {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) http_codes: Option<Vec<u16>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) delay_factor: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) min_delay: Option<Seconds>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_delay: Option<Seconds>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) jitter: Option<JitterValue>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) jitter: Option<OneOrPair<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) window: Option<Seconds>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) concurrency_factor: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AutoThrottleTable {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) target_concurrency: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) start_delay: Option<Seconds>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_delay: Option<Seconds>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RampupTable {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) backoff_target: Option<BackoffTarget>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) backoff_target: Option<OneOrPair<u32>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) window: Option<Seconds>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) min_delay: Option<Seconds>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_delay: Option<Seconds>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) factor: Option<f64>,
 }
 
@@ -185,7 +185,7 @@ fn apply(base: ScopeConfig, table: &ScopeTable, default: &ScopeConfig) -> ScopeC
         config = config.delay_per_slot(delay.0);
     }
     if let Some(jitter) = table.jitter {
-        config = config.jitter(jitter.0);
+        config = config.jitter(Jitter::from(jitter));
     }
     if let Some(ignore) = table.ignore_robots_txt {
         config = config.ignore_robots_txt(ignore);
@@ -238,7 +238,7 @@ fn apply_backoff(mut backoff: BackoffConfig, table: &BackoffTable) -> BackoffCon
         backoff = backoff.max_delay(delay.0);
     }
     if let Some(jitter) = table.jitter {
-        backoff = backoff.jitter(jitter.0);
+        backoff = backoff.jitter(Jitter::from(jitter));
     }
     if let Some(window) = table.window {
         backoff = backoff.window(window.0);
@@ -263,7 +263,7 @@ fn apply_autothrottle(mut autothrottle: AutoThrottleConfig, table: &AutoThrottle
 }
 
 fn apply_rampup(mut rampup: RampupConfig, table: &RampupTable) -> RampupConfig {
-    if let Some(BackoffTarget(low, high)) = table.backoff_target {
+    if let Some(OneOrPair(low, high)) = table.backoff_target {
         rampup = rampup.backoff_target(low..=high);
     }
     if let Some(window) = table.window {
@@ -362,7 +362,7 @@ fn limits_table(config: &ScopeConfig, base: &ScopeConfig, keep_explicit: bool) -
             base.delay_per_slot,
             config.set_by_user.delay_per_slot,
         ),
-        jitter: changed(config.jitter, base.jitter, JitterValue),
+        jitter: changed(config.jitter, base.jitter, OneOrPair::from),
         ignore_robots_txt: changed(config.ignore_robots_txt, base.ignore_robots_txt, |v| v),
         quota: changed(config.quota, base.quota, |q| q).flatten(),
         ..ScopeTable::default()
@@ -398,7 +398,7 @@ fn backoff_table(backoff: &BackoffConfig, base: &BackoffConfig) -> BackoffTable 
         delay_factor: changed(backoff.delay_factor, base.delay_factor, |f| f),
         min_delay: changed(backoff.min_delay, base.min_delay, Seconds),
         max_delay: changed(backoff.max_delay, base.max_delay, Seconds),
-        jitter: changed(backoff.jitter, base.jitter, JitterValue),
+        jitter: changed(backoff.jitter, base.jitter, OneOrPair::from),
         window: changed(backoff.window, base.window, Seconds),
         concurrency_factor: changed(backoff.concurrency_factor, base.concurrency_factor, |f| f),
     }
@@ -417,8 +417,7 @@ fn autothrottle_table(autothrottle: &AutoThrottleConfig, base: &AutoThrottleConf
 }
 
 fn rampup_table(rampup: &RampupConfig, base: &RampupConfig) -> RampupTable {
-    let target =
-        |r: &RampupConfig| BackoffTarget(*r.get_backoff_target().start(), *r.get_backoff_target().end());
+    let target = |r: &RampupConfig| OneOrPair(*r.get_backoff_target().start(), *r.get_backoff_target().end());
     RampupTable {
         backoff_target: changed(target(rampup), target(base), |t| t),
         window: changed(rampup.get_window(), base.get_window(), Seconds),

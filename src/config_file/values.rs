@@ -1,7 +1,7 @@
 //! The value forms a config file accepts beyond plain numbers: durations
-//! (seconds or `"250ms"`), jitter (a factor or `[below, above]`), switches
-//! that are `true`, `false` or a table, and rampup's backoff target (a count
-//! or `[low, high]`). Each parser is a pure function of its input.
+//! (seconds or `"250ms"`), one number or a pair (jitter, rampup's backoff
+//! target), and switches that are `true`, `false` or a table. Each parser
+//! is a pure function of its input.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -144,64 +144,28 @@ impl<'de> Deserialize<'de> for Seconds {
     }
 }
 
-/// Jitter in a config file: a symmetric factor (`0.5`) or `[below, above]`.
+/// One number or a pair of them: jitter (`0.5` or `[below, above]`) and
+/// rampup's backoff target (`1` or `[1, 3]`). One number stands for both
+/// bounds, and is how an equal pair is written.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct JitterValue(pub(crate) Jitter);
+pub(crate) struct OneOrPair<T>(pub(crate) T, pub(crate) T);
 
-impl Serialize for JitterValue {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let (below, above) = (self.0.below(), self.0.above());
-        if below == above {
-            return serializer.serialize_f64(below);
-        }
-        let mut pair = serializer.serialize_seq(Some(2))?;
-        pair.serialize_element(&below)?;
-        pair.serialize_element(&above)?;
-        pair.end()
+impl From<Jitter> for OneOrPair<f64> {
+    fn from(jitter: Jitter) -> Self {
+        OneOrPair(jitter.below(), jitter.above())
     }
 }
 
-impl<'de> Deserialize<'de> for JitterValue {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct JitterVisitor;
-
-        impl<'de> Visitor<'de> for JitterVisitor {
-            type Value = JitterValue;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a jitter factor such as 0.5, or [below, above]")
-            }
-
-            fn visit_u64<E: de::Error>(self, factor: u64) -> Result<JitterValue, E> {
-                Ok(JitterValue(Jitter::symmetric(factor as f64)))
-            }
-
-            fn visit_i64<E: de::Error>(self, factor: i64) -> Result<JitterValue, E> {
-                Ok(JitterValue(Jitter::symmetric(factor as f64)))
-            }
-
-            fn visit_f64<E: de::Error>(self, factor: f64) -> Result<JitterValue, E> {
-                Ok(JitterValue(Jitter::symmetric(factor)))
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<JitterValue, A::Error> {
-                let [below, above] = pair::<f64, A>(seq, "[below, above]")?;
-                Ok(JitterValue(Jitter::range(below, above)))
-            }
-        }
-
-        deserializer.deserialize_any(JitterVisitor)
+impl From<OneOrPair<f64>> for Jitter {
+    fn from(OneOrPair(below, above): OneOrPair<f64>) -> Self {
+        Jitter::range(below, above)
     }
 }
 
-/// Rampup's backoff target: a count (`1`) or `[low, high]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BackoffTarget(pub(crate) u32, pub(crate) u32);
-
-impl Serialize for BackoffTarget {
+impl<T: Serialize + PartialEq> Serialize for OneOrPair<T> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         if self.0 == self.1 {
-            return serializer.serialize_u32(self.0);
+            return self.0.serialize(serializer);
         }
         let mut pair = serializer.serialize_seq(Some(2))?;
         pair.serialize_element(&self.0)?;
@@ -210,35 +174,43 @@ impl Serialize for BackoffTarget {
     }
 }
 
-impl<'de> Deserialize<'de> for BackoffTarget {
+impl<'de, T: Deserialize<'de> + Copy> Deserialize<'de> for OneOrPair<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct TargetVisitor;
+        struct OneOrPairVisitor<T>(PhantomData<T>);
 
-        impl<'de> Visitor<'de> for TargetVisitor {
-            type Value = BackoffTarget;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a number of backoffs per window, or [low, high]")
-            }
-
-            fn visit_u64<E: de::Error>(self, count: u64) -> Result<BackoffTarget, E> {
-                let count = u32::try_from(count).map_err(|_| E::custom(format!("too large, got {count}")))?;
-                Ok(BackoffTarget(count, count))
-            }
-
-            fn visit_i64<E: de::Error>(self, count: i64) -> Result<BackoffTarget, E> {
-                let count = u64::try_from(count)
-                    .map_err(|_| E::custom(format!("must not be negative, got {count}")))?;
-                self.visit_u64(count)
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<BackoffTarget, A::Error> {
-                let [low, high] = pair::<u32, A>(seq, "[low, high]")?;
-                Ok(BackoffTarget(low, high))
+        impl<'de, T: Deserialize<'de> + Copy> OneOrPairVisitor<T> {
+            fn one<E: de::Error>(value: impl de::IntoDeserializer<'de, E>) -> Result<OneOrPair<T>, E> {
+                let value = T::deserialize(value.into_deserializer())?;
+                Ok(OneOrPair(value, value))
             }
         }
 
-        deserializer.deserialize_any(TargetVisitor)
+        impl<'de, T: Deserialize<'de> + Copy> Visitor<'de> for OneOrPairVisitor<T> {
+            type Value = OneOrPair<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number, or a pair [low, high]")
+            }
+
+            fn visit_u64<E: de::Error>(self, value: u64) -> Result<OneOrPair<T>, E> {
+                Self::one(value)
+            }
+
+            fn visit_i64<E: de::Error>(self, value: i64) -> Result<OneOrPair<T>, E> {
+                Self::one(value)
+            }
+
+            fn visit_f64<E: de::Error>(self, value: f64) -> Result<OneOrPair<T>, E> {
+                Self::one(value)
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<OneOrPair<T>, A::Error> {
+                let [low, high] = pair::<T, A>(seq, "a pair [low, high]")?;
+                Ok(OneOrPair(low, high))
+            }
+        }
+
+        deserializer.deserialize_any(OneOrPairVisitor(PhantomData))
     }
 }
 
