@@ -359,3 +359,108 @@ fn the_config_of_a_running_registry_includes_scopes_set_since() {
     assert_eq!(late.get_delay(), Duration::from_millis(500));
     assert_eq!(reread.scopes().count(), 3);
 }
+
+mod generated {
+    use proptest::prelude::*;
+    use tower_throttle::RegistryConfig;
+
+    const TABLES: &[&str] = &[
+        "",
+        "[default_scope]",
+        "[default_scope.backoff]",
+        "[default_scope.autothrottle]",
+        "[scopes.\"a.example\"]",
+        "[scopes.\"a.example\".rampup]",
+        "[scopes.b]",
+        "[scopes.b.backoff]",
+    ];
+    const KEYS: &[&str] = &[
+        "max_concurrency",
+        "max_queued",
+        "quota_window",
+        "idle_ttl",
+        "max_scopes",
+        "delayed_warn_threshold",
+        "metrics_per_scope",
+        "jitter_seed",
+        "concurrency",
+        "delay",
+        "delay_per_slot",
+        "jitter",
+        "ignore_robots_txt",
+        "quota",
+        "window",
+        "autothrottle",
+        "rampup",
+        "http_codes",
+        "delay_factor",
+        "min_delay",
+        "max_delay",
+        "concurrency_factor",
+        "target_concurrency",
+        "start_delay",
+        "backoff_target",
+        "factor",
+        "unknown",
+    ];
+    const VALUES: &[&str] = &[
+        "0",
+        "1",
+        "2",
+        "3",
+        "16",
+        "-1",
+        "0.5",
+        "1.5",
+        "2.0",
+        "300",
+        "1e30",
+        "nan",
+        "inf",
+        "-0.0",
+        "\"1.5s\"",
+        "\"250ms\"",
+        "\"2m\"",
+        "\"-1s\"",
+        "\"\"",
+        "\"1.000000001s\"",
+        "\"99999999999h\"",
+        "true",
+        "false",
+        "[0.1, 0.2]",
+        "[1, 3]",
+        "[3, 1]",
+        "[429, 503]",
+        "[700]",
+        "{}",
+        "{ delay_factor = 3 }",
+        "9223372036854775807",
+    ];
+
+    fn file() -> impl Strategy<Value = String> {
+        let line = (0..KEYS.len(), 0..VALUES.len()).prop_map(|(k, v)| format!("{} = {}", KEYS[k], VALUES[v]));
+        prop::collection::vec((0..TABLES.len(), prop::collection::vec(line, 0..4)), 0..5).prop_map(|tables| {
+            tables
+                .into_iter()
+                .map(|(table, lines)| format!("{}\n{}\n", TABLES[table], lines.join("\n")))
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Any file is a config or an error, never a panic; a config's
+        /// canonical file reads back as an equal config, in TOML and JSON.
+        #[test]
+        fn every_file_reads_as_an_error_or_a_config_that_round_trips(text in file()) {
+            if let Ok(config) = RegistryConfig::from_toml_str(&text) {
+                let toml = config.to_toml_string().unwrap();
+                prop_assert_eq!(&RegistryConfig::from_toml_str(&toml).unwrap(), &config, "{}", toml);
+                let json = config.to_json_string().unwrap();
+                prop_assert_eq!(&RegistryConfig::from_json_str(&json).unwrap(), &config, "{}", json);
+                prop_assert!(config.build().is_ok());
+            }
+        }
+    }
+}
