@@ -384,6 +384,7 @@ impl Registry {
     /// The registry's config as it is now, including scopes replaced with
     /// [`set_scope`](Self::set_scope), ready to be written as a file with
     /// [`RegistryConfig::to_toml_string`]. (The resolver is not part of it.)
+    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
     pub fn config(&self) -> RegistryConfig {
         let (default_scope, scopes) = self.scope_configs();
         RegistryConfig {
