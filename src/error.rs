@@ -41,6 +41,12 @@ impl ConfigError {
     pub fn value(&self) -> &str {
         &self.value
     }
+
+    /// Why the value was rejected.
+    #[cfg(feature = "serde")]
+    pub(crate) fn reason(&self) -> &'static str {
+        self.reason
+    }
 }
 
 impl fmt::Display for ConfigError {

@@ -75,6 +75,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backoff;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod config_file;
 mod error;
 pub mod parse;
 pub mod registry;
@@ -84,6 +87,8 @@ pub mod scope;
 pub mod throttle;
 
 pub use backoff::{Backoff, BackoffLayer};
+#[cfg(feature = "serde")]
+pub use config_file::{ConfigFileError, RegistryConfig};
 pub use error::{ConfigError, Error};
 pub use registry::{
     AnnouncedLimits, AutoThrottleConfig, BackoffConfig, Feedback, FeedbackKind, Jitter, LimitSource,

@@ -100,6 +100,9 @@ fn as_std_error<E: 'static>(error: &E) -> Option<&(dyn StdError + 'static)> {
         };
     }
     known!(
+        // What `RobotsDelay` returns, so a `Retry` layer above it sees the
+        // inner error through its source.
+        crate::Error,
         std::io::Error,
         tower::timeout::error::Elapsed,
         tokio::time::error::Elapsed,
@@ -197,6 +200,20 @@ mod tests {
         assert!(verdict(wrapped));
         let custom: BoxError = Box::new(Error::other(Error::from(ErrorKind::ConnectionReset)));
         assert!(verdict(custom));
+    }
+
+    #[test]
+    fn connection_failures_behind_robots_delay_are_backoff_feedback() {
+        use std::io::{Error, ErrorKind};
+        assert!(verdict(crate::Error::inner(Error::from(
+            ErrorKind::ConnectionRefused
+        ))));
+        assert!(!verdict(crate::Error::inner(Error::other("bad request"))));
+        assert!(!verdict(crate::Error::robots_disallowed(
+            "http://a".into(),
+            "/".into(),
+            false
+        )));
     }
 
     #[test]

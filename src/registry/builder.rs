@@ -14,6 +14,28 @@ use super::{Registry, Shared, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_QUEUED};
 use crate::error::ConfigError;
 use crate::scope::{HostResolver, Scope, ScopeResolver};
 
+/// The builder settings that are plain values (not scope configs, not the
+/// resolver), as given: a registry keeps them so that its config can be
+/// read back ([`Registry::config`] with the `serde` feature).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(not(feature = "serde"), allow(dead_code))]
+pub(crate) struct GlobalSettings {
+    pub(crate) max_concurrency: u32,
+    pub(crate) max_queued: usize,
+    pub(crate) quota_window: Option<Duration>,
+    pub(crate) idle_ttl: Duration,
+    pub(crate) max_scopes: usize,
+    pub(crate) delayed_warn_threshold: usize,
+    pub(crate) metrics_per_scope: bool,
+    pub(crate) jitter_seed: Option<u64>,
+}
+
+impl Default for GlobalSettings {
+    fn default() -> Self {
+        RegistryBuilder::default().global_settings()
+    }
+}
+
 /// Builds a [`Registry`]; see [`Registry::builder`].
 pub struct RegistryBuilder {
     max_concurrency: u32,
@@ -150,6 +172,21 @@ impl RegistryBuilder {
     ///
     /// A [`ConfigError`] naming the first invalid field and its value.
     pub fn build(self) -> Result<Registry, ConfigError> {
+        self.check_global_settings()?;
+        let mut default_scope = self.default_scope;
+        if let Some(window) = self.quota_window {
+            default_scope.window = default_scope.window.or(Some(window));
+        }
+        RegistryBuilder {
+            default_scope,
+            ..self
+        }
+        .build_checked()
+    }
+
+    /// Checks the settings that are not scope configs; their fields are
+    /// named as the config file's keys are.
+    pub(crate) fn check_global_settings(&self) -> Result<(), ConfigError> {
         if self.max_concurrency == 0 {
             return Err(ConfigError::new("max_concurrency", 0, "must be at least 1"));
         }
@@ -167,16 +204,25 @@ impl RegistryBuilder {
                 "must be at most tokio's Semaphore::MAX_PERMITS",
             ));
         }
-        let mut default_scope = self.default_scope;
         if let Some(window) = self.quota_window {
             config::validate_window("quota_window", window)?;
-            default_scope.window = default_scope.window.or(Some(window));
         }
-        RegistryBuilder {
-            default_scope,
-            ..self
+        Ok(())
+    }
+
+    /// The settings that are plain values, kept by the registry so that its
+    /// config can be read back.
+    pub(crate) fn global_settings(&self) -> GlobalSettings {
+        GlobalSettings {
+            max_concurrency: self.max_concurrency,
+            max_queued: self.max_queued,
+            quota_window: self.quota_window,
+            idle_ttl: self.idle_ttl,
+            max_scopes: self.max_scopes,
+            delayed_warn_threshold: self.delayed_warn_threshold,
+            metrics_per_scope: self.metrics_per_scope,
+            jitter_seed: self.seed,
         }
-        .build_checked()
     }
 
     fn build_checked(self) -> Result<Registry, ConfigError> {
@@ -190,6 +236,7 @@ impl RegistryBuilder {
             &self.default_scope,
             self.max_concurrency,
         );
+        let settings = self.global_settings();
         let rng = match self.seed {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
@@ -205,6 +252,7 @@ impl RegistryBuilder {
                 scheduler: Mutex::new(scheduler),
                 resolver: self.resolver,
                 max_queued: self.max_queued,
+                settings,
                 queue_places: Arc::new(Semaphore::new(self.max_queued)),
             }),
         })

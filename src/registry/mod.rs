@@ -151,7 +151,10 @@ mod time;
 
 pub use autothrottle::AutoThrottleConfig;
 pub use backoff::{BackoffConfig, DEFAULT_BACKOFF_CODES};
+pub(crate) use builder::GlobalSettings;
 pub use builder::RegistryBuilder;
+#[cfg(feature = "serde")]
+pub(crate) use config::Setting;
 pub use config::{ScopeConfig, DEFAULT_QUOTA_WINDOW};
 pub use feedback::{AnnouncedLimits, Feedback, FeedbackKind};
 pub use rampup::RampupConfig;
@@ -209,6 +212,9 @@ struct Shared {
     scheduler: Mutex<Scheduler>,
     resolver: Box<dyn ScopeResolver>,
     max_queued: usize,
+    /// What the builder was given, for reading the config back.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    settings: GlobalSettings,
     /// The `max_queued` places: a permit per request admitted by
     /// `poll_ready` and not yet sent. A semaphore hands a freed place to a
     /// waiter even when the waiter it first woke has gone away.
@@ -386,6 +392,19 @@ impl Registry {
     /// settings it inherits filled in.
     pub fn scope_config(&self, key: &str) -> ScopeConfig {
         self.scheduler().config_of(key)
+    }
+
+    /// The plain-value settings the registry was built with.
+    #[cfg(feature = "serde")]
+    pub(crate) fn global_settings(&self) -> GlobalSettings {
+        self.shared.settings
+    }
+
+    /// The default scope's config and every scope's own config (with the
+    /// settings it inherits filled in), as they are now.
+    #[cfg(feature = "serde")]
+    pub(crate) fn scope_configs(&self) -> (ScopeConfig, Vec<(Scope, ScopeConfig)>) {
+        self.scheduler().scope_configs()
     }
 
     /// A snapshot of scope `key`, or `None` if the registry does not hold

@@ -113,6 +113,17 @@ impl Scheduler {
         ScopeConfig::clone(config)
     }
 
+    /// The default config and every scope's own config.
+    #[cfg(feature = "serde")]
+    pub(crate) fn scope_configs(&self) -> (ScopeConfig, Vec<(Scope, ScopeConfig)>) {
+        let overrides = self
+            .overrides
+            .iter()
+            .map(|(key, config)| (key.clone(), ScopeConfig::clone(config)))
+            .collect();
+        (ScopeConfig::clone(&self.default_config), overrides)
+    }
+
     /// Every scope the scheduler knows, with its id.
     pub(crate) fn scopes_with_ids(&self) -> impl Iterator<Item = (ScopeId, &ScopeEntry)> {
         self.scopes.iter()

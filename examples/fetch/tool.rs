@@ -1,0 +1,318 @@
+//! The fetch tool's logic, apart from its command line so that a test can
+//! run it against loopback sites with its own client.
+
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use serde_json::{json, Map, Value};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tower::retry::RetryLayer;
+use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_throttle::{
+    BackoffLayer, Registry, RegistryConfig, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer,
+};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the command line sets besides the URLs and the registry.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Sent as `User-Agent`, and the name robots.txt groups are matched by.
+    pub user_agent: String,
+    /// Re-sends of a backoff response (429, 503, ...) or a failed
+    /// connection, each through the throttle again.
+    pub retries: u32,
+    /// A progress line on stderr after this many URLs.
+    pub progress_every: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            user_agent: "tower-throttle-fetch/0.1".to_owned(),
+            retries: 3,
+            progress_every: 10,
+        }
+    }
+}
+
+/// The registry a config file describes, TOML or JSON by its extension.
+pub fn load_registry(path: &Path) -> Result<Registry, String> {
+    let text = std::fs::read_to_string(path).map_err(|err| format!("{}: {err}", path.display()))?;
+    let config = match path.extension().and_then(|e| e.to_str()) {
+        Some("toml") => RegistryConfig::from_toml_str(&text),
+        Some("json") => RegistryConfig::from_json_str(&text),
+        _ => {
+            return Err(format!(
+                "{}: the config file must end in .toml or .json",
+                path.display()
+            ))
+        }
+    };
+    config
+        .and_then(RegistryConfig::build)
+        .map_err(|err| format!("{}: {err}", path.display()))
+}
+
+/// Counts for the final summary.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub urls: usize,
+    pub success: usize,
+    pub other_status: usize,
+    pub errors: usize,
+}
+
+/// When each attempt of a request reached the client: stamped just above
+/// it, below every layer, so the first stamp ends the request's wait.
+#[derive(Clone, Default)]
+struct SendStamps(Arc<Mutex<Vec<Instant>>>);
+
+impl SendStamps {
+    fn stamp(&self) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Instant::now());
+    }
+
+    fn all(&self) -> Vec<Instant> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Fetches every URL through RobotsDelay → Throttle → RetryAfter →
+/// Backoff → `client`, with backoff responses retried through the
+/// throttle; writes one JSON line per URL to `out` in completion order,
+/// progress lines to `progress`.
+pub async fn run<C>(
+    registry: Registry,
+    client: C,
+    urls: impl IntoIterator<Item = String>,
+    options: &Options,
+    out: &mut impl Write,
+    progress: &mut impl Write,
+) -> io::Result<Summary>
+where
+    C: Service<http::Request<Full<Bytes>>, Response = http::Response<Incoming>> + Clone + Send + 'static,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+{
+    let backoff = BackoffLayer::new(registry.clone());
+    let stack = ServiceBuilder::new()
+        .layer(RetryLayer::new(backoff.retry_policy(options.retries)))
+        .layer(RobotsDelayLayer::new(registry.clone()).user_agent(options.user_agent.clone()))
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(RetryAfterLayer::new(registry.clone()))
+        .layer(backoff)
+        .map_request(|request: http::Request<Full<Bytes>>| {
+            if let Some(stamps) = request.extensions().get::<SendStamps>() {
+                stamps.stamp();
+            }
+            request
+        })
+        .service(client);
+
+    let started = Instant::now();
+    let mut summary = Summary::default();
+    let mut running = JoinSet::new();
+    for url in urls {
+        let url = url.trim().to_owned();
+        if url.is_empty() || url.starts_with('#') {
+            continue;
+        }
+        let mut request = match request_for(&url, &options.user_agent) {
+            Ok(request) => request,
+            Err(err) => {
+                let line = Fetched::failed(url, Vec::new(), format!("invalid URL: {err}")).json_line();
+                report(&line, &mut summary, options, started, out, progress)?;
+                continue;
+            }
+        };
+        let scopes: Vec<String> = registry
+            .scopes_of(&request)
+            .iter()
+            .map(|(scope, _)| scope.as_str().to_owned())
+            .collect();
+        let stamps = SendStamps::default();
+        request.extensions_mut().insert(stamps.clone());
+        let mut stack = stack.clone();
+        let call_started = Instant::now();
+        // Waiting here is waiting for a place among `max_queued`: part of
+        // the request's wait too.
+        let response = match stack.ready().await {
+            Ok(ready) => ready.call(request),
+            Err(err) => {
+                let line = Fetched::failed(url, scopes, error_chain(&err)).json_line();
+                report(&line, &mut summary, options, started, out, progress)?;
+                continue;
+            }
+        };
+        running.spawn(async move {
+            let outcome = response.await.map_err(|err| error_chain(&err));
+            let finished = Instant::now();
+            let outcome = match outcome {
+                Ok(response) => count_body(response).await,
+                Err(err) => Err(err),
+            };
+            Fetched {
+                url,
+                scopes,
+                outcome,
+                call_started,
+                sends: stamps.all(),
+                finished,
+            }
+        });
+        while let Some(done) = running.try_join_next() {
+            report(&joined(done), &mut summary, options, started, out, progress)?;
+        }
+    }
+    while let Some(done) = running.join_next().await {
+        report(&joined(done), &mut summary, options, started, out, progress)?;
+    }
+    writeln!(progress, "done: {}", progress_line(&summary, started))?;
+    Ok(summary)
+}
+
+fn progress_line(summary: &Summary, started: Instant) -> String {
+    format!(
+        "{} URLs in {:.1} s: {} answered 2xx, {} another status, {} failed",
+        summary.urls,
+        started.elapsed().as_secs_f64(),
+        summary.success,
+        summary.other_status,
+        summary.errors
+    )
+}
+
+/// What happened to one URL.
+struct Fetched {
+    url: String,
+    scopes: Vec<String>,
+    /// The status and the body's length, or what failed.
+    outcome: Result<(http::StatusCode, u64), String>,
+    /// When the tool handed the request to the stack.
+    call_started: Instant,
+    /// When each attempt reached the client.
+    sends: Vec<Instant>,
+    /// When the stack answered (response head or error).
+    finished: Instant,
+}
+
+impl Fetched {
+    fn failed(url: String, scopes: Vec<String>, error: String) -> Self {
+        let now = Instant::now();
+        Fetched {
+            url,
+            scopes,
+            outcome: Err(error),
+            call_started: now,
+            sends: Vec::new(),
+            finished: now,
+        }
+    }
+
+    /// `waited_ms`: from the call to the first send (robots.txt, the
+    /// throttle's queue, holds); `latency_ms`: from the last send to the
+    /// answer. Both `null` when nothing was sent.
+    fn json_line(&self) -> Value {
+        let mut line = Map::new();
+        line.insert("url".into(), json!(self.url));
+        match &self.outcome {
+            Ok((status, bytes)) => {
+                line.insert("status".into(), json!(status.as_u16()));
+                line.insert("bytes".into(), json!(bytes));
+            }
+            Err(error) => {
+                line.insert("error".into(), json!(error));
+                line.insert("bytes".into(), Value::Null);
+            }
+        }
+        let millis = |span: Duration| json!((span.as_secs_f64() * 1000.0 * 10.0).round() / 10.0);
+        let (waited, latency) = match (self.sends.first(), self.sends.last()) {
+            (Some(first), Some(last)) => (
+                millis(first.saturating_duration_since(self.call_started)),
+                millis(self.finished.saturating_duration_since(*last)),
+            ),
+            _ => (Value::Null, Value::Null),
+        };
+        line.insert("latency_ms".into(), latency);
+        line.insert("waited_ms".into(), waited);
+        line.insert("attempts".into(), json!(self.sends.len()));
+        line.insert("scopes".into(), json!(self.scopes));
+        Value::Object(line)
+    }
+}
+
+fn joined(done: Result<Fetched, tokio::task::JoinError>) -> Value {
+    match done {
+        Ok(fetched) => fetched.json_line(),
+        // The task only awaits futures that do not panic; should one, the
+        // tool says so rather than losing the URL silently.
+        Err(err) => json!({ "url": null, "error": format!("fetch task failed: {err}") }),
+    }
+}
+
+fn report(
+    line: &Value,
+    summary: &mut Summary,
+    options: &Options,
+    started: Instant,
+    out: &mut impl Write,
+    progress: &mut impl Write,
+) -> io::Result<()> {
+    writeln!(out, "{line}")?;
+    summary.urls += 1;
+    match line.get("status").and_then(Value::as_u64) {
+        Some(status) if (200..300).contains(&status) => summary.success += 1,
+        Some(_) => summary.other_status += 1,
+        None => summary.errors += 1,
+    }
+    if options.progress_every > 0 && summary.urls.is_multiple_of(options.progress_every) {
+        writeln!(progress, "{}", progress_line(summary, started))?;
+    }
+    Ok(())
+}
+
+fn request_for(url: &str, user_agent: &str) -> Result<http::Request<Full<Bytes>>, BoxError> {
+    let uri: http::Uri = url.parse()?;
+    if uri.scheme() != Some(&http::uri::Scheme::HTTP) || uri.host().is_none() {
+        return Err("only absolute http:// URLs are supported (this example's client has no TLS)".into());
+    }
+    Ok(http::Request::get(uri)
+        .header(http::header::USER_AGENT, user_agent)
+        .body(Full::new(Bytes::new()))?)
+}
+
+/// The status and the body's length, read frame by frame (never held
+/// whole in memory).
+async fn count_body(response: http::Response<Incoming>) -> Result<(http::StatusCode, u64), String> {
+    let status = response.status();
+    let mut body = response.into_body();
+    let mut bytes = 0u64;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|err| format!("reading the body: {}", error_chain(&err)))?;
+        if let Some(data) = frame.data_ref() {
+            bytes += data.len() as u64;
+        }
+    }
+    Ok((status, bytes))
+}
+
+/// An error and its sources, joined by `: `.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

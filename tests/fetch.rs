@@ -1,0 +1,234 @@
+//! The fetch example against two loopback sites: one JSON line per URL
+//! with its fields, and each site's configured delay held between the
+//! sends the site saw.
+
+#[path = "../examples/fetch/tool.rs"]
+mod tool;
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const CONFIG: &str = r#"
+[default_scope]
+delay = 0
+delay_per_slot = 0
+jitter = 0
+backoff = { min_delay = "50ms" }
+
+[scopes."a.test"]
+delay = "200ms"
+
+[scopes."b.test"]
+concurrency = 2
+delay = "100ms"
+"#;
+
+type Arrivals = Arc<Mutex<Vec<(String, String, Instant)>>>;
+
+/// Two sites by Host header; every arrival recorded as the server sees it.
+async fn start_sites(arrivals: Arrivals) -> u16 {
+    let addr = support::serve(move |request: http::Request<hyper::body::Incoming>| {
+        let arrivals = arrivals.clone();
+        async move {
+            let host = request
+                .uri()
+                .host()
+                .or_else(|| request.headers().get(http::header::HOST)?.to_str().ok())
+                .unwrap_or_default()
+                .split(':')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            let path = request.uri().path().to_owned();
+            arrivals
+                .lock()
+                .unwrap()
+                .push((host.clone(), path.clone(), Instant::now()));
+            if path.starts_with("/page/") {
+                support::text(page_body(&host, &path))
+            } else {
+                let mut response = support::text("no such page");
+                *response.status_mut() = http::StatusCode::NOT_FOUND;
+                response
+            }
+        }
+    })
+    .await;
+    addr.port()
+}
+
+fn page_body(host: &str, path: &str) -> String {
+    format!("page {path} of {host}")
+}
+
+fn write_config(name: &str, text: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("tower-throttle-fetch-{}-{name}", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn fetches_two_sites_with_one_json_line_per_url_and_their_delays_held() {
+    let arrivals = Arrivals::default();
+    let port = start_sites(arrivals.clone()).await;
+    let config = write_config("sites.toml", CONFIG);
+    let registry = tool::load_registry(&config).unwrap();
+    std::fs::remove_file(&config).unwrap();
+
+    let mut urls = Vec::new();
+    for page in 0..4 {
+        urls.push(format!("http://a.test:{port}/page/{page}"));
+        urls.push(format!("http://b.test:{port}/page/{page}"));
+    }
+    urls.push(format!("http://b.test:{port}/missing"));
+    // Nothing listens on port 1: refused, retried once, then an error.
+    urls.push("http://refused.test:1/".to_owned());
+    urls.push("ftp://a.test/file".to_owned());
+    let input: Vec<String> = urls
+        .iter()
+        .cloned()
+        .chain(["".to_owned(), "# a comment".to_owned()])
+        .collect();
+
+    let options = tool::Options {
+        retries: 1,
+        progress_every: 5,
+        ..tool::Options::default()
+    };
+    let (mut out, mut progress) = (Vec::new(), Vec::new());
+    let summary = tool::run(
+        registry,
+        support::loopback_client(),
+        input,
+        &options,
+        &mut out,
+        &mut progress,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        summary,
+        tool::Summary {
+            urls: 11,
+            success: 8,
+            other_status: 1,
+            errors: 2
+        }
+    );
+
+    let lines: HashMap<String, Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let json: Value = serde_json::from_str(line).unwrap();
+            (json["url"].as_str().unwrap().to_owned(), json)
+        })
+        .collect();
+    assert_eq!(lines.len(), urls.len(), "one line per URL");
+
+    for host in ["a.test", "b.test"] {
+        for page in 0..4 {
+            let path = format!("/page/{page}");
+            let line = &lines[&format!("http://{host}:{port}{path}")];
+            assert_eq!(line["status"], 200, "{line}");
+            assert_eq!(line["bytes"], page_body(host, &path).len(), "{line}");
+            assert_eq!(line["attempts"], 1, "{line}");
+            assert_eq!(line["scopes"], serde_json::json!([host]), "{line}");
+            assert!(line["latency_ms"].as_f64().unwrap() >= 0.0, "{line}");
+            assert!(line["waited_ms"].as_f64().unwrap() >= 0.0, "{line}");
+            assert!(line.get("error").is_none(), "{line}");
+        }
+    }
+    let missing = &lines[&format!("http://b.test:{port}/missing")];
+    assert_eq!(missing["status"], 404);
+    assert_eq!(missing["bytes"], "no such page".len());
+    let refused = &lines["http://refused.test:1/"];
+    assert!(refused.get("status").is_none());
+    assert!(
+        refused["error"].as_str().unwrap().contains("Connection refused"),
+        "{refused}"
+    );
+    assert_eq!(refused["attempts"], 2, "one send and one retry");
+    assert_eq!(refused["bytes"], Value::Null);
+    let invalid = &lines["ftp://a.test/file"];
+    assert!(
+        invalid["error"].as_str().unwrap().starts_with("invalid URL"),
+        "{invalid}"
+    );
+    assert_eq!(invalid["attempts"], 0);
+    assert_eq!(invalid["waited_ms"], Value::Null);
+
+    // What each site saw, robots.txt included: never two arrivals closer
+    // than its delay (less 2 ms for the trip through loopback).
+    let arrivals = arrivals.lock().unwrap().clone();
+    for (host, delay) in [("a.test", 200), ("b.test", 100)] {
+        let at: Vec<Instant> = arrivals
+            .iter()
+            .filter(|(h, ..)| h == host)
+            .map(|(.., at)| *at)
+            .collect();
+        let expected = if host == "a.test" { 5 } else { 6 };
+        assert_eq!(at.len(), expected, "robots.txt and the pages of {host}");
+        for pair in at.windows(2) {
+            let gap = pair[1] - pair[0];
+            assert!(
+                gap >= Duration::from_millis(delay - 2),
+                "{host}: {gap:?} between two arrivals"
+            );
+        }
+    }
+    // The throttle's wait shows in `waited_ms`: the k-th page of a.test
+    // to go waited at least k delays after robots.txt (less the few
+    // milliseconds between the tool's calls).
+    let mut waited: Vec<f64> = (0..4)
+        .map(|page| {
+            lines[&format!("http://a.test:{port}/page/{page}")]["waited_ms"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    waited.sort_by(f64::total_cmp);
+    for (k, waited) in waited.iter().enumerate() {
+        assert!(
+            *waited >= 200.0 * (k + 1) as f64 - 20.0,
+            "page {k} of a.test waited {waited} ms"
+        );
+    }
+
+    let progress = String::from_utf8(progress).unwrap();
+    assert!(progress.starts_with("5 URLs in "), "{progress}");
+    assert!(
+        progress.contains("done: 11 URLs in ")
+            && progress.ends_with("8 answered 2xx, 1 another status, 2 failed\n"),
+        "{progress}"
+    );
+}
+
+#[test]
+fn config_files_are_read_as_toml_or_json_by_extension() {
+    let json = write_config("c.json", r#"{"scopes": {"a.test": {"concurrency": 3}}}"#);
+    let registry = tool::load_registry(&json).unwrap();
+    assert_eq!(registry.scope_config("a.test").get_concurrency(), 3);
+    std::fs::remove_file(&json).unwrap();
+
+    let bad = write_config("bad.toml", "max_concurrency = 0");
+    let err = tool::load_registry(&bad).unwrap_err();
+    assert_eq!(
+        err,
+        format!("{}: max_concurrency: must be at least 1, got 0", bad.display())
+    );
+    std::fs::remove_file(&bad).unwrap();
+
+    let yaml = write_config("c.yaml", "max_concurrency: 3");
+    let err = tool::load_registry(&yaml).unwrap_err();
+    assert!(
+        err.ends_with("the config file must end in .toml or .json"),
+        "{err}"
+    );
+    std::fs::remove_file(&yaml).unwrap();
+}
