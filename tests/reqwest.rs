@@ -19,7 +19,7 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_throttle::reqwest::{HttpClient, ReqwestLayer};
 use tower_throttle::{
     BackoffConfig, BackoffLayer, LimitSource, Registry, RetryAfterLayer, RobotsDelayLayer, ScopeConfig,
-    ThrottleLayer,
+    ScopeStats, ThrottleLayer,
 };
 
 /// Real sockets add scheduling noise between the client's send and the
@@ -279,6 +279,25 @@ async fn scope_concurrency_and_delay_hold_at_the_server() {
     assert_eq!(registry.scope_stats("paced.test").unwrap().sent, 9);
 }
 
+/// One page of `host`, answered by `answer`, through the whole stack with
+/// `retries` retries and backoff steps from 100 ms.
+async fn one_page_with_backoff(
+    host: &'static str,
+    answer: Answer,
+    retries: u32,
+) -> (Sites, Registry, Vec<(String, u16, String)>) {
+    let sites = Sites::default().answer(host, answer);
+    let addr = sites.start().await;
+    let registry = Registry::builder()
+        .default_scope(quick_scope().backoff(quick_backoff()))
+        .build()
+        .unwrap();
+    let http = reqwest_client(addr, &[host]);
+    let client = full_stack(&registry, http.clone(), retries);
+    let answers = send_all(&client, pages(&http, host, addr, 1)).await;
+    (sites, registry, answers)
+}
+
 fn too_many_requests_then_ok(pages_before: usize) -> http::Response<Full<Bytes>> {
     if pages_before == 0 {
         let mut response = support::full_status(429);
@@ -293,16 +312,7 @@ fn too_many_requests_then_ok(pages_before: usize) -> http::Response<Full<Bytes>>
 
 #[tokio::test]
 async fn retry_after_holds_the_scope_and_the_retry_waits_for_it() {
-    let sites = Sites::default().answer("busy.test", too_many_requests_then_ok);
-    let addr = sites.start().await;
-    let registry = Registry::builder()
-        .default_scope(quick_scope().backoff(quick_backoff()))
-        .build()
-        .unwrap();
-    let http = reqwest_client(addr, &["busy.test"]);
-    let client = full_stack(&registry, http.clone(), 1);
-
-    let answers = send_all(&client, pages(&http, "busy.test", addr, 1)).await;
+    let (sites, registry, answers) = one_page_with_backoff("busy.test", too_many_requests_then_ok, 1).await;
 
     assert_eq!(answers[0].1, 200, "the retry's answer reaches the caller");
     assert_eq!(answers[0].2, "finally");
@@ -321,16 +331,7 @@ fn always_unavailable(_: usize) -> http::Response<Full<Bytes>> {
 
 #[tokio::test]
 async fn service_unavailable_steps_the_delay_up_and_is_retried() {
-    let sites = Sites::default().answer("flaky.test", always_unavailable);
-    let addr = sites.start().await;
-    let registry = Registry::builder()
-        .default_scope(quick_scope().backoff(quick_backoff()))
-        .build()
-        .unwrap();
-    let http = reqwest_client(addr, &["flaky.test"]);
-    let client = full_stack(&registry, http.clone(), 2);
-
-    let answers = send_all(&client, pages(&http, "flaky.test", addr, 1)).await;
+    let (sites, registry, answers) = one_page_with_backoff("flaky.test", always_unavailable, 2).await;
 
     assert_eq!(answers[0].1, 503, "after two retries the last 503 is the answer");
     assert_eq!(
@@ -435,66 +436,52 @@ fn throttled(
         .service(HttpClient::new(http))
 }
 
-#[tokio::test]
-async fn a_refused_connection_is_backoff_feedback() {
+/// Sends one request for `url` (with reqwest's per-request `timeout`, if
+/// any) through Throttle and Backoff, expecting reqwest to fail it; returns
+/// the error and the loopback scope's stats.
+async fn failed_request(url: String, timeout: Option<Duration>) -> (reqwest::Error, ScopeStats) {
     let registry = Registry::builder()
         .default_scope(quick_scope().backoff(quick_backoff()))
         .build()
         .unwrap();
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let request = http
-        .get(format!("http://127.0.0.1:{}/", closed_port().await))
-        .build()
-        .unwrap();
-
+    let mut request = http.get(url);
+    if let Some(timeout) = timeout {
+        request = request.timeout(timeout);
+    }
+    let request = request.build().unwrap();
     let err = throttled(&registry, http).oneshot(request).await.unwrap_err();
+    (err, registry.scope_stats("127.0.0.1").unwrap())
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_backoff_feedback() {
+    let url = format!("http://127.0.0.1:{}/", closed_port().await);
+    let (err, stats) = failed_request(url, None).await;
 
     assert!(err.is_connect(), "{err:?}");
-    let stats = registry.scope_stats("127.0.0.1").unwrap();
     assert_eq!(stats.backoff_feedbacks, 1);
     assert_eq!(stats.backoff_delay, Some(Duration::from_millis(100)));
 }
 
 #[tokio::test]
 async fn a_reqwest_timeout_is_backoff_feedback() {
-    let registry = Registry::builder()
-        .default_scope(quick_scope().backoff(quick_backoff()))
-        .build()
-        .unwrap();
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let addr = silent_server().await;
     // The per-request timeout travels in the request's extensions, through
     // both conversions.
-    let request = http
-        .get(format!("http://{addr}/"))
-        .timeout(Duration::from_millis(100))
-        .build()
-        .unwrap();
-
-    let err = throttled(&registry, http).oneshot(request).await.unwrap_err();
+    let url = format!("http://{}/", silent_server().await);
+    let (err, stats) = failed_request(url, Some(Duration::from_millis(100))).await;
 
     assert!(err.is_timeout(), "{err:?}");
-    let stats = registry.scope_stats("127.0.0.1").unwrap();
     assert_eq!(stats.backoff_feedbacks, 1);
     assert_eq!(stats.backoff_delay, Some(Duration::from_millis(100)));
 }
 
 #[tokio::test]
 async fn errors_that_are_not_overload_are_no_backoff_feedback() {
-    let registry = Registry::builder()
-        .default_scope(quick_scope().backoff(quick_backoff()))
-        .build()
-        .unwrap();
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let request = http
-        .get(format!("http://{}/", garbage_server().await))
-        .build()
-        .unwrap();
-
-    let err = throttled(&registry, http).oneshot(request).await.unwrap_err();
+    let url = format!("http://{}/", garbage_server().await);
+    let (err, stats) = failed_request(url, None).await;
 
     assert!(!err.is_timeout() && !err.is_connect(), "{err:?}");
-    let stats = registry.scope_stats("127.0.0.1").unwrap();
     assert_eq!(stats.sent, 1);
     assert_eq!(stats.backoff_feedbacks, 0);
 }

@@ -48,8 +48,14 @@ fn no_jitter() -> ScopeConfig {
     ScopeConfig::default().delay_per_slot(Duration::ZERO).jitter(0.0)
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_same_site_waits_its_delay_while_other_sites_go_at_the_apis_pace() {
+/// Sites 1 s apart, the API 100 ms apart with lanes to spare; the API
+/// wrapped in `Throttle`, recording into the returned list.
+#[allow(clippy::type_complexity)]
+fn throttled_api() -> (
+    Registry,
+    impl Service<http::Request<()>, Response = http::Response<()>, Error = Infallible, Future: Send> + Clone,
+    Arc<Mutex<Vec<(String, u128)>>>,
+) {
     let registry = Registry::builder()
         .resolver(ScrapingApiResolver::new(["api.example"]))
         .default_scope(no_jitter().delay(Duration::from_secs(1)))
@@ -60,9 +66,15 @@ async fn the_same_site_waits_its_delay_while_other_sites_go_at_the_apis_pace() {
         .build()
         .unwrap();
     let sent = Arc::default();
-    let mut client = ServiceBuilder::new()
+    let client = ServiceBuilder::new()
         .layer(ThrottleLayer::new(registry.clone()))
         .service(api(Arc::clone(&sent)));
+    (registry, client, sent)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_same_site_waits_its_delay_while_other_sites_go_at_the_apis_pace() {
+    let (registry, mut client, sent) = throttled_api();
 
     let calls = [
         ("a.example", "a1"),
@@ -103,19 +115,7 @@ async fn the_same_site_waits_its_delay_while_other_sites_go_at_the_apis_pace() {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_without_a_target_is_throttled_by_the_api_alone() {
-    let registry = Registry::builder()
-        .resolver(ScrapingApiResolver::new(["api.example"]))
-        .default_scope(no_jitter().delay(Duration::from_secs(1)))
-        .scope(
-            "api.example",
-            no_jitter().concurrency(100).delay(Duration::from_millis(100)),
-        )
-        .build()
-        .unwrap();
-    let sent = Arc::default();
-    let client = ServiceBuilder::new()
-        .layer(ThrottleLayer::new(registry.clone()))
-        .service(api(Arc::clone(&sent)));
+    let (registry, client, sent) = throttled_api();
 
     for label in ["x1", "x2"] {
         let request = http::Request::get(format!("https://api.example/account?url=not-a-url&label={label}"))
