@@ -18,8 +18,12 @@ use hyper::body::Bytes;
 use tokio::time::Instant;
 use tower_throttle::{Registry, ScopeConfig};
 
-/// Real sockets add scheduling noise between the client's send and the
-/// server's accept; gaps are asserted with this much slack.
+/// Real sockets add noise between the client's send and the server's
+/// accept, and the first request of each new lane opens a connection after
+/// the throttle lets it go (the registry's "cold start" covers only a
+/// scope's first request), so the next request, on a pooled connection,
+/// can arrive a little early: 35.7 ms for a 40 ms delay was the closest in
+/// ten runs. Gaps are asserted with this much slack.
 const SOCKET_SLACK: Duration = Duration::from_millis(10);
 
 /// What the upstream saw.
@@ -50,9 +54,9 @@ async fn start_upstream(latency: Duration) -> (String, Arc<Upstream>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_inbound_requests_keep_the_upstream_within_its_limits() {
-    let (upstream_base, upstream) = start_upstream(Duration::from_millis(80)).await;
+    let (upstream_base, upstream) = start_upstream(Duration::from_millis(100)).await;
     let lanes = 3;
-    let delay = Duration::from_millis(25);
+    let delay = Duration::from_millis(40);
     let registry = Registry::builder()
         .scope(
             "127.0.0.1",
@@ -70,7 +74,7 @@ async fn concurrent_inbound_requests_keep_the_upstream_within_its_limits() {
     tokio::spawn(async move { axum::serve(listener, router).await });
 
     let inbound = support::loopback_client();
-    let inbound_requests = 30;
+    let inbound_requests = 24;
     let mut requests = Vec::new();
     for id in 0..inbound_requests {
         let inbound = inbound.clone();
@@ -95,8 +99,8 @@ async fn concurrent_inbound_requests_keep_the_upstream_within_its_limits() {
         let gap = pair[1] - pair[0];
         assert!(gap >= delay - SOCKET_SLACK, "gap {gap:?}");
     }
-    // Latency (80 ms) over delay (25 ms) keeps more than 3 requests wanting
-    // to be in flight: the lanes are used, and never exceeded.
+    // Latency (100 ms) over delay (40 ms) keeps 3 requests wanting to be in
+    // flight: the lanes are used, and never exceeded.
     assert_eq!(upstream.max_in_flight.load(Ordering::SeqCst), lanes);
     let stats = registry.scope_stats("127.0.0.1").unwrap();
     assert_eq!(stats.sent, inbound_requests as u64);
