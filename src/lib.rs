@@ -81,6 +81,9 @@ pub mod config_file;
 mod error;
 pub mod parse;
 pub mod registry;
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod reqwest;
 pub mod retry_after;
 pub mod robots;
 pub mod scope;

@@ -55,7 +55,8 @@ impl<'a> ErrorView<'a> {
     /// Views `error`. Its `std::error::Error` side is found for boxed
     /// errors (`Box<dyn Error + Send + Sync>`, what tower's own middleware
     /// returns), `std::io::Error`, tower's and tokio's timeout errors,
-    /// `hyper::Error` and hyper-util's client error; other types are only
+    /// `hyper::Error`, hyper-util's client error and (feature `reqwest`)
+    /// `reqwest::Error`; other types are only
     /// reachable through [`downcast_ref`](Self::downcast_ref).
     pub fn of<E: 'static>(error: &'a E) -> Self {
         ErrorView {
@@ -110,6 +111,8 @@ fn as_std_error<E: 'static>(error: &E) -> Option<&(dyn StdError + 'static)> {
     );
     #[cfg(feature = "hyper-util")]
     known!(hyper_util::client::legacy::Error);
+    #[cfg(feature = "reqwest")]
+    known!(reqwest::Error);
     None
 }
 
@@ -131,7 +134,8 @@ pub fn default_response_feedback(head: &ResponseHead<'_>, config: &BackoffConfig
 /// `ConnectionAborted`; `tower::timeout::error::Elapsed`;
 /// `tokio::time::error::Elapsed`; a `hyper::Error` that is a timeout; and,
 /// with the `hyper-util` feature, a hyper-util client error that
-/// `is_connect()`.
+/// `is_connect()`; with the `reqwest` feature, a `reqwest::Error` that
+/// `is_timeout()` or `is_connect()`.
 pub fn default_error_feedback(error: &ErrorView<'_>) -> Feedback {
     if error.chain().any(is_overload_signal) {
         Feedback::backoff()
@@ -162,6 +166,10 @@ fn is_overload_signal(error: &(dyn StdError + 'static)) -> bool {
     #[cfg(feature = "hyper-util")]
     if let Some(client) = error.downcast_ref::<hyper_util::client::legacy::Error>() {
         return client.is_connect();
+    }
+    #[cfg(feature = "reqwest")]
+    if let Some(reqwest) = error.downcast_ref::<reqwest::Error>() {
+        return reqwest.is_timeout() || reqwest.is_connect();
     }
     false
 }
