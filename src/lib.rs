@@ -94,8 +94,9 @@ pub use backoff::{Backoff, BackoffLayer};
 pub use config_file::{ConfigFileError, RegistryConfig};
 pub use error::{ConfigError, Error};
 pub use registry::{
-    AnnouncedLimits, AutoThrottleConfig, BackoffConfig, Feedback, FeedbackKind, Jitter, LimitSource,
-    QuotaStats, RampupConfig, Registry, RegistryBuilder, ScopeConfig, ScopeStats, Stats,
+    AnnouncedLimits, AutoThrottleConfig, BackoffConfig, BaseLimits, ErrorKind, Feedback, FeedbackKind,
+    Jitter, LimitSource, ManagerFeedback, ManagerLimits, QuotaStats, RampupConfig, Registry, RegistryBuilder,
+    ScopeConfig, ScopeManager, ScopeStats, Stats,
 };
 pub use retry_after::{RetryAfter, RetryAfterLayer};
 pub use robots::{RobotsDelay, RobotsDelayLayer};

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::config::{self, ScopeConfig};
+use super::manager::{ManagerFactory, ScopeManager};
 use super::metrics;
 use super::scheduler::{Scheduler, DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
 use super::{Registry, Shared, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_QUEUED};
@@ -49,6 +50,7 @@ pub struct RegistryBuilder {
     idle_ttl: Duration,
     max_scopes: usize,
     delayed_warn_threshold: usize,
+    scope_manager: Option<ManagerFactory>,
 }
 
 impl fmt::Debug for RegistryBuilder {
@@ -76,6 +78,7 @@ impl Default for RegistryBuilder {
             idle_ttl: DEFAULT_IDLE_TTL,
             max_scopes: DEFAULT_MAX_SCOPES,
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
+            scope_manager: None,
         }
     }
 }
@@ -152,6 +155,21 @@ impl RegistryBuilder {
         self
     }
 
+    /// Every scope reacts to feedback through a [`ScopeManager`] made by
+    /// `factory` (on the scope's first feedback, and again after the scope
+    /// was evicted) instead of the built-in exponential backoff and rampup:
+    /// the seeds' `THROTTLING_SCOPE_MANAGER`. A scope whose config sets its
+    /// own with [`ScopeConfig::manager`] keeps that one. This sets the
+    /// default scope's manager, replacing one its config set. See the
+    /// [`manager`](crate::registry::manager) module for examples.
+    pub fn scope_manager<F>(mut self, factory: F) -> Self
+    where
+        F: Fn(&Scope) -> Box<dyn ScopeManager> + Send + Sync + 'static,
+    {
+        self.scope_manager = Some(ManagerFactory::new(factory));
+        self
+    }
+
     /// With the `metrics` feature, labels the counters with the scope
     /// (default off: a broad crawl has millions of scopes, more label
     /// values than most metrics back ends hold). See [`metrics`].
@@ -176,6 +194,9 @@ impl RegistryBuilder {
         let mut default_scope = self.default_scope;
         if let Some(window) = self.quota_window {
             default_scope.window = default_scope.window.or(Some(window));
+        }
+        if let Some(factory) = &self.scope_manager {
+            default_scope.manager = Some(factory.clone());
         }
         RegistryBuilder {
             default_scope,

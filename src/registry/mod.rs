@@ -141,6 +141,7 @@ mod backoff;
 mod builder;
 mod config;
 mod feedback;
+pub mod manager;
 pub mod metrics;
 mod rampup;
 mod scheduler;
@@ -156,7 +157,8 @@ pub use builder::RegistryBuilder;
 #[cfg(feature = "serde")]
 pub(crate) use config::Setting;
 pub use config::{ScopeConfig, DEFAULT_QUOTA_WINDOW};
-pub use feedback::{AnnouncedLimits, Feedback, FeedbackKind};
+pub use feedback::{AnnouncedLimits, ErrorKind, Feedback, FeedbackKind};
+pub use manager::{BaseLimits, ManagerFeedback, ManagerLimits, ScopeManager};
 pub use rampup::RampupConfig;
 pub use scope_state::LimitSource;
 pub use stats::{QuotaStats, ScopeStats, Stats};
@@ -323,7 +325,8 @@ impl Registry {
         for (scope, expected_cost) in scopes.iter() {
             let config = self.scheduler().config_arc(scope.as_str());
             let feedback = decide(config.get_backoff());
-            if feedback.says_something() {
+            let tells_manager = config.has_custom_manager() && feedback.kind() != FeedbackKind::Ignore;
+            if feedback.says_something() || tells_manager {
                 self.with_scheduler(|scheduler, now, wake| {
                     scheduler.feedback(scope, feedback, expected_cost, now, wake)
                 });

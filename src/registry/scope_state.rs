@@ -16,8 +16,9 @@ use tokio::time::Instant;
 
 use super::backoff::{BackoffNow, BackoffState};
 use super::config::ScopeConfig;
+use super::manager::{BaseLimits, ManagerLimits};
 use super::rampup::RampupState;
-use super::time::{scale, Jitter, Stamp};
+use super::time::{saturating_add, scale, Jitter, Stamp, MAX_CONFIG_DELAY};
 use crate::scope::Scope;
 use contributions::NO_CONTRIBUTIONS;
 pub(crate) use contributions::{Contributions, QuotaWindow, RobotsContribution};
@@ -48,6 +49,11 @@ pub enum LimitSource {
     /// A hold: `Retry-After` or a rate-limit reset the server announced
     /// (or [`Registry::hold`](crate::Registry::hold)).
     Hold,
+    /// The scope's custom [`ScopeManager`](crate::ScopeManager): its delay,
+    /// concurrency or hold is the one in force. (A source of its own rather
+    /// than `Backoff` or `Rampup`: those name the built-in manager's
+    /// settings, which a custom manager does not use.)
+    Manager,
 }
 
 /// The last send of a lane or a scope, with the random draw for the gap
@@ -120,6 +126,11 @@ pub(crate) struct Effective {
     pub(crate) delay_floor: Duration,
     /// The backoff in force, if any.
     pub(crate) backoff: Option<BackoffNow>,
+    /// Nothing is sent before then: the later of a hold (Retry-After,
+    /// rate-limit resets) and a custom manager's hold.
+    pub(crate) hold_until: Option<Instant>,
+    /// When a custom manager's answer changes by itself.
+    pub(crate) review_at: Option<Instant>,
 }
 
 impl Effective {
@@ -198,7 +209,7 @@ impl ScopeState {
             let contributions: &mut Contributions = extra.get_or_insert_with(Box::default);
             contributions.autothrottle_delay = Some(autothrottle.start(config.delay));
         }
-        if config.get_rampup().is_some() {
+        if config.get_rampup().is_some() && !config.has_custom_manager() {
             let contributions: &mut Contributions = extra.get_or_insert_with(Box::default);
             contributions.rampup = Some(Box::new(RampupState::new(config.delay, now)));
         }
@@ -248,6 +259,8 @@ impl ScopeState {
                 jitter: Jitter::NONE,
                 delay_floor: Duration::ZERO,
                 backoff: None,
+                hold_until: None,
+                review_at: None,
             },
             None => Effective {
                 concurrency: config.concurrency,
@@ -258,6 +271,8 @@ impl ScopeState {
                 jitter: config.jitter,
                 delay_floor: Duration::ZERO,
                 backoff: None,
+                hold_until: None,
+                review_at: None,
             },
         };
         effective.lower_concurrency(max_concurrency, LimitSource::MaxConcurrency);
@@ -314,6 +329,12 @@ impl ScopeState {
 
     pub(crate) fn effective(&self, now: Instant, max_concurrency: u32) -> Effective {
         let mut effective = self.effective_before_backoff(max_concurrency);
+        let managed = self
+            .contributions()
+            .manager
+            .as_ref()
+            .map(|manager| manager.limits(now, &BaseLimits::new(effective.delay, effective.concurrency)));
+        effective.hold_until = self.contributions().hold_until;
         if let Some((delay, until)) = self.contributions().pacing {
             if now < until {
                 effective.raise_delay(delay, LimitSource::RateLimitPolicy);
@@ -329,6 +350,9 @@ impl ScopeState {
             effective.lower_concurrency(backoff.concurrency, LimitSource::Backoff);
             effective.jitter = backoff_config.jitter;
             effective.backoff = Some(backoff);
+        }
+        if let Some(limits) = managed {
+            apply_manager_limits(&mut effective, &limits, now);
         }
         effective
     }
@@ -350,16 +374,14 @@ impl ScopeState {
         // each kind with `now` in its own terms, and convert only a wait.
         let gaps_end = lane_free.max(next_send).filter(|&at| at > now_stamp.get());
         let quota_frees = self.quota_frees_at(cost, now);
-        let other_limits_end = quota_frees
-            .max(self.contributions().hold_until)
-            .filter(|&at| at > now);
+        let other_limits_end = quota_frees.max(effective.hold_until).filter(|&at| at > now);
         match gaps_end.map(Stamp::instant).max(other_limits_end) {
             Some(at) => {
                 // A backoff step back or the end of a pacing may shorten the
                 // delay before then: look again at that instant.
                 let step_back = effective.backoff.map(|backoff| backoff.next_step_back);
                 let pacing_end = self.contributions().pacing.map(|(_, until)| until);
-                let relief = [step_back, pacing_end]
+                let relief = [step_back, pacing_end, effective.review_at]
                     .into_iter()
                     .flatten()
                     .filter(|&relief| relief > now)
@@ -567,6 +589,21 @@ impl ScopeState {
             "autothrottle adjusted the delay"
         );
     }
+}
+
+/// Folds a custom manager's answer into the scope's limits.
+fn apply_manager_limits(effective: &mut Effective, limits: &ManagerLimits, now: Instant) {
+    if let Some(delay) = limits.get_delay() {
+        effective.raise_delay(delay.min(MAX_CONFIG_DELAY), LimitSource::Manager);
+    }
+    if let Some(concurrency) = limits.get_concurrency() {
+        effective.lower_concurrency(concurrency, LimitSource::Manager);
+    }
+    if let Some(until) = limits.get_hold_until() {
+        let until = until.min(saturating_add(now, MAX_CONFIG_DELAY));
+        effective.hold_until = effective.hold_until.max(Some(until));
+    }
+    effective.review_at = limits.get_review_at();
 }
 
 mod contributions;
