@@ -528,3 +528,46 @@ async fn a_custom_manager_replaces_rampup() {
         (secs(2), LimitSource::Manager)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_exponential_backoff_manager_steps_and_recovers_as_the_built_in_one() {
+    use tower_throttle::registry::manager::ExponentialBackoff;
+    let registry = Registry::builder()
+        .default_scope(exact().concurrency(3))
+        .scope(
+            "managed.example",
+            exact()
+                .concurrency(3)
+                .manager(|_scope| Box::new(ExponentialBackoff::new(BackoffConfig::default()))),
+        )
+        .build()
+        .unwrap();
+    let mut inner = Scripted::new([429, 429, 429]);
+    inner.latency = Duration::from_millis(100);
+    let service = client(&registry, inner.clone());
+    let start = Instant::now();
+    let burst = |host: &'static str, count: usize| {
+        let service = service.clone();
+        async move {
+            let sends = (0..count).map(|_| send(&service, host));
+            futures::future::join_all(sends).await;
+        }
+    };
+    for (at, count) in [(0, 3), (0, 4), (130, 4)] {
+        tokio::time::sleep_until(start + secs(at)).await;
+        tokio::join!(
+            burst("https://builtin.example/", count),
+            burst("https://managed.example/", count)
+        );
+    }
+    let builtin = inner.sent_to("builtin.example");
+    // Three sends at once on three lanes, three steps when their answers
+    // come at 0.1 s (4 s, one lane; the next gap runs from that first
+    // answer), then two quiet windows back (1 s, three lanes) by t=130.
+    let millis = |ms: [u64; 11]| ms.map(Duration::from_millis);
+    assert_eq!(
+        builtin,
+        millis([0, 0, 0, 4_100, 8_100, 12_100, 16_100, 130_000, 131_000, 132_000, 133_000])
+    );
+    assert_eq!(inner.sent_to("managed.example"), builtin);
+}

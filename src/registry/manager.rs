@@ -6,7 +6,8 @@
 //! [`ScopeStats::manager`](crate::ScopeStats::manager)) is the exponential
 //! backoff of [`BackoffConfig`](crate::BackoffConfig) with quiet-window
 //! recovery, or the [rampup](crate::RampupConfig) search when the scope
-//! opted in. To react differently, implement [`ScopeManager`] and give the
+//! opted in ([`ExponentialBackoff`] is the former as a [`ScopeManager`],
+//! to build on). To react differently, implement [`ScopeManager`] and give the
 //! registry a factory for it: for every scope with
 //! [`RegistryBuilder::scope_manager`](crate::RegistryBuilder::scope_manager),
 //! or for one scope with [`ScopeConfig::manager`](crate::ScopeConfig::manager)
@@ -260,6 +261,10 @@ use tokio::time::Instant;
 
 use super::feedback::{ErrorKind, Feedback};
 use crate::scope::Scope;
+
+mod exponential;
+
+pub use exponential::ExponentialBackoff;
 
 /// How one scope reacts to feedback; see the [module docs](self).
 ///
