@@ -58,6 +58,10 @@
 //! - [`robots`]: [`RobotsDelayLayer`] fetches each site's robots.txt once,
 //!   applies its Crawl-delay and, optionally, its Allow/Disallow rules.
 //!
+//! How a scope *reacts* to backoff feedback is pluggable too: a
+//! [`ScopeManager`] (per scope or for all) replaces the built-in
+//! exponential backoff and rampup; see [`registry::manager`].
+//!
 //! The effective limits of a scope are the most restrictive of its config
 //! and every contribution; [`Registry::scope_stats`] shows each of them and
 //! which one is in force. See the [`registry`] module for the state model

@@ -29,6 +29,9 @@
 //!   - *pacing* to a server-announced quota, until its reset;
 //!   - *rampup*'s pace, which replaces the configured delay and lanes of a
 //!     scope that opted in;
+//!   - a custom [*scope manager*](manager)'s answer (delay, concurrency,
+//!     hold), which replaces backoff and rampup for its scope; it is made
+//!     on the scope's first feedback;
 //!   - the *quota window* of a scope with a [quota](ScopeConfig::quota):
 //!     what its sends have spent since the window began (expected costs,
 //!     corrected by reported actual costs or remaining quota). Unlike the
@@ -127,6 +130,8 @@
 //!   cost) in each of its scopes;
 //! - `admission.rs`: what a throttled request holds (queue place, `Ticket`)
 //!   and the timer that wakes the first waiter of a scope;
+//! - [`manager`]: the [`ScopeManager`] trait, its factory and the
+//!   built-in backoff as one ([`manager::ExponentialBackoff`]);
 //! - `builder.rs`: [`RegistryBuilder`]; `config.rs`, `backoff.rs`,
 //!   `rampup.rs`, `autothrottle.rs`: settings and the feedback sources' own
 //!   state machines; `time.rs`: jitter and duration helpers, the leaf they

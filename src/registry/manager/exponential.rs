@@ -30,7 +30,8 @@ use crate::registry::backoff::{BackoffConfig, BackoffState};
 ///     .build()?;
 /// registry.feedback(&Scopes::from("api"), Feedback::backoff());
 /// registry.feedback(&Scopes::from("api"), Feedback::backoff());
-/// assert_eq!(registry.scope_stats("api").unwrap().delay, Duration::from_secs(3));
+/// // The default scope's 1 s delay, times 3 per step.
+/// assert_eq!(registry.scope_stats("api").unwrap().delay, Duration::from_secs(9));
 /// # Ok::<(), tower_throttle::ConfigError>(())
 /// ```
 #[derive(Debug, Clone)]
