@@ -571,3 +571,29 @@ async fn the_exponential_backoff_manager_steps_and_recovers_as_the_built_in_one(
     );
     assert_eq!(inner.sent_to("managed.example"), builtin);
 }
+
+#[tokio::test(start_paused = true)]
+async fn latency_is_measured_only_when_some_scope_may_run_a_custom_manager() {
+    use tower_throttle::backoff::Judged;
+    let judged_latency = |registry: Registry| async move {
+        let mut inner = Scripted::new([]);
+        inner.latency = Duration::from_millis(40);
+        let response = client(&registry, inner)
+            .oneshot(get("https://api.example/"))
+            .await
+            .unwrap();
+        response
+            .extensions()
+            .get::<Judged>()
+            .unwrap()
+            .feedback()
+            .latency()
+    };
+    let plain = Registry::builder().default_scope(exact()).build().unwrap();
+    assert_eq!(judged_latency(plain.clone()).await, None);
+    // A manager set at runtime on any scope turns it on.
+    plain
+        .set_scope("other", exact().manager(|_scope| Steps::boxed("steps", secs(1))))
+        .unwrap();
+    assert_eq!(judged_latency(plain).await, Some(Duration::from_millis(40)));
+}

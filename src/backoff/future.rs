@@ -25,18 +25,20 @@ pin_project! {
         scopes: Scopes,
         shared: Arc<Shared>,
         // When the request went to the inner service: the feedback's
-        // latency, for scope managers.
-        sent_at: Instant,
+        // latency, for scope managers (read only when the registry has
+        // any, so other users pay no clock reads).
+        sent_at: Option<Instant>,
     }
 }
 
 impl<F> ResponseFuture<F> {
     pub(crate) fn new(inner: F, scopes: Scopes, shared: Arc<Shared>) -> Self {
+        let sent_at = shared.registry.has_custom_managers().then(Instant::now);
         ResponseFuture {
             inner,
             scopes,
             shared,
-            sent_at: Instant::now(),
+            sent_at,
         }
     }
 }
@@ -52,7 +54,7 @@ where
         let this = self.project();
         let mut output = ready!(this.inner.poll(cx));
         let shared: &Shared = this.shared;
-        let latency = this.sent_at.elapsed();
+        let latency = this.sent_at.map(|sent_at| sent_at.elapsed());
         match &mut output {
             Ok(response) => {
                 let head = ResponseHead::of(response);
@@ -85,7 +87,7 @@ where
                 if feedback.error_kind().is_none() {
                     feedback = feedback.with_error_kind(error_kind(&view));
                 }
-                if feedback.latency().is_none() {
+                if let (None, Some(latency)) = (feedback.latency(), latency) {
                     feedback = feedback.with_latency(latency);
                 }
                 shared.registry.feedback_each(this.scopes, |_| feedback);
@@ -97,14 +99,18 @@ where
 
 /// Adds the response's status and latency to what a hook reported, unless
 /// it said otherwise.
-fn with_facts(feedback: Feedback, status: http::StatusCode, latency: std::time::Duration) -> Feedback {
+fn with_facts(
+    feedback: Feedback,
+    status: http::StatusCode,
+    latency: Option<std::time::Duration>,
+) -> Feedback {
     let feedback = match feedback.status() {
         Some(_) => feedback,
         None => feedback.with_status(status),
     };
-    match feedback.latency() {
-        Some(_) => feedback,
-        None => feedback.with_latency(latency),
+    match (feedback.latency(), latency) {
+        (None, Some(latency)) => feedback.with_latency(latency),
+        _ => feedback,
     }
 }
 

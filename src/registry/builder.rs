@@ -2,6 +2,7 @@
 //! built.
 
 use std::fmt;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -258,6 +259,8 @@ impl RegistryBuilder {
             self.max_concurrency,
         );
         let settings = self.global_settings();
+        let custom_managers = self.default_scope.has_custom_manager()
+            || self.scopes.iter().any(|(_, config)| config.has_custom_manager());
         let rng = match self.seed {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
@@ -270,6 +273,7 @@ impl RegistryBuilder {
             });
         Ok(Registry {
             shared: Arc::new(Shared {
+                custom_managers: AtomicBool::new(custom_managers),
                 scheduler: Mutex::new(scheduler),
                 resolver: self.resolver,
                 max_queued: self.max_queued,

@@ -171,6 +171,7 @@ pub(crate) use time::saturating_add;
 pub use time::{Jitter, MAX_CONFIG_DELAY};
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -226,6 +227,10 @@ struct Shared {
     /// `poll_ready` and not yet sent. A semaphore hands a freed place to a
     /// waiter even when the waiter it first woke has gone away.
     queue_places: Arc<Semaphore>,
+    /// Whether any scope config has a custom manager (set once, never
+    /// cleared): only then do feedback layers measure what managers alone
+    /// use, such as latency.
+    custom_managers: AtomicBool,
 }
 
 impl fmt::Debug for Registry {
@@ -294,6 +299,9 @@ impl Registry {
     pub fn set_scope(&self, key: impl Into<Scope>, config: ScopeConfig) -> Result<(), ConfigError> {
         let key = key.into();
         config.validate(&format!("scope {:?}", key.as_str()))?;
+        if config.has_custom_manager() {
+            self.shared.custom_managers.store(true, Ordering::Relaxed);
+        }
         self.with_scheduler(|scheduler, now, wake| {
             config::warn_about_settings_without_effect(key.as_str(), &config, scheduler.max_concurrency());
             scheduler.set_scope(key, config, now, wake)
@@ -442,6 +450,12 @@ impl Registry {
             Some(scopes) => scopes.clone(),
             None => self.shared.resolver.resolve(&RequestHead::of(request)),
         }
+    }
+
+    /// Whether some scope may run a custom manager: the feedback layers
+    /// measure latency for managers only then.
+    pub(crate) fn has_custom_managers(&self) -> bool {
+        self.shared.custom_managers.load(Ordering::Relaxed)
     }
 
     /// A handle that reserves places among `max_queued` (one per service
