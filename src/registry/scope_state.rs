@@ -126,11 +126,12 @@ pub(crate) struct Effective {
     pub(crate) delay_floor: Duration,
     /// The backoff in force, if any.
     pub(crate) backoff: Option<BackoffNow>,
-    /// Nothing is sent before then: the later of a hold (Retry-After,
-    /// rate-limit resets) and a custom manager's hold.
-    pub(crate) hold_until: Option<Instant>,
+    /// A custom manager's hold: nothing is sent before then. (Stamps, not
+    /// instants: 8 bytes each keep `Effective`, which is moved around on
+    /// every request, from growing past what is copied inline.)
+    pub(crate) manager_hold: Option<Stamp>,
     /// When a custom manager's answer changes by itself.
-    pub(crate) review_at: Option<Instant>,
+    pub(crate) review_at: Option<Stamp>,
 }
 
 impl Effective {
@@ -259,7 +260,7 @@ impl ScopeState {
                 jitter: Jitter::NONE,
                 delay_floor: Duration::ZERO,
                 backoff: None,
-                hold_until: None,
+                manager_hold: None,
                 review_at: None,
             },
             None => Effective {
@@ -271,7 +272,7 @@ impl ScopeState {
                 jitter: config.jitter,
                 delay_floor: Duration::ZERO,
                 backoff: None,
-                hold_until: None,
+                manager_hold: None,
                 review_at: None,
             },
         };
@@ -334,7 +335,6 @@ impl ScopeState {
             .manager
             .as_ref()
             .map(|manager| manager.limits(now, &BaseLimits::new(effective.delay, effective.concurrency)));
-        effective.hold_until = self.contributions().hold_until;
         if let Some((delay, until)) = self.contributions().pacing {
             if now < until {
                 effective.raise_delay(delay, LimitSource::RateLimitPolicy);
@@ -374,14 +374,18 @@ impl ScopeState {
         // each kind with `now` in its own terms, and convert only a wait.
         let gaps_end = lane_free.max(next_send).filter(|&at| at > now_stamp.get());
         let quota_frees = self.quota_frees_at(cost, now);
-        let other_limits_end = quota_frees.max(effective.hold_until).filter(|&at| at > now);
+        let other_limits_end = quota_frees
+            .max(self.contributions().hold_until)
+            .max(effective.manager_hold.map(Stamp::instant))
+            .filter(|&at| at > now);
         match gaps_end.map(Stamp::instant).max(other_limits_end) {
             Some(at) => {
                 // A backoff step back or the end of a pacing may shorten the
                 // delay before then: look again at that instant.
                 let step_back = effective.backoff.map(|backoff| backoff.next_step_back);
                 let pacing_end = self.contributions().pacing.map(|(_, until)| until);
-                let relief = [step_back, pacing_end, effective.review_at]
+                let review = effective.review_at.map(Stamp::instant);
+                let relief = [step_back, pacing_end, review]
                     .into_iter()
                     .flatten()
                     .filter(|&relief| relief > now)
@@ -601,9 +605,9 @@ fn apply_manager_limits(effective: &mut Effective, limits: &ManagerLimits, now: 
     }
     if let Some(until) = limits.get_hold_until() {
         let until = until.min(saturating_add(now, MAX_CONFIG_DELAY));
-        effective.hold_until = effective.hold_until.max(Some(until));
+        effective.manager_hold = Some(Stamp::of(until));
     }
-    effective.review_at = limits.get_review_at();
+    effective.review_at = limits.get_review_at().map(Stamp::of);
 }
 
 mod contributions;

@@ -10,7 +10,7 @@ use super::feedback::AnnouncedLimits;
 use super::manager::{DEFAULT_MANAGER_NAME, PENDING_MANAGER_NAME};
 use super::scheduler::{Scheduler, ScopeEntry};
 use super::scope_state::{Effective, LimitSource, ScopeState};
-use super::time::saturating_add;
+use super::time::{saturating_add, Stamp};
 use crate::scope::Scope;
 
 /// A snapshot of one scope, from [`Registry::scope_stats`](crate::Registry::scope_stats).
@@ -164,8 +164,9 @@ impl ScopeEntry {
             delay: effective.delay,
             delay_limited_by: effective.delay_source,
             delay_per_slot: effective.delay_per_slot,
-            held_for: effective
+            held_for: contributions
                 .hold_until
+                .max(effective.manager_hold.map(Stamp::instant))
                 .map(|until| until.saturating_duration_since(now))
                 .filter(|left| !left.is_zero()),
             manager: match &contributions.manager {
@@ -224,7 +225,7 @@ fn held_back_by(scope: &ScopeState, effective: &Effective, cost: f64, now: Insta
     if scope.contributions().hold_until.is_some_and(|until| until > now) {
         return Some(LimitSource::Hold);
     }
-    if effective.hold_until.is_some_and(|until| until > now) {
+    if effective.manager_hold.is_some_and(|until| until.instant() > now) {
         return Some(LimitSource::Manager);
     }
     if scope.in_flight >= effective.concurrency {
