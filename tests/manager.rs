@@ -597,3 +597,25 @@ async fn latency_is_measured_only_when_some_scope_may_run_a_custom_manager() {
         .unwrap();
     assert_eq!(judged_latency(plain).await, Some(Duration::from_millis(40)));
 }
+
+#[cfg(feature = "serde")]
+#[tokio::test(start_paused = true)]
+async fn a_registrys_config_keeps_its_managers_in_memory_but_not_in_files() {
+    let registry = Registry::builder()
+        .default_scope(exact())
+        .scope("api", exact().manager(|_scope| Steps::boxed("steps", secs(2))))
+        .build()
+        .unwrap();
+    let config = registry.config();
+    let toml = config.to_toml_string().unwrap();
+    assert!(!toml.contains("manager"), "{toml}");
+    let rebuilt = config.build().unwrap();
+    rebuilt.feedback(&Scopes::from("api"), Feedback::backoff());
+    assert_eq!(rebuilt.scope_stats("api").unwrap().manager, "steps");
+    let from_file = tower_throttle::RegistryConfig::from_toml_str(&toml)
+        .unwrap()
+        .build()
+        .unwrap();
+    from_file.feedback(&Scopes::from("api"), Feedback::backoff());
+    assert_eq!(from_file.scope_stats("api").unwrap().manager, "default");
+}
