@@ -6,8 +6,11 @@
 //! [`ScopeStats::manager`](crate::ScopeStats::manager)) is the exponential
 //! backoff of [`BackoffConfig`](crate::BackoffConfig) with quiet-window
 //! recovery, or the [rampup](crate::RampupConfig) search when the scope
-//! opted in ([`ExponentialBackoff`] is the former as a [`ScopeManager`],
-//! to build on). To react differently, implement [`ScopeManager`] and give the
+//! opted in. Both are also [`ScopeManager`]s, [`ExponentialBackoff`] and
+//! [`Rampup`], taking the same steps by the same code (tests check the
+//! send instants and per-minute counts are identical), to build on; a
+//! scope without a custom manager runs that code inline, with no dynamic
+//! dispatch on the request path. To react differently, implement [`ScopeManager`] and give the
 //! registry a factory for it: for every scope with
 //! [`RegistryBuilder::scope_manager`](crate::RegistryBuilder::scope_manager),
 //! or for one scope with [`ScopeConfig::manager`](crate::ScopeConfig::manager)
@@ -263,8 +266,10 @@ use super::feedback::{ErrorKind, Feedback};
 use crate::scope::Scope;
 
 mod exponential;
+mod rampup;
 
 pub use exponential::ExponentialBackoff;
+pub use rampup::Rampup;
 
 /// How one scope reacts to feedback; see the [module docs](self).
 ///
@@ -290,6 +295,13 @@ pub trait ScopeManager: Send + Sync + 'static {
     /// time is computed here from `now`; say with
     /// [`ManagerLimits::review_at`] when the answer will change.
     fn limits(&self, now: Instant, base: &BaseLimits) -> ManagerLimits;
+
+    /// A request of the scope was sent at `now`. Most managers need not
+    /// know (the default does nothing); [`Rampup`] counts its windows from
+    /// sends.
+    fn on_send(&mut self, now: Instant) {
+        let _ = now;
+    }
 }
 
 /// A scope's limits without its manager's contribution: its config, capped
@@ -299,11 +311,22 @@ pub trait ScopeManager: Send + Sync + 'static {
 pub struct BaseLimits {
     delay: Duration,
     concurrency: u32,
+    latency: Option<Duration>,
 }
 
 impl BaseLimits {
-    pub(crate) fn new(delay: Duration, concurrency: u32) -> Self {
-        BaseLimits { delay, concurrency }
+    pub(crate) fn new(delay: Duration, concurrency: u32, latency: Option<Duration>) -> Self {
+        BaseLimits {
+            delay,
+            concurrency,
+            latency,
+        }
+    }
+
+    /// The scope's latency average (send to response head), once a
+    /// response came: what a pace needs to size its lanes.
+    pub fn latency(&self) -> Option<Duration> {
+        self.latency
     }
 
     /// The delay between sends.
@@ -386,6 +409,7 @@ impl ManagerFeedback {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ManagerLimits {
+    pace: Option<(Duration, u32)>,
     delay: Option<Duration>,
     concurrency: Option<u32>,
     hold_until: Option<Instant>,
@@ -396,6 +420,18 @@ impl ManagerLimits {
     /// No contribution: the scope runs on its other limits.
     pub fn none() -> Self {
         ManagerLimits::default()
+    }
+
+    /// The scope's pace: `delay` between sends on up to `lanes` lanes,
+    /// *instead of* its configured delay, per-slot delay, jitter and
+    /// concurrency, so it may be faster than the config (which no other
+    /// answer can be). Everything else still applies on top: robots.txt,
+    /// AutoThrottle, Retry-After holds, pacing, quotas, `max_concurrency`,
+    /// and this answer's own `delay`, `concurrency` and hold. This is how
+    /// [`Rampup`] searches for a server's rate.
+    pub fn pace(mut self, delay: Duration, lanes: u32) -> Self {
+        self.pace = Some((delay, lanes.max(1)));
+        self
     }
 
     /// At least `delay` between two sends of the scope (the largest delay
@@ -429,6 +465,11 @@ impl ManagerLimits {
         self
     }
 
+    /// The pace set: delay and lanes.
+    pub fn get_pace(&self) -> Option<(Duration, u32)> {
+        self.pace
+    }
+
     /// The delay contributed.
     pub fn get_delay(&self) -> Option<Duration> {
         self.delay
@@ -452,7 +493,8 @@ impl ManagerLimits {
     /// Whether the answer limits the scope at `now` (a scope whose manager
     /// says so is not evicted).
     pub(crate) fn limits_anything(&self, now: Instant) -> bool {
-        self.delay.is_some_and(|delay| !delay.is_zero())
+        self.pace.is_some()
+            || self.delay.is_some_and(|delay| !delay.is_zero())
             || self.concurrency.is_some()
             || self.hold_until.is_some_and(|until| until > now)
     }
@@ -510,6 +552,10 @@ impl CustomManager {
 
     pub(crate) fn limits(&self, now: Instant, base: &BaseLimits) -> ManagerLimits {
         self.0.limits(now, base)
+    }
+
+    pub(crate) fn on_send(&mut self, now: Instant) {
+        self.0.on_send(now);
     }
 }
 

@@ -177,6 +177,15 @@ pub(crate) struct ScopeState {
     latency: Option<NonZeroU64>,
 }
 
+/// A pace that replaces a scope's configured delay, per-slot delay, jitter
+/// and concurrency: rampup's, or a custom manager's.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    delay: Duration,
+    lanes: u32,
+    source: LimitSource,
+}
+
 /// The request a scope is sending, as [`ScopeState::take_lane`] needs it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Sending {
@@ -247,13 +256,24 @@ impl ScopeState {
     /// The limits without backoff: config, global cap, robots.txt and
     /// AutoThrottle. Backoff steps multiply these.
     fn effective_before_backoff(&self, max_concurrency: u32) -> Effective {
+        let pace = self.contributions().rampup.as_ref().map(|rampup| Pace {
+            delay: rampup.delay,
+            lanes: self.rampup_lanes(rampup.delay),
+            source: LimitSource::Rampup,
+        });
+        self.effective_at_pace(pace, max_concurrency)
+    }
+
+    /// The limits without backoff, at `pace` (rampup's, or a custom
+    /// manager's) instead of the configured one if given.
+    fn effective_at_pace(&self, pace: Option<Pace>, max_concurrency: u32) -> Effective {
         let config = &self.config;
-        let mut effective = match &self.contributions().rampup {
-            Some(rampup) => Effective {
-                concurrency: self.rampup_lanes(rampup.delay),
-                concurrency_source: LimitSource::Rampup,
-                delay: rampup.delay,
-                delay_source: LimitSource::Rampup,
+        let mut effective = match pace {
+            Some(pace) => Effective {
+                concurrency: pace.lanes,
+                concurrency_source: pace.source,
+                delay: pace.delay,
+                delay_source: pace.source,
                 delay_per_slot: Duration::ZERO,
                 // Rampup paces precisely: the boundary it finds is only
                 // worth something if sends keep to it.
@@ -330,11 +350,18 @@ impl ScopeState {
 
     pub(crate) fn effective(&self, now: Instant, max_concurrency: u32) -> Effective {
         let mut effective = self.effective_before_backoff(max_concurrency);
-        let managed = self
-            .contributions()
-            .manager
-            .as_ref()
-            .map(|manager| manager.limits(now, &BaseLimits::new(effective.delay, effective.concurrency)));
+        let managed = self.contributions().manager.as_ref().map(|manager| {
+            let base = BaseLimits::new(effective.delay, effective.concurrency, self.latency());
+            manager.limits(now, &base)
+        });
+        if let Some((delay, lanes)) = managed.and_then(|limits| limits.get_pace()) {
+            let pace = Pace {
+                delay: delay.min(MAX_CONFIG_DELAY),
+                lanes,
+                source: LimitSource::Manager,
+            };
+            effective = self.effective_at_pace(Some(pace), max_concurrency);
+        }
         if let Some((delay, until)) = self.contributions().pacing {
             if now < until {
                 effective.raise_delay(delay, LimitSource::RateLimitPolicy);
@@ -462,9 +489,13 @@ impl ScopeState {
             departs_now,
             cost,
         } = sending;
-        let rampup = self.extra.as_deref_mut().and_then(|extra| extra.rampup.as_mut());
-        if let (Some(rampup), Some(config)) = (rampup, self.config.get_rampup()) {
-            rampup.roll(now, config);
+        if let Some(extra) = self.extra.as_deref_mut() {
+            if let (Some(rampup), Some(config)) = (extra.rampup.as_mut(), self.config.get_rampup()) {
+                rampup.roll(now, config);
+            }
+            if let Some(manager) = extra.manager.as_mut() {
+                manager.on_send(now);
+            }
         }
         let (check, effective) = match chosen {
             Some((lane, effective)) if self.contributions().backoff.is_none() => {

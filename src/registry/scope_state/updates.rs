@@ -112,7 +112,7 @@ impl ScopeState {
             self.contributions_mut().backoff_feedbacks += 1;
         }
         let base = self.effective_before_backoff(max_concurrency);
-        let base = BaseLimits::new(base.delay, base.concurrency);
+        let base = BaseLimits::new(base.delay, base.concurrency, self.latency());
         let Some(factory) = &self.config.manager else {
             return;
         };
@@ -254,7 +254,7 @@ impl ScopeState {
             .is_some_and(|until| until > now);
         let rampup_kept = under_pressure && contributions.rampup.is_some();
         let managed = contributions.manager.as_ref().is_some_and(|manager| {
-            let base = BaseLimits::new(self.config.delay, self.config.concurrency);
+            let base = BaseLimits::new(self.config.delay, self.config.concurrency, self.latency());
             manager.limits(now, &base).limits_anything(now)
         });
         !(held
