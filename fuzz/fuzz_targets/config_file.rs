@@ -33,7 +33,10 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(config) = RegistryConfig::from_json_str(text) {
         match config.to_toml_string() {
             Ok(toml) => check_toml_round_trip(&config, &toml),
-            Err(err) => assert!(seed_beyond_toml(&config), "JSON config does not write as TOML: {err}"),
+            Err(err) => assert!(
+                seed_beyond_toml(&config),
+                "JSON config does not write as TOML: {err}"
+            ),
         }
         check_json_round_trip(&config);
         check_builds(config);

@@ -42,7 +42,10 @@ fuzz_target!(|input: Input| {
 
     for path in &input.paths {
         assert!(RobotsRules::allow_all().is_allowed(path));
-        assert_eq!(RobotsRules::disallow_all().is_allowed(path), path == "/robots.txt");
+        assert_eq!(
+            RobotsRules::disallow_all().is_allowed(path),
+            path == "/robots.txt"
+        );
     }
     assert_eq!(RobotsRules::allow_all().crawl_delay(), None);
     assert_eq!(RobotsRules::disallow_all().crawl_delay(), None);
@@ -86,7 +89,11 @@ fn check_agent_token(input: &Input) {
     let same = RobotsRules::parse(&input.body, &variant);
     assert_eq!(rules.crawl_delay(), same.crawl_delay(), "{variant:?}");
     for path in input.paths.iter().map(String::as_str).chain(["/", "/x"]) {
-        assert_eq!(rules.is_allowed(path), same.is_allowed(path), "{variant:?} {path:?}");
+        assert_eq!(
+            rules.is_allowed(path),
+            same.is_allowed(path),
+            "{variant:?} {path:?}"
+        );
     }
 }
 
@@ -107,7 +114,10 @@ fn swap_ascii_case(s: &str) -> String {
 fn check_crawl_delay(agent: &str, value: &str) {
     // Kept to one line of printable ASCII without a comment, so that the
     // whole value reaches the Crawl-delay directive.
-    if !value.bytes().all(|b| b == b' ' || b == b'\t' || (b.is_ascii_graphic() && b != b'#')) {
+    if !value
+        .bytes()
+        .all(|b| b == b' ' || b == b'\t' || (b.is_ascii_graphic() && b != b'#'))
+    {
         return;
     }
     let body = format!("User-agent: *\nCrawl-delay: {value}\n");
@@ -122,7 +132,10 @@ fn check_crawl_delay(agent: &str, value: &str) {
     let tolerance = expected * 1e-6 + 1e-9;
     let beyond_duration = 18_446_744_073_709_551_616.0; // 2^64 s
     if got == Duration::MAX {
-        assert!(expected >= beyond_duration * (1.0 - 1e-6), "Crawl-delay: {value:?} saturated");
+        assert!(
+            expected >= beyond_duration * (1.0 - 1e-6),
+            "Crawl-delay: {value:?} saturated"
+        );
     } else {
         assert!(
             (got.as_secs_f64() - expected).abs() <= tolerance,
@@ -146,9 +159,9 @@ fn oracle_seconds(value: &str) -> Option<f64> {
 /// rather than a byte of the input: libFuzzer learns the constants a
 /// target compares bytes with and would soon pick the slow path every time.
 fn checks_the_bound(body: &[u8]) -> bool {
-    let hash = body
-        .iter()
-        .fold(0x811C_9DC5_u32, |hash, &b| (hash ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    let hash = body.iter().fold(0x811C_9DC5_u32, |hash, &b| {
+        (hash ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
     hash % 256 == 0
 }
 
