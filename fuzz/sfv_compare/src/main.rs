@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use sfv::{BareItem, ListEntry, Parser, Version};
 use tower_throttle::parse::rate_limit_headers::{
-    parse_ratelimit, parse_ratelimit_policy, RateLimitItem, RateLimitPolicyItem, MAX_HEADER_VALUE_LEN,
+    parse_ratelimit, parse_ratelimit_policy, MAX_HEADER_VALUE_LEN,
 };
 
 mod rows;
@@ -82,32 +82,9 @@ fn parsed_types(value: &[u8], keys: [&str; 2]) -> Option<Vec<Member>> {
         .collect()
 }
 
-fn ratelimit_with(value: &[u8], list: ListParser) -> Option<Vec<RateLimitItem>> {
-    let members = with_contract(value, ["r", "t"], list)?;
-    Some(
-        members
-            .into_iter()
-            .map(|(policy, [r, t])| RateLimitItem {
-                policy,
-                remaining: r,
-                reset: t.map(Duration::from_secs),
-            })
-            .collect(),
-    )
-}
-
-fn policy_with(value: &[u8], list: ListParser) -> Option<Vec<RateLimitPolicyItem>> {
-    let members = with_contract(value, ["q", "w"], list)?;
-    Some(
-        members
-            .into_iter()
-            .map(|(policy, [q, w])| RateLimitPolicyItem {
-                policy,
-                quota: q,
-                window: w.map(Duration::from_secs),
-            })
-            .collect(),
-    )
+/// The hand parser's answer as members, to compare with sfv's.
+fn hand_members<T>(items: Option<Vec<T>>, member: fn(T) -> Member) -> Option<Vec<Member>> {
+    Some(items?.into_iter().map(member).collect())
 }
 
 const SFV_PARSERS: [(&str, ListParser); 2] =
@@ -117,18 +94,28 @@ fn differences(inputs: &[Vec<u8>]) -> Vec<String> {
     let mut diffs = Vec::new();
     for input in inputs {
         let shown = String::from_utf8_lossy(input);
+        let fields = [
+            (
+                "RateLimit",
+                ["r", "t"],
+                hand_members(parse_ratelimit(input), |i| {
+                    (i.policy, [i.remaining, i.reset.map(|t| t.as_secs())])
+                }),
+            ),
+            (
+                "RateLimit-Policy",
+                ["q", "w"],
+                hand_members(parse_ratelimit_policy(input), |i| {
+                    (i.policy, [i.quota, i.window.map(|w| w.as_secs())])
+                }),
+            ),
+        ];
         for (label, list) in SFV_PARSERS {
-            let (hand, sfv) = (parse_ratelimit(input), ratelimit_with(input, list));
-            if hand != sfv {
-                diffs.push(format!(
-                    "RateLimit, {label}, {shown:?}: hand {hand:?}, sfv {sfv:?}"
-                ));
-            }
-            let (hand, sfv) = (parse_ratelimit_policy(input), policy_with(input, list));
-            if hand != sfv {
-                diffs.push(format!(
-                    "RateLimit-Policy, {label}, {shown:?}: hand {hand:?}, sfv {sfv:?}"
-                ));
+            for (field, keys, hand) in &fields {
+                let sfv = with_contract(input, *keys, list);
+                if *hand != sfv {
+                    diffs.push(format!("{field}, {label}, {shown:?}: hand {hand:?}, sfv {sfv:?}"));
+                }
             }
         }
     }
@@ -213,20 +200,28 @@ fn main() {
         }
         same &= diffs.is_empty();
     }
-    let valid: Vec<Vec<u8>> = corpus
-        .iter()
-        .filter(|i| parse_ratelimit(i).is_some())
-        .cloned()
-        .collect();
+    let valid = |inputs: &[Vec<u8>]| -> Vec<Vec<u8>> {
+        inputs
+            .iter()
+            .filter(|i| parse_ratelimit(i).is_some())
+            .cloned()
+            .collect()
+    };
+    let (valid_table, valid_corpus) = (valid(&table), valid(&corpus));
     let parsers: [(&str, Parse); 3] = [
         ("hand", |i| parse_ratelimit(i).is_some()),
-        ("sfv parsed types", |i| ratelimit_with(i, parsed_types).is_some()),
-        ("sfv visitor", |i| ratelimit_with(i, visit::parse).is_some()),
+        ("sfv parsed types", |i| {
+            with_contract(i, ["r", "t"], parsed_types).is_some()
+        }),
+        ("sfv visitor", |i| {
+            with_contract(i, ["r", "t"], visit::parse).is_some()
+        }),
     ];
     for (name, inputs) in [
         ("table rows", &table),
+        ("table rows, valid RateLimit only", &valid_table),
         ("corpus", &corpus),
-        ("corpus, valid RateLimit only", &valid),
+        ("corpus, valid RateLimit only", &valid_corpus),
     ] {
         if !inputs.is_empty() {
             println!("RateLimit, {name} ({} inputs):", inputs.len());
