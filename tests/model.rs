@@ -43,8 +43,10 @@
 //!    documented pass-over bound of `scheduler.rs`). Sends at the same
 //!    instant are not ordered: their admission order is not observable.
 //! 7. **Nothing held at the end**: `Registry::stats` shows nothing in
-//!    flight or waiting, and every scope's stats nothing in flight or
-//!    queued.
+//!    flight or waiting (no global permit held), every scope's stats
+//!    nothing in flight (no lane held) or queued, and exactly `max_queued`
+//!    queue places are free (that many fresh handles get ready, one more
+//!    does not).
 //!
 //! Case counts: 64 per property by default (the file runs in well under a
 //! minute in debug); set `PROPTEST_CASES` for a longer run.
@@ -56,6 +58,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::FutureExt;
 use proptest::prelude::*;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
@@ -624,6 +627,7 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
     check_completion(&log, &fates, &mut violations);
     check_order(scenario, &log, &mut violations);
     check_released(scenario, &registry, &mut violations);
+    check_queue_places(scenario, &client, &mut violations);
     violations
 }
 
@@ -700,6 +704,27 @@ fn check_released(scenario: &Scenario, registry: &Registry, violations: &mut Vec
                 ));
             }
         }
+    }
+}
+
+/// Invariant 7, queue places: every one of the `max_queued` places is free
+/// and there are no more (none was returned twice), so of `max_queued + 1`
+/// fresh handles exactly `max_queued` get ready.
+fn check_queue_places<S>(scenario: &Scenario, client: &S, violations: &mut Vec<String>)
+where
+    S: Service<http::Request<()>> + Clone,
+{
+    let mut handles: Vec<S> = (0..=scenario.max_queued).map(|_| client.clone()).collect();
+    let ready = handles
+        .iter_mut()
+        .map(|handle| handle.ready().now_or_never().is_some_and(|ready| ready.is_ok()))
+        .filter(|&ready| ready)
+        .count();
+    if ready != scenario.max_queued {
+        violations.push(format!(
+            "at the end: {ready} handles ready, {} queue places",
+            scenario.max_queued
+        ));
     }
 }
 

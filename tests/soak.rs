@@ -80,7 +80,7 @@ async fn run(soak: &Soak, seed: u64) -> Tally {
         // The body carries this request's latency and status.
         let draw = *request.body();
         tokio::time::sleep(Duration::from_millis(draw % 500)).await;
-        let status = if draw % 50 == 0 { 503 } else { 200 };
+        let status = if draw.is_multiple_of(50) { 503 } else { 200 };
         Ok::<_, Infallible>(http::Response::builder().status(status).body(()).unwrap())
     });
     let mut client = ServiceBuilder::new()
@@ -92,7 +92,7 @@ async fn run(soak: &Soak, seed: u64) -> Tally {
     let mut tasks = JoinSet::new();
     let mut tally = Tally::default();
     for sent in 0..soak.requests {
-        if sent % 1_000 == 0 {
+        if sent.is_multiple_of(1_000) {
             tally.tracked_at_most = tally.tracked_at_most.max(registry.stats().scopes_tracked);
         }
         while tasks.len() >= soak.alive {
