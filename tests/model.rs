@@ -48,8 +48,9 @@
 //!    queue places are free (that many fresh handles get ready, one more
 //!    does not).
 //!
-//! Case counts: 64 per property by default (the file runs in well under a
-//! minute in debug); set `PROPTEST_CASES` for a longer run.
+//! Case counts: 256 per property by default (a few seconds in debug, so
+//! CI runs it); set `PROPTEST_CASES` for a longer run, e.g.
+//! `PROPTEST_CASES=100000 cargo test --release --all-features --test model`.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -732,7 +733,7 @@ fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|cases| cases.parse().ok())
-        .unwrap_or(64)
+        .unwrap_or(256)
 }
 
 proptest! {
