@@ -94,24 +94,14 @@ struct Tally {
 }
 
 impl Tally {
-    fn error(&self, error: &(dyn std::error::Error + 'static)) {
+    fn error(&self, error: &dyn std::fmt::Debug) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let mut first = self.first_error.lock().unwrap();
         if first.is_none() {
-            *first = Some(error_chain(error));
+            // Debug shows the whole chain of sources.
+            *first = Some(format!("{error:?}"));
         }
     }
-}
-
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(error) = source {
-        text.push_str(": ");
-        text.push_str(&error.to_string());
-        source = error.source();
-    }
-    text
 }
 
 fn resident_bytes() -> Option<u64> {

@@ -83,6 +83,29 @@ fn error_chain_mentions(error: &(dyn std::error::Error + 'static), text: &str) -
     false
 }
 
+/// `service` was readied: with the inner service no longer ready, a clone
+/// of it is not ready either, while `service` itself still sends; then a
+/// clone called unreadied panics (see [`expect_unreadied_call_to_panic`]).
+async fn expect_readiness_per_clone<S>(
+    mut service: tower_test::mock::Spawn<S>,
+    mut handle: Handle<Request, Response>,
+) where
+    S: Service<Request, Response = Response> + Clone,
+    S::Future: Send + 'static,
+    S::Error: std::fmt::Debug + Send + 'static,
+{
+    handle.allow(0);
+    let mut clone = service.clone();
+    assert_pending!(clone.poll_ready(), "the clone is ready without the inner service");
+    let response = tokio::spawn(service.call(get("/ready")));
+    let (request, reply) = handle.next_request().await.unwrap();
+    assert_eq!(request.uri().path(), "/ready");
+    reply.send_response(ok("fine"));
+    assert_eq!(response.await.unwrap().unwrap().into_body(), "fine");
+    drop(clone);
+    expect_unreadied_call_to_panic(service, handle);
+}
+
 /// Calls a never-readied clone of `service`: it must panic (in the layer,
 /// or in the mock, which the layer must not have called) and the inner
 /// service must see no request.
@@ -123,22 +146,9 @@ macro_rules! contract_tests {
             #[tokio::test(start_paused = true)]
             async fn a_clone_does_not_share_readiness() {
                 let registry = open_registry();
-                let (mut service, mut handle) =
-                    mock::spawn_layer::<Request, Response, _>(($layer)(&registry));
+                let (mut service, handle) = mock::spawn_layer::<Request, Response, _>(($layer)(&registry));
                 assert_ready_ok!(service.poll_ready());
-                handle.allow(0);
-                let mut clone = service.clone();
-                assert_pending!(
-                    clone.poll_ready(),
-                    "the clone is ready without the inner service"
-                );
-                let response = tokio::spawn(service.call(get("/ready")));
-                let (request, reply) = handle.next_request().await.unwrap();
-                assert_eq!(request.uri().path(), "/ready");
-                reply.send_response(ok("fine"));
-                assert_eq!(response.await.unwrap().unwrap().into_body(), "fine");
-                drop(clone);
-                expect_unreadied_call_to_panic(service, handle);
+                expect_readiness_per_clone(service, handle).await;
             }
             #[tokio::test(start_paused = true)]
             async fn requests_reach_the_inner_service_only_readied() {
@@ -214,18 +224,10 @@ mod robots {
         assert_eq!(request.uri().path(), "/clone");
         reply.send_response(ok("fine"));
         assert_eq!(waiting.await.unwrap().unwrap().into_body(), "fine");
+        drop(first_clone);
         // Once the rules are known a request goes straight through, on the
         // handle `poll_ready` readied; a clone needs readiness of its own.
-        handle.allow(0);
-        let mut clone = service.clone();
-        assert_pending!(clone.poll_ready(), "the clone is ready without the inner service");
-        let response = tokio::spawn(service.call(get("/ready")));
-        let (request, reply) = handle.next_request().await.unwrap();
-        assert_eq!(request.uri().path(), "/ready");
-        reply.send_response(ok("fine"));
-        assert_eq!(response.await.unwrap().unwrap().into_body(), "fine");
-        drop(clone);
-        expect_unreadied_call_to_panic(service, handle);
+        expect_readiness_per_clone(service, handle).await;
     }
 
     #[tokio::test(start_paused = true)]
