@@ -121,8 +121,9 @@ enum Cancel {
     /// The response future is dropped this long after it was created,
     /// whatever its state.
     After(u64),
-    /// When this request completes, the task of request `n % count` is
-    /// aborted: often just as this completion admitted it, before it ran.
+    /// When this request completes, the task of one of the next few
+    /// requests (`id + 1 + n % 4`) is aborted: often one this completion
+    /// just admitted, before its task ran (admitted, not departed).
     Other(usize),
 }
 
@@ -579,6 +580,7 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
         let future = client.call(build_request(id, spec));
         let aborts_for_task = aborts.clone();
         let cancel = spec.cancel;
+        let target_of = move |n: usize| (id + 1 + n % 4) % count;
         let handle = tokio::spawn(async move {
             let fate = match cancel {
                 Cancel::After(ms) => {
@@ -594,7 +596,7 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
                 }
             };
             if let Cancel::Other(target) = cancel {
-                if let Some(handle) = &aborts_for_task.lock().unwrap()[target % count] {
+                if let Some(handle) = &aborts_for_task.lock().unwrap()[target_of(target)] {
                     handle.abort();
                 }
             }
