@@ -48,8 +48,9 @@
 //!    queue places are free (that many fresh handles get ready, one more
 //!    does not).
 //!
-//! Case counts: 256 per property by default (a few seconds in debug, so
-//! CI runs it); set `PROPTEST_CASES` for a longer run, e.g.
+//! Case counts: 256 by default for streams of up to 60 requests, 32 for
+//! streams of up to 400 (a few seconds in debug; the long streams are
+//! `#[ignore]`d until the stuck waiters they find are fixed); set `PROPTEST_CASES` for a longer run, e.g.
 //! `PROPTEST_CASES=100000 cargo test --release --all-features --test model`.
 
 use std::collections::HashMap;
@@ -523,7 +524,17 @@ fn run(scenario: &Scenario) -> Vec<String> {
         .start_paused(true)
         .build()
         .unwrap();
-    runtime.block_on(run_paused(scenario))
+    // A run that stops making progress (every task waiting, no timer
+    // left) would park the paused runtime for good: this timer is the last
+    // one, so the clock jumps to it instead and the run is reported.
+    let whole_run = Duration::from_secs(60 * 24 * 3600);
+    runtime.block_on(async {
+        tokio::time::timeout(whole_run, run_paused(scenario))
+            .await
+            .unwrap_or_else(|_| {
+                vec!["the run never finished: requests stuck while more were being sent".to_owned()]
+            })
+    })
 }
 
 async fn run_paused(scenario: &Scenario) -> Vec<String> {
@@ -562,6 +573,8 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
         .layer(BackoffLayer::new(registry.clone()))
         .service(Inner { shared });
 
+    // Far past any gap the run can produce (backoff caps at 300 s a step).
+    let deadline = start + Duration::from_secs(30 * 24 * 3600);
     let count = scenario.requests.len();
     let aborts: Arc<Mutex<Vec<Option<AbortHandle>>>> = Arc::new(Mutex::new(vec![None; count]));
     let mut handles = Vec::with_capacity(count);
@@ -576,7 +589,13 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
             apply_change(&registry, &log, change);
         }
         tokio::time::sleep_until(arrival).await;
-        client.ready().await.expect("the inner service is always ready");
+        if tokio::time::timeout_at(deadline, client.ready()).await.is_err() {
+            return vec![format!(
+                "request {id} found no queue place: waiters stuck; busy scopes {:#?}, registry {:?}",
+                busy_scopes(&registry),
+                registry.stats()
+            )];
+        }
         let future = client.call(build_request(id, spec));
         let aborts_for_task = aborts.clone();
         let cancel = spec.cancel;
@@ -612,15 +631,22 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
 
     let mut violations = Vec::new();
     let mut fates = Vec::with_capacity(count);
-    // Far past any gap the run can produce (backoff caps at 300 s a step).
-    let deadline = start + Duration::from_secs(30 * 24 * 3600);
     for (id, handle) in handles.into_iter().enumerate() {
         match tokio::time::timeout_at(deadline, handle).await {
             Ok(Ok(fate)) => fates.push(fate),
             Ok(Err(error)) if error.is_cancelled() => fates.push(Fate::Cancelled),
             Ok(Err(error)) => panic!("request {id} panicked: {error}"),
             Err(_) => {
-                violations.push(format!("request {id} never completed"));
+                let scopes: Vec<_> = scenario.requests[id]
+                    .scopes
+                    .iter()
+                    .map(|(scope, _)| registry.scope_stats(&scope_name(*scope)))
+                    .collect();
+                violations.push(format!(
+                    "request {id} never completed: {:?}, its scopes now {scopes:#?}, registry {:?}",
+                    scenario.requests[id],
+                    registry.stats()
+                ));
                 fates.push(Fate::Cancelled);
             }
         }
@@ -632,6 +658,14 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
     check_released(scenario, &registry, &mut violations);
     check_queue_places(scenario, &client, &mut violations);
     violations
+}
+
+fn busy_scopes(registry: &Registry) -> Vec<tower_throttle::ScopeStats> {
+    registry
+        .all_scope_stats()
+        .into_iter()
+        .filter(|scope| scope.in_flight > 0 || scope.queued > 0)
+        .collect()
 }
 
 fn apply_change(registry: &Registry, log: &Mutex<Log>, change: &ConfigChange) {
@@ -743,6 +777,19 @@ proptest! {
 
     #[test]
     fn every_limit_holds_and_everything_is_released(scenario in scenario(60)) {
+        let violations = run(&scenario);
+        prop_assert!(violations.is_empty(), "{violations:#?}");
+    }
+}
+
+proptest! {
+    // Long streams reach what short ones rarely do: more waiters in a scope
+    // than a dispatch scans (`MAX_SCAN`, 32), waiters passed to the bound.
+    #![proptest_config(ProptestConfig { cases: (cases() / 8).max(1), .. ProptestConfig::default() })]
+
+    #[test]
+    #[ignore = "finds waiters stuck with nothing to wake them (seed f5387c05 in tests/model.proptest-regressions), not fixed yet"]
+    fn long_streams_keep_every_limit_and_release_everything(scenario in scenario(400)) {
         let violations = run(&scenario);
         prop_assert!(violations.is_empty(), "{violations:#?}");
     }
