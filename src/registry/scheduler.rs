@@ -545,6 +545,7 @@ impl Scheduler {
             self.tickets[id].in_global_queue = false;
             self.passed.clear();
             if self.evaluate(id, None, now) == Verdict::Admit {
+                self.count_passes();
                 self.send(id, now, wake);
             }
         }

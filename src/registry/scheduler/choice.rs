@@ -31,9 +31,7 @@ impl Scheduler {
                     for &passed in self.scopes[scope_id].queue().values().take(skipped_here) {
                         self.tickets[passed].bypassed += 1;
                     }
-                    for passed in self.passed.drain(..) {
-                        self.tickets[passed].bypassed += 1;
-                    }
+                    self.count_passes();
                     return Some(id);
                 }
                 Verdict::Global => {
@@ -64,6 +62,16 @@ impl Scheduler {
             }
         }
         None
+    }
+
+    /// Counts a pass for each waiter the last [`evaluate`](Self::evaluate)
+    /// that admitted a ticket went past in another scope: every admission
+    /// that passes waiters must call it, or the `MAX_BYPASS` bound does not
+    /// hold.
+    pub(super) fn count_passes(&mut self) {
+        for passed in self.passed.drain(..) {
+            self.tickets[passed].bypassed += 1;
+        }
     }
 
     /// Whether every scope of ticket `id` lets it go now. `known_ready` is

@@ -201,6 +201,48 @@ fn global_max_concurrency_queues_waiters_in_arrival_order() {
     assert_eq!(d.scheduler.in_flight(), 1);
 }
 
+/// A waiter another of its scopes holds back is passed at most
+/// `MAX_BYPASS` times, also by waiters the global queue admits (that
+/// path once did not count its passes, so under a busy `max_concurrency` a
+/// multi-scope request was passed more often than the bound; found by
+/// `tests/model.rs`).
+#[test]
+fn passes_by_the_global_queue_count_towards_the_bypass_bound() {
+    let slow = ScopeConfig::default()
+        .concurrency(1)
+        .delay(Duration::from_secs(3600))
+        .delay_per_slot(Duration::ZERO)
+        .jitter(0.0);
+    let mut d = Driver::new(Scheduler::new(
+        free(8),
+        vec![(Scope::new("b"), slow)],
+        1,
+        fastrand::Rng::with_seed(1),
+    ));
+    let t0 = tokio::time::Instant::now();
+    let (mut in_flight, sent) = d.enqueue("b", 0, t0);
+    assert!(sent);
+    // Held back by b's delay for an hour.
+    let (x, sent) = d.enqueue(["a", "b"], 0, t0);
+    assert!(!sent);
+    let mut passes = 0;
+    for i in 1..=(MAX_BYPASS as u64 + 4) {
+        // Each later request of a arrives while the global permit is
+        // taken, so it is admitted from the global queue.
+        let now = t0 + ms(i);
+        let (y, sent) = d.enqueue("a", 0, now);
+        assert!(!sent);
+        d.finish(in_flight, ANSWERED, now);
+        if d.poll(y, now) != ADMITTED_EARLIER {
+            break;
+        }
+        passes += 1;
+        in_flight = y;
+    }
+    assert_eq!(passes, MAX_BYPASS);
+    assert_eq!(d.scheduler.tickets[x].bypassed, MAX_BYPASS);
+}
+
 #[test]
 fn a_hold_delays_the_head_until_it_ends_capped_at_the_backoff_max_delay() {
     let mut d = Driver::new(scheduler(free(1), 16));
