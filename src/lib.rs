@@ -84,6 +84,7 @@ pub mod registry;
 pub mod retry_after;
 pub mod robots;
 pub mod scope;
+pub mod store;
 pub mod throttle;
 
 pub use backoff::{Backoff, BackoffLayer};

@@ -141,6 +141,7 @@ mod backoff;
 mod builder;
 mod config;
 mod feedback;
+mod fleet;
 pub mod metrics;
 mod rampup;
 mod scheduler;
@@ -173,7 +174,9 @@ use tokio_util::sync::PollSemaphore;
 
 use crate::error::ConfigError;
 use crate::scope::{Priority, RequestHead, Scope, ScopeResolver, Scopes};
+use crate::store::Fleet;
 pub(crate) use admission::{QueuePlace, Ticket};
+pub(crate) use fleet::FleetAdmission;
 pub(crate) use scheduler::Outcome;
 use scheduler::{Scheduler, WakeList};
 pub use scheduler::{DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
@@ -219,6 +222,8 @@ struct Shared {
     /// `poll_ready` and not yet sent. A semaphore hands a freed place to a
     /// waiter even when the waiter it first woke has gone away.
     queue_places: Arc<Semaphore>,
+    /// The scope store shared with other workers, if any.
+    fleet: Option<Arc<Fleet>>,
 }
 
 impl fmt::Debug for Registry {
@@ -304,14 +309,30 @@ impl Registry {
     }
 
     /// Holds scope `key` until `until`. See [`hold`](Self::hold).
+    ///
+    /// With a [scope store](crate::store), the hold is written to the store
+    /// too (in the background), so every worker of the fleet holds.
     pub fn hold_until(&self, key: impl Into<Scope>, until: Instant) {
         let key = key.into();
-        self.with_scheduler(|scheduler, now, wake| scheduler.hold(&key, until, now, wake));
+        let held = self.with_scheduler(|scheduler, now, wake| {
+            scheduler.hold(&key, until, now, wake);
+            scheduler.hold_left(&key, now)
+        });
+        if let (Some(fleet), Some(left)) = (self.fleet(), held) {
+            fleet.in_background(fleet.store.hold(key, left));
+        }
+    }
+
+    /// The scope store, if the registry shares its scopes through one.
+    pub(crate) fn fleet(&self) -> Option<&Arc<Fleet>> {
+        self.shared.fleet.as_ref()
     }
 
     /// Reports what a response (or error) of a request with `scopes` says:
     /// backoff feedback takes a backoff step in each scope. This is the call
-    /// the backoff layer makes; use it directly from your own layers.
+    /// the backoff layer makes; use it directly from your own layers. With a
+    /// [scope store](crate::store), a backoff step's delay is written to the
+    /// store too (in the background), for the fleet's other workers.
     pub fn feedback(&self, scopes: &Scopes, feedback: Feedback) {
         self.feedback_each(scopes, |_| feedback);
     }
@@ -324,9 +345,15 @@ impl Registry {
             let config = self.scheduler().config_arc(scope.as_str());
             let feedback = decide(config.get_backoff());
             if feedback.says_something() {
-                self.with_scheduler(|scheduler, now, wake| {
-                    scheduler.feedback(scope, feedback, expected_cost, now, wake)
+                let backoff = self.with_scheduler(|scheduler, now, wake| {
+                    scheduler.feedback(scope, feedback, expected_cost, now, wake);
+                    scheduler.backoff_left(scope, now)
                 });
+                if let (Some(fleet), Some((delay, left)), true) =
+                    (self.fleet(), backoff, feedback.is_backoff())
+                {
+                    fleet.in_background(fleet.store.backoff(scope.clone(), delay, left));
+                }
             }
         }
     }
