@@ -226,10 +226,13 @@ mod tests {
         );
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(reserve(&store, ask(2, &[("a", 1, 100)])), granted(0));
-        let _ = store.release(Lease {
-            id: LeaseId(2),
-            scopes: vec![Scope::new("a")],
-        });
+        store
+            .release(Lease {
+                id: LeaseId(2),
+                scopes: vec![Scope::new("a")],
+            })
+            .await
+            .unwrap();
         assert_eq!(reserve(&store, ask(3, &[("a", 1, 100)])), granted(100));
     }
 
@@ -248,8 +251,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn holds_and_backoff_delays_shape_every_grant_and_come_back_as_facts() {
         let store = MemoryStore::new();
-        let _ = store.hold(Scope::new("a"), Duration::from_secs(2));
-        let _ = store.backoff(Scope::new("a"), Duration::from_secs(1), Duration::from_secs(60));
+        store.hold(Scope::new("a"), Duration::from_secs(2)).await.unwrap();
+        store
+            .backoff(Scope::new("a"), Duration::from_secs(1), Duration::from_secs(60))
+            .await
+            .unwrap();
         let grant = store.reserve_now(&ask(1, &[("a", 4, 100)]));
         assert_eq!(grant.answer, granted(2_000));
         assert_eq!(
