@@ -17,12 +17,27 @@ use crate::store::{Answer, Grant, Lease, LeaseId, StoreError, StoreFailure, Stor
 /// asks the store again.
 const ASK_AGAIN_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
+/// How late after its granted instant a request may still go. A send late
+/// by `x` shortens the gap to the next worker's send by `x`, so a request
+/// woken later than this (a busy runtime, a slow answer) gives its instant
+/// up and reserves again.
+const LATE_TOLERANCE: Duration = Duration::from_micros(1_500);
+
+/// Instants a request gives up before it goes however late it is: a worker
+/// too loaded to keep any instant must not starve.
+const MAX_FORFEITS: u8 = 3;
+
 /// Where a request stands with the store.
 pub(crate) struct FleetAdmission {
     /// The name of the lease this request takes (the same on every try).
     lease: LeaseId,
     /// The scopes of the reservation, for the lease once granted.
     scopes: Vec<Scope>,
+    /// Whether a scope of the reservation has a delay (then lateness
+    /// matters).
+    spaced: bool,
+    /// Granted instants given up for lateness.
+    forfeits: u8,
     step: Step,
 }
 
@@ -59,6 +74,8 @@ impl FleetAdmission {
         FleetAdmission {
             lease: LeaseId(fastrand::u64(..)),
             scopes: Vec::new(),
+            spaced: false,
+            forfeits: 0,
             step: Step::Ask,
         }
     }
@@ -83,6 +100,7 @@ impl FleetAdmission {
                         .iter()
                         .map(|terms| terms.scope.clone())
                         .collect();
+                    self.spaced = reservation.scopes.iter().any(|terms| !terms.delay.is_zero());
                     self.step = Step::Asking(fleet.store.reserve(reservation));
                 }
                 Step::Asking(asking) => match ready!(asking.as_mut().poll(cx)) {
@@ -99,6 +117,9 @@ impl FleetAdmission {
                             }
                             Answer::Busy { retry_in } => (retry_in, Then::AskAgain),
                         };
+                        // Counted from the answer, not from the question:
+                        // the store's now lies in between, and a deadline
+                        // counted too early would send early.
                         self.sleep(wait, then);
                     }
                     Err(error) => {
@@ -115,10 +136,8 @@ impl FleetAdmission {
                         ready!(timer.poll(cx));
                         continue;
                     }
-                    self.step = match then {
-                        Then::Send => Step::Done,
-                        Then::AskAgain => Step::Ask,
-                    };
+                    let (deadline, then) = (timer.deadline(), *then);
+                    self.wake_up(deadline, then);
                 }
                 Step::Done => return Poll::Ready(Ok(())),
             }
@@ -132,16 +151,36 @@ impl FleetAdmission {
     }
 
     fn sleep(&mut self, wait: Duration, then: Then) {
-        if wait.is_zero() {
-            self.step = match then {
-                Then::Send => Step::Done,
-                Then::AskAgain => Step::Ask,
-            };
+        self.sleep_until(Instant::now() + wait, then);
+    }
+
+    fn sleep_until(&mut self, deadline: Instant, then: Then) {
+        if Instant::now() >= deadline {
+            self.wake_up(deadline, then);
             return;
         }
         self.step = Step::Sleeping {
-            timer: WakeTimer::new(Instant::now() + wait),
+            timer: WakeTimer::new(deadline),
             then,
+        };
+    }
+
+    /// `deadline` has come: go, or give a granted instant up if it is
+    /// already too far behind (see [`LATE_TOLERANCE`]), or ask again.
+    fn wake_up(&mut self, deadline: Instant, then: Then) {
+        let late = Instant::now().saturating_duration_since(deadline);
+        self.step = match then {
+            Then::Send if self.spaced && late > LATE_TOLERANCE && self.forfeits < MAX_FORFEITS => {
+                self.forfeits += 1;
+                tracing::debug!(
+                    target: "tower_throttle",
+                    late_us = late.as_micros() as u64,
+                    "fleet send instant missed: reserving again"
+                );
+                Step::Ask
+            }
+            Then::Send => Step::Done,
+            Then::AskAgain => Step::Ask,
         };
     }
 }
