@@ -2,6 +2,8 @@
 //! store protocol under paused time, with an in-process inner service, so
 //! every instant is exact.
 
+mod support;
+
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,7 +11,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::store::MemoryStore;
-use tower_throttle::{Feedback, LimitSource, Registry, ScopeConfig, Scopes, ThrottleLayer};
+use tower_throttle::{Feedback, LimitSource, Registry, Scopes, ThrottleLayer};
+
+use support::one_lane_every;
 
 const DELAY: Duration = Duration::from_millis(100);
 
@@ -17,13 +21,7 @@ type Sends = Arc<Mutex<Vec<(u64, &'static str)>>>;
 
 fn registry(store: &MemoryStore) -> Registry {
     Registry::builder()
-        .default_scope(
-            ScopeConfig::default()
-                .concurrency(1)
-                .delay(DELAY)
-                .delay_per_slot(Duration::ZERO)
-                .jitter(0.0),
-        )
+        .default_scope(one_lane_every(DELAY))
         .store(store.clone())
         .build()
         .unwrap()
@@ -105,28 +103,13 @@ async fn a_backoff_on_one_registry_slows_the_other() {
 
 #[tokio::test(start_paused = true)]
 async fn without_a_store_a_registry_keeps_to_itself() {
-    let (one, two) = (
+    let local = || {
         Registry::builder()
-            .default_scope(
-                ScopeConfig::default()
-                    .concurrency(1)
-                    .delay(DELAY)
-                    .delay_per_slot(Duration::ZERO)
-                    .jitter(0.0),
-            )
+            .default_scope(one_lane_every(DELAY))
             .build()
-            .unwrap(),
-        Registry::builder()
-            .default_scope(
-                ScopeConfig::default()
-                    .concurrency(1)
-                    .delay(DELAY)
-                    .delay_per_slot(Duration::ZERO)
-                    .jitter(0.0),
-            )
-            .build()
-            .unwrap(),
-    );
+            .unwrap()
+    };
+    let (one, two) = (local(), local());
     let sends = Sends::default();
     let start = Instant::now();
     tokio::join!(

@@ -21,9 +21,9 @@ use bytes::Bytes;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::store::{RedisStore, StoreFailure};
-use tower_throttle::{Registry, RetryAfterLayer, ScopeConfig, ThrottleLayer};
+use tower_throttle::{Registry, RetryAfterLayer, ThrottleLayer};
 
-use support::{full_request, loopback_client, serve, text};
+use support::{full_request, loopback_client, one_lane_every, serve, text};
 
 const DELAY: Duration = Duration::from_millis(100);
 
@@ -121,13 +121,7 @@ async fn site() -> (Arc<Site>, SocketAddr) {
 
 fn worker_registry(store: RedisStore, failure: StoreFailure) -> Registry {
     Registry::builder()
-        .default_scope(
-            ScopeConfig::default()
-                .concurrency(1)
-                .delay(DELAY)
-                .delay_per_slot(Duration::ZERO)
-                .jitter(0.0),
-        )
+        .default_scope(one_lane_every(DELAY))
         .store(store)
         .store_failure(failure)
         .build()
@@ -261,9 +255,7 @@ async fn a_retry_after_seen_by_one_worker_holds_the_other() {
         held_for >= Duration::from_millis(950),
         "the other worker sent {held_for:?} after a Retry-After of 1 s"
     );
-    // And the other worker's own scope now shows the hold it learnt.
-    let stats = other.scope_stats("site.test").unwrap();
-    assert!(stats.sent == 1);
+    assert_eq!(other.scope_stats("site.test").unwrap().sent, 1);
 }
 
 /// A Redis address nothing listens on.
@@ -299,7 +291,8 @@ async fn an_unreachable_store_fails_requests_with_a_store_error_when_failing_clo
 async fn an_unreachable_store_falls_back_to_local_limits_with_one_warning_when_failing_local() {
     let events = support::captured_events(tracing::Level::WARN);
     let (site, addr) = site().await;
-    let store = RedisStore::new(NOWHERE).unwrap();
+    let prefix = fresh_prefix();
+    let store = RedisStore::new(NOWHERE).unwrap().prefix(&prefix);
     let registry = worker_registry(store, StoreFailure::FailLocal);
     for page in 0..3 {
         let answer = worker(&registry)
@@ -319,7 +312,107 @@ async fn an_unreachable_store_falls_back_to_local_limits_with_one_warning_when_f
         .lock()
         .unwrap()
         .iter()
-        .filter(|line| line.contains("falling back to per-process limits"))
+        .filter(|line| line.contains(&prefix) && line.contains("falling back to per-process limits"))
         .count();
     assert_eq!(warnings, 1, "one warning per outage");
+}
+
+/// A Redis of the test's own on a free port, to stop and start again.
+struct OwnRedis {
+    port: u16,
+    process: Option<std::process::Child>,
+}
+
+impl OwnRedis {
+    fn start(port: u16) -> Option<OwnRedis> {
+        let process = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", ""])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let mut redis = OwnRedis {
+            port,
+            process: Some(process),
+        };
+        for _ in 0..50 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(redis);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        redis.stop();
+        None
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_stops_mid_run_falls_back_then_recovers_when_it_returns() {
+    if !redis_is_there() {
+        return;
+    }
+    let events = support::captured_events(tracing::Level::WARN);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let Some(mut redis) = OwnRedis::start(port) else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "cannot start redis-server"
+        );
+        eprintln!("skipped: cannot start a redis-server of the test's own");
+        return;
+    };
+    let (_site, addr) = site().await;
+    let prefix = fresh_prefix();
+    let store = RedisStore::new(&format!("redis://127.0.0.1:{}", redis.port))
+        .unwrap()
+        .prefix(&prefix);
+    let registry = worker_registry(store, StoreFailure::FailLocal);
+    let fetch = |page: &str| {
+        worker(&registry).oneshot(full_request(&format!(
+            "http://outage.test:{}/{page}",
+            addr.port()
+        )))
+    };
+    let lines = |text: &str| {
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line.contains(&prefix) && line.contains(text))
+            .count()
+    };
+    assert_eq!(fetch("before").await.unwrap().status(), 200);
+    assert_eq!(lines("unreachable"), 0);
+
+    redis.stop();
+    assert_eq!(fetch("during").await.unwrap().status(), 200);
+    assert_eq!(fetch("during-too").await.unwrap().status(), 200);
+    assert_eq!(lines("unreachable"), 1, "one warning per outage");
+
+    let _redis = OwnRedis::start(port).expect("redis-server starts again");
+    let mut recovered = false;
+    for _ in 0..20 {
+        assert_eq!(fetch("after").await.unwrap().status(), 200);
+        if lines("reachable again") == 1 {
+            recovered = true;
+            break;
+        }
+    }
+    assert!(recovered, "the store never answered again");
 }

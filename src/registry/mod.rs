@@ -35,6 +35,8 @@
 //!     others it depends on the request: a waiter goes when its own cost
 //!     fits, so the scope checks its first waiter's cost, and a later,
 //!     cheaper waiter never overtakes it.
+//!   - with a [scope store](crate::store), the *fleet*'s backoff delay
+//!     (another worker's backoff, [`LimitSource::Fleet`]);
 //!
 //!   The *effective* limits are the most restrictive of the config and every
 //!   contribution: the smallest concurrency and the largest delay.
@@ -125,8 +127,12 @@
 //!   feedback and config changes to a scope; `scheduler/eviction.rs`: idle
 //!   scopes; `ticket.rs`: a request's order and its seat (scope, lane,
 //!   cost) in each of its scopes;
-//! - `admission.rs`: what a throttled request holds (queue place, `Ticket`)
-//!   and the timer that wakes the first waiter of a scope;
+//! - `admission.rs`: what a throttled request holds (queue place, `Ticket`,
+//!   its store lease) and the timer that wakes the first waiter of a scope;
+//! - `fleet.rs`: a request's passage through the registry's
+//!   [scope store](crate::store), after local admission;
+//!   `scheduler/fleet.rs`: the terms of its reservation and the shared
+//!   facts the answer brings back;
 //! - `builder.rs`: [`RegistryBuilder`]; `config.rs`, `backoff.rs`,
 //!   `rampup.rs`, `autothrottle.rs`: settings and the feedback sources' own
 //!   state machines; `time.rs`: jitter and duration helpers, the leaf they

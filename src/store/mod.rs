@@ -24,8 +24,10 @@
 //! Then, before the request is handed to the inner service, its response
 //! future asks the store for one reservation covering all of its scopes at
 //! once: a lane lease in each and the send instant (the latest of the
-//! scopes' next instants and holds). It sleeps until that instant and
-//! sends. When the request ends (or its future is dropped) the leases are
+//! scopes' next instants and holds). It sleeps until that instant (counted
+//! from the store's answer, so never early) and sends; a request that wakes
+//! more than 1.5 ms late gives its instant up and reserves again (at most
+//! three times), since a late send shortens the next worker's gap. When the request ends (or its future is dropped) the leases are
 //! released in the background; a crash leaves them to expire. If a scope
 //! has no free lane in the fleet, the answer says when to ask again (the
 //! scope's next send instant, at least a few milliseconds away): no polling
@@ -326,7 +328,11 @@ impl Fleet {
     /// Notes that the store answered, and says so if it had not before.
     pub(crate) fn note_answer(&self) {
         if self.outage.load(Ordering::Relaxed) && self.outage.swap(false, Ordering::Relaxed) {
-            tracing::warn!(target: "tower_throttle", "scope store reachable again: fleet-wide limits apply");
+            tracing::warn!(
+                target: "tower_throttle",
+                store = ?self.store,
+                "scope store reachable again: fleet-wide limits apply"
+            );
         }
     }
 
@@ -337,7 +343,12 @@ impl Fleet {
                 StoreFailure::FailClosed => "requests fail (or wait) until it answers",
                 StoreFailure::FailLocal => "falling back to per-process limits",
             };
-            tracing::warn!(target: "tower_throttle", %error, "scope store unreachable: {consequence}");
+            tracing::warn!(
+                target: "tower_throttle",
+                store = ?self.store,
+                %error,
+                "scope store unreachable: {consequence}"
+            );
         }
     }
 
