@@ -126,6 +126,28 @@ async fn serve(ip: [u8; 4], arrivals: Arc<Arrivals>) -> SocketAddr {
     addr
 }
 
+/// Serves the sites on a thread and runtime of their own, as real sites
+/// are other processes: the workers' tasks cannot delay the arrival
+/// instants the server records.
+async fn serve_apart(count: usize, arrivals: Arc<Arrivals>) -> Vec<SocketAddr> {
+    let (addresses, received) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let mut sites = Vec::new();
+            for site in 0..count {
+                sites.push(serve([127, 0, 0, 2 + site as u8], arrivals.clone()).await);
+            }
+            let _ = addresses.send(sites);
+            std::future::pending::<()>().await;
+        });
+    });
+    received.await.unwrap()
+}
+
 fn redis_store(url: &str, prefix: &str) -> RedisStore {
     RedisStore::new(url)
         .unwrap_or_else(|error| panic!("REDIS_URL: {error}"))
@@ -136,10 +158,7 @@ fn redis_store(url: &str, prefix: &str) -> RedisStore {
 /// fleet kept every limit.
 async fn crawl(settings: &Settings, url: &str, prefix: &str) -> bool {
     let arrivals = Arc::new(Arrivals::default());
-    let mut sites = Vec::new();
-    for site in 0..settings.sites {
-        sites.push(serve([127, 0, 0, 2 + site as u8], arrivals.clone()).await);
-    }
+    let sites = serve_apart(settings.sites, arrivals.clone()).await;
     let started = Instant::now();
     let workers = (0..settings.workers).map(|worker| {
         let registry = Registry::builder()

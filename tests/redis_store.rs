@@ -60,6 +60,11 @@ fn redis_is_there() -> bool {
     answered
 }
 
+/// One test of this file at a time: their servers and workers share the
+/// machine's two cores, and a busy runtime delays a send past its instant
+/// (the server then sees the next gap short by as much).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A key prefix no other test (or earlier run) uses.
 fn fresh_prefix() -> String {
     format!("tower-throttle-test:{:016x}:", fastrand::u64(..))
@@ -88,11 +93,29 @@ impl Site {
 }
 
 /// A site answering after 5 ms; `/hang` never answers, `/429` answers 429
-/// with `Retry-After: 1`.
+/// with `Retry-After: 1`. It runs on a thread and runtime of its own, as a
+/// real site is another process: the workers' tasks cannot delay the
+/// instants it records.
 async fn site() -> (Arc<Site>, SocketAddr) {
     let site = Arc::new(Site::default());
     let seen = site.clone();
-    let addr = serve(move |request| {
+    let (addr_sender, addr) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let addr = serve_site(seen).await;
+            addr_sender.send(addr).unwrap();
+            std::future::pending::<()>().await;
+        });
+    });
+    (site, addr.await.unwrap())
+}
+
+async fn serve_site(seen: Arc<Site>) -> SocketAddr {
+    serve(move |request| {
         let site = seen.clone();
         async move {
             let path = request.uri().path().to_owned();
@@ -115,8 +138,7 @@ async fn site() -> (Arc<Site>, SocketAddr) {
             text("ok")
         }
     })
-    .await;
-    (site, addr)
+    .await
 }
 
 fn worker_registry(store: RedisStore, failure: StoreFailure) -> Registry {
@@ -150,6 +172,7 @@ fn store(prefix: &str) -> RedisStore {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workers_keep_one_delay_and_one_lane_between_them() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     if !redis_is_there() {
         return;
     }
@@ -190,6 +213,7 @@ async fn two_workers_keep_one_delay_and_one_lane_between_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_vanishes_holding_a_lane_gives_it_back_after_the_lease_ttl() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     if !redis_is_there() {
         return;
     }
@@ -231,6 +255,7 @@ async fn a_worker_that_vanishes_holding_a_lane_gives_it_back_after_the_lease_ttl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_seen_by_one_worker_holds_the_other() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     if !redis_is_there() {
         return;
     }
@@ -258,11 +283,55 @@ async fn a_retry_after_seen_by_one_worker_holds_the_other() {
     assert_eq!(other.scope_stats("site.test").unwrap().sent, 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_spend_one_quota_window_between_them() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    if !redis_is_there() {
+        return;
+    }
+    let (site, addr) = site().await;
+    let prefix = fresh_prefix();
+    let window = Duration::from_secs(1);
+    let registries: Vec<Registry> = (0..2)
+        .map(|_| {
+            Registry::builder()
+                .default_scope(
+                    one_lane_every(Duration::ZERO)
+                        .concurrency(4)
+                        .quota(3.0)
+                        .window(window),
+                )
+                .store(store(&prefix))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let requests = registries.iter().flat_map(|registry| {
+        (0..3).map(|page| {
+            worker(registry).oneshot(full_request(&format!("http://quota.test:{}/{page}", addr.port())))
+        })
+    });
+    for answer in futures::future::join_all(requests).await {
+        assert_eq!(answer.unwrap().status(), 200);
+    }
+    let mut arrivals: Vec<Instant> = site.arrivals.lock().unwrap().iter().map(|(at, _)| *at).collect();
+    arrivals.sort();
+    assert_eq!(arrivals.len(), 6);
+    // Each worker alone would send its 3 at once; together they have 3 per
+    // window, so the second three wait for the next one.
+    let next_window = arrivals[3] - arrivals[0];
+    assert!(
+        next_window >= window - Duration::from_millis(50),
+        "a 4th request {next_window:?} into a window of 3"
+    );
+}
+
 /// A Redis address nothing listens on.
 const NOWHERE: &str = "redis://127.0.0.1:1";
 
 #[tokio::test]
 async fn an_unreachable_store_fails_requests_with_a_store_error_when_failing_closed() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let (site, addr) = site().await;
     let store = RedisStore::new(NOWHERE).unwrap();
     let registry = worker_registry(store, StoreFailure::FailClosed);
@@ -289,6 +358,7 @@ async fn an_unreachable_store_fails_requests_with_a_store_error_when_failing_clo
 
 #[tokio::test]
 async fn an_unreachable_store_falls_back_to_local_limits_with_one_warning_when_failing_local() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let events = support::captured_events(tracing::Level::WARN);
     let (site, addr) = site().await;
     let prefix = fresh_prefix();
@@ -360,6 +430,7 @@ impl Drop for OwnRedis {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_stops_mid_run_falls_back_then_recovers_when_it_returns() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     if !redis_is_there() {
         return;
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Answer, Grant, Lease, LeaseId, Reservation, ScopeStore, SharedFacts, StoreFuture};
+use super::{Answer, Grant, Lease, LeaseId, QuotaTerms, Reservation, ScopeStore, SharedFacts, StoreFuture};
 use crate::registry::saturating_add;
 use crate::scope::Scope;
 
@@ -38,6 +38,8 @@ struct Facts {
     leases: Vec<(LeaseId, Instant)>,
     hold_until: Option<Instant>,
     backoff: Option<(Duration, Instant)>,
+    /// Units spent in the current quota window, and when it ends.
+    spent: Option<(f64, Instant)>,
 }
 
 impl Facts {
@@ -46,10 +48,22 @@ impl Facts {
         self.next = self.next.filter(|&next| next > now);
         self.hold_until = self.hold_until.filter(|&until| until > now);
         self.backoff = self.backoff.filter(|&(_, until)| until > now);
+        self.spent = self.spent.filter(|&(_, until)| until > now);
+    }
+
+    /// When the quota window ends, if `quota`'s cost does not fit it now.
+    fn quota_frees_at(&self, quota: Option<QuotaTerms>) -> Option<Instant> {
+        let quota = quota?;
+        let (spent, ends) = self.spent?;
+        (spent + quota.cost > quota.quota * (1.0 + 1e-9)).then_some(ends)
     }
 
     fn is_empty(&self) -> bool {
-        self.next.is_none() && self.leases.is_empty() && self.hold_until.is_none() && self.backoff.is_none()
+        self.next.is_none()
+            && self.leases.is_empty()
+            && self.hold_until.is_none()
+            && self.backoff.is_none()
+            && self.spent.is_none()
     }
 
     fn shared(&self, now: Instant) -> SharedFacts {
@@ -97,19 +111,22 @@ impl MemoryStore {
         self.with_scopes(|scopes, now| {
             let mut send_at = now;
             let mut busy = false;
+            let mut quota_frees_at: Option<Instant> = None;
             let mut facts = Vec::with_capacity(reservation.scopes.len());
             for terms in &reservation.scopes {
                 let known = scopes.entry(terms.scope.clone()).or_default();
                 known.forget_expired(now);
                 known.leases.retain(|&(id, _)| id != reservation.lease);
                 busy |= known.leases.len() >= terms.concurrency as usize;
+                quota_frees_at = quota_frees_at.max(known.quota_frees_at(terms.quota));
                 send_at = send_at
                     .max(known.next.unwrap_or(now))
                     .max(known.hold_until.unwrap_or(now));
                 facts.push(known.shared(now));
             }
-            if busy {
-                let retry_in = send_at.saturating_duration_since(now).max(MIN_RETRY);
+            if busy || quota_frees_at.is_some() {
+                let retry_at = send_at.max(quota_frees_at.unwrap_or(now));
+                let retry_in = retry_at.saturating_duration_since(now).max(MIN_RETRY);
                 return Grant {
                     answer: Answer::Busy { retry_in },
                     facts,
@@ -122,6 +139,10 @@ impl MemoryStore {
                 known
                     .leases
                     .push((reservation.lease, saturating_add(send_at, lease_ttl)));
+                if let Some(quota) = terms.quota {
+                    let (spent, ends) = known.spent.unwrap_or((0.0, saturating_add(now, quota.window)));
+                    known.spent = Some((spent + quota.cost, ends));
+                }
             }
             Grant {
                 answer: Answer::Granted {
@@ -191,6 +212,7 @@ mod tests {
                     scope: Scope::new(scope),
                     concurrency,
                     delay: Duration::from_millis(delay_ms),
+                    quota: None,
                 })
                 .collect(),
         }
@@ -246,6 +268,38 @@ mod tests {
         ));
         // "a" took nothing from the busy attempt.
         assert_eq!(reserve(&store, ask(3, &[("a", 1, 0)])), granted(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quota_window_is_spent_by_the_fleet_and_refills_when_it_ends() {
+        let store = MemoryStore::new();
+        let spend = |lease, cost| {
+            let mut reservation = ask(lease, &[("api", 10, 0)]);
+            reservation.scopes[0].quota = Some(QuotaTerms {
+                quota: 3.0,
+                window: Duration::from_secs(60),
+                cost,
+            });
+            let answer = reserve(&store, reservation);
+            // Each request ends at once.
+            drop(store.release(Lease {
+                id: LeaseId(lease),
+                scopes: vec![Scope::new("api")],
+            }));
+            answer
+        };
+        assert_eq!(spend(1, 2.0), granted(0));
+        assert_eq!(spend(2, 1.0), granted(0));
+        assert_eq!(
+            spend(3, 1.0),
+            Answer::Busy {
+                retry_in: Duration::from_secs(60)
+            }
+        );
+        tokio::time::advance(Duration::from_secs(60)).await;
+        // An empty window takes even a cost above the whole quota.
+        assert_eq!(spend(3, 5.0), granted(0));
+        assert!(matches!(spend(4, 1.0), Answer::Busy { .. }));
     }
 
     #[tokio::test(start_paused = true)]

@@ -13,7 +13,10 @@
 //! - **lane leases** with an expiry: a worker that crashes while holding a
 //!   lane gives it back after the lease TTL;
 //! - the **hold** (pause-until, from `Retry-After` and rate-limit resets)
-//!   and the **backoff delay** with the time it still applies.
+//!   and the **backoff delay** with the time it still applies;
+//! - the **quota window** of a scope with a [quota](crate::ScopeConfig::quota):
+//!   what the fleet spent of it (expected costs; the corrections feedback
+//!   reports stay local).
 //!
 //! Everything else stays in the process: the queues, the waiters' wake-ups,
 //! AutoThrottle's latency sample, the decision logic itself.
@@ -128,10 +131,13 @@ pub type StoreFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + S
 pub trait ScopeStore: fmt::Debug + Send + Sync + 'static {
     /// Atomically, for every scope of `reservation`: drops expired leases;
     /// if each scope has a free lane (fewer live leases than its
-    /// concurrency), takes one lease in each, picks the send instant `t` =
-    /// the latest of now, every scope's next send instant and hold, and
-    /// moves every scope's next send instant to `t` + its delay (at least
-    /// its stored backoff delay). Otherwise takes nothing.
+    /// concurrency) and room in its quota window for the request's cost (an
+    /// empty window takes any cost), takes one lease in each, spends the
+    /// cost, picks the send instant `t` = the latest of now, every scope's
+    /// next send instant and hold, and moves every scope's next send
+    /// instant to `t` + its delay (at least its stored backoff delay).
+    /// Otherwise takes nothing, and says to ask again at the scopes' next
+    /// instant or, when a quota is what is missing, when its window ends.
     ///
     /// # Errors
     ///
@@ -195,6 +201,22 @@ pub struct ScopeTerms {
     /// The gap after this request's send (the effective delay, with this
     /// send's jitter already drawn).
     pub delay: Duration,
+    /// The scope's quota, when it has one.
+    pub quota: Option<QuotaTerms>,
+}
+
+/// A scope's quota, as a reservation carries it: the fleet spends at most
+/// `quota` units per `window` (a window starts at the first spend after the
+/// last one ended).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct QuotaTerms {
+    /// Units per window.
+    pub quota: f64,
+    /// The window's length.
+    pub window: Duration,
+    /// What this request spends (its expected cost in the scope).
+    pub cost: f64,
 }
 
 /// The lanes a granted reservation holds.

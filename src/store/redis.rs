@@ -3,12 +3,13 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 use tokio::sync::Mutex;
+use tokio::time::Instant;
 
 use super::memory::{DEFAULT_LEASE_TTL, MIN_RETRY};
 use super::{Answer, Grant, Lease, Reservation, ScopeStore, SharedFacts, StoreError, StoreFuture};
@@ -16,6 +17,8 @@ use crate::scope::Scope;
 
 /// Default prefix of every key the store writes.
 const DEFAULT_PREFIX: &str = "tower-throttle:";
+/// The keys of a scope, in the order the reserve script takes them.
+const FACTS: [&str; 5] = ["lanes", "next", "hold", "backoff", "quota"];
 /// Default limit on each Redis call (connecting included).
 const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -23,24 +26,36 @@ const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(500);
 /// a script alone. Times are microseconds of Redis's own clock (`TIME`), so
 /// workers whose clocks disagree still agree on the gaps. Per scope, KEYS
 /// are its lanes (a sorted set of leases scored by expiry), next send
-/// instant, hold-until and backoff delay; ARGV is the lease, the lease TTL,
-/// the shortest retry, then each scope's concurrency and delay. Answers
-/// `{granted (0/1), wait or retry (µs), then per scope: hold left (µs),
-/// backoff delay (µs), backoff left (µs)}`. Every key it writes expires,
+/// instant, hold-until, backoff delay and quota spent (expiring with its
+/// window); ARGV is the lease, the lease TTL, the shortest retry, then each
+/// scope's concurrency, delay, quota (-1: none), window and cost. Answers
+/// `{granted (0/1), wait or retry (µs), Redis's now (µs), then per scope:
+/// hold left (µs), backoff delay (µs), backoff left (µs)}`. Every key it writes expires,
 /// so an idle scope leaves nothing behind.
 const RESERVE: &str = r#"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local lease, ttl, min_retry = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local scopes = #KEYS / 4
-local send_at, busy = now, false
-local answer = {0, 0}
+local scopes = #KEYS / 5
+local send_at, busy, quota_wait = now, false, 0
+local answer = {0, 0, now}
 local backoff = {}
 for i = 0, scopes - 1 do
-  local lanes, next_key, hold_key, backoff_key = KEYS[4*i+1], KEYS[4*i+2], KEYS[4*i+3], KEYS[4*i+4]
+  local lanes, next_key, hold_key, backoff_key, quota_key =
+    KEYS[5*i+1], KEYS[5*i+2], KEYS[5*i+3], KEYS[5*i+4], KEYS[5*i+5]
+  local base = 4 + 5*i
   redis.call('ZREMRANGEBYSCORE', lanes, '-inf', now)
   redis.call('ZREM', lanes, lease)
-  if redis.call('ZCARD', lanes) >= tonumber(ARGV[4 + 2*i]) then busy = true end
+  if redis.call('ZCARD', lanes) >= tonumber(ARGV[base]) then busy = true end
+  local quota, cost = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 4])
+  if quota >= 0 then
+    local spent = tonumber(redis.call('GET', quota_key) or '0')
+    if spent > 0 and spent + cost > quota * (1 + 1e-9) then
+      busy = true
+      local left = redis.call('PTTL', quota_key)
+      if left * 1000 > quota_wait then quota_wait = left * 1000 end
+    end
+  end
   local next_at = tonumber(redis.call('GET', next_key) or '0')
   local hold = tonumber(redis.call('GET', hold_key) or '0')
   if next_at > send_at then send_at = next_at end
@@ -53,15 +68,21 @@ for i = 0, scopes - 1 do
   table.insert(answer, backoff_left * 1000)
 end
 if busy then
-  answer[2] = math.max(send_at - now, min_retry)
+  answer[2] = math.max(send_at - now, quota_wait, min_retry)
   return answer
 end
 for i = 0, scopes - 1 do
-  local lanes, next_key = KEYS[4*i+1], KEYS[4*i+2]
-  local next_at = send_at + math.max(tonumber(ARGV[5 + 2*i]), backoff[i])
+  local lanes, next_key, quota_key = KEYS[5*i+1], KEYS[5*i+2], KEYS[5*i+5]
+  local base = 4 + 5*i
+  local next_at = send_at + math.max(tonumber(ARGV[base + 1]), backoff[i])
   redis.call('SET', next_key, string.format('%.0f', next_at), 'PX', math.ceil((next_at - now) / 1000) + 1)
   redis.call('ZADD', lanes, send_at + ttl, lease)
   redis.call('PEXPIRE', lanes, math.ceil((send_at + ttl - now) / 1000) + 1)
+  if tonumber(ARGV[base + 2]) >= 0 then
+    local fresh = redis.call('EXISTS', quota_key) == 0
+    redis.call('INCRBYFLOAT', quota_key, ARGV[base + 4])
+    if fresh then redis.call('PEXPIRE', quota_key, math.max(math.ceil(tonumber(ARGV[base + 3]) / 1000), 1)) end
+  end
 end
 answer[1] = 1
 answer[2] = send_at - now
@@ -87,9 +108,13 @@ return 1
 ///   and the send instant in every scope of a request at once (`EVALSHA`;
 ///   the script is loaded on a `NOSCRIPT` answer and asked again).
 /// - **Redis's clock**: the script reads `TIME`, so workers on machines
-///   whose clocks are skewed cannot jointly break a delay. A worker sleeps
-///   the wait the answer gives, from when the answer arrives.
-/// - **Keys** `PREFIX + scope + {":lanes", ":next", ":hold", ":backoff"}`,
+///   whose clocks are skewed cannot jointly break a delay. A worker turns
+///   the granted instant into a local deadline through its estimate of the
+///   offset between Redis's clock and its own (the smallest difference an
+///   answer showed), so an answer that reached its task late does not make
+///   the send late.
+/// - **Keys** `PREFIX + scope + {":lanes", ":next", ":hold", ":backoff",
+///   ":quota"}`,
 ///   each with a TTL, so idle scopes vanish from Redis by themselves.
 /// - **A timeout on every call** (500 ms by default, connecting included);
 ///   a connection that broke is made again on the next call.
@@ -109,6 +134,7 @@ pub struct RedisStore {
     lease_ttl: Duration,
     call_timeout: Duration,
     scripts: Arc<Scripts>,
+    clock: Arc<StdMutex<ClockOffset>>,
 }
 
 struct Scripts {
@@ -148,6 +174,7 @@ impl RedisStore {
                 reserve: Script::new(RESERVE),
                 hold: Script::new(HOLD),
             }),
+            clock: Arc::new(StdMutex::new(ClockOffset::new(Instant::now()))),
         })
     }
 
@@ -229,8 +256,9 @@ fn from_micros(micros: i64) -> Duration {
 }
 
 /// Reads the reserve script's answer.
-fn grant_of(answer: &[i64], scopes: usize) -> Result<Grant, StoreError> {
-    if answer.len() != 2 + 3 * scopes {
+/// Reads the reserve script's answer: the grant, and Redis's now (µs).
+fn grant_of(answer: &[i64], scopes: usize) -> Result<(Grant, i64), StoreError> {
+    if answer.len() != 3 + 3 * scopes {
         return Err(StoreError::unexpected(format!(
             "redis reservation answered {} numbers for {scopes} scopes",
             answer.len()
@@ -241,7 +269,7 @@ fn grant_of(answer: &[i64], scopes: usize) -> Result<Grant, StoreError> {
         1 => Answer::Granted { wait: time },
         _ => Answer::Busy { retry_in: time },
     };
-    let facts = answer[2..]
+    let facts = answer[3..]
         .chunks_exact(3)
         .map(|facts| SharedFacts {
             hold: from_micros(facts[0]),
@@ -249,10 +277,65 @@ fn grant_of(answer: &[i64], scopes: usize) -> Result<Grant, StoreError> {
             backoff_remaining: from_micros(facts[2]),
         })
         .collect();
-    Ok(Grant {
+    let grant = Grant {
         answer: answer_kind,
         facts,
-    })
+    };
+    Ok((grant, answer[2]))
+}
+
+/// Where Redis's clock stands against this process's, to turn a granted
+/// instant of Redis time into a local deadline.
+///
+/// Counting a wait from when the answer is read makes a request late by
+/// however long the answer took to reach its task (the connection's driver
+/// and the request's own task each wait their turn on a busy runtime), and a
+/// late send shortens the next worker's gap. Each answer gives a sample of
+/// `local now − Redis now`: the true offset plus that answer's delay. The
+/// smallest sample is the best estimate (delays only add); it is allowed to
+/// creep up slowly for clock drift, and is replaced when a sample is far
+/// above it (a step of Redis's wall clock, which `TIME` follows).
+#[derive(Debug)]
+struct ClockOffset {
+    /// The local zero of the samples.
+    base: Instant,
+    /// The smallest recent sample (µs), and the local instant it was taken.
+    best: Option<(i128, Instant)>,
+}
+
+/// How far a sample may sit above the estimate before the estimate is
+/// taken to be stale (Redis's clock stepped) rather than the answer slow.
+const CLOCK_STEP: i128 = 50_000;
+
+impl ClockOffset {
+    fn new(base: Instant) -> Self {
+        ClockOffset { base, best: None }
+    }
+
+    /// The local wait until the instant `wait` after Redis's `redis_now`,
+    /// for an answer read at `local_now`.
+    fn local_wait(&mut self, redis_now: i64, wait: Duration, local_now: Instant) -> Duration {
+        let local_us = local_now.saturating_duration_since(self.base).as_micros() as i128;
+        let sample = local_us - i128::from(redis_now);
+        let offset = match self.best {
+            // Drift allowance: 100 µs per second since the best sample.
+            Some((best, at)) => {
+                let drift = (local_now.saturating_duration_since(at).as_micros() / 10_000) as i128;
+                if sample <= best + drift || sample - best > CLOCK_STEP {
+                    self.best = Some((sample, local_now));
+                    sample
+                } else {
+                    best + drift
+                }
+            }
+            None => {
+                self.best = Some((sample, local_now));
+                sample
+            }
+        };
+        let deadline_us = i128::from(redis_now) + wait.as_micros() as i128 + offset;
+        Duration::from_micros(u64::try_from(deadline_us - local_us).unwrap_or(0))
+    }
 }
 
 impl ScopeStore for RedisStore {
@@ -260,14 +343,19 @@ impl ScopeStore for RedisStore {
         let keys: Vec<String> = reservation
             .scopes
             .iter()
-            .flat_map(|terms| ["lanes", "next", "hold", "backoff"].map(|fact| self.key(&terms.scope, fact)))
+            .flat_map(|terms| FACTS.map(|fact| self.key(&terms.scope, fact)))
             .collect();
         let lease = reservation.lease.to_string();
         let (lease_ttl, scopes) = (micros(self.lease_ttl), reservation.scopes.len());
-        let terms: Vec<(u32, u64)> = reservation
+        let terms: Vec<(u32, u64, f64, u64, f64)> = reservation
             .scopes
             .iter()
-            .map(|terms| (terms.concurrency, micros(terms.delay)))
+            .map(|terms| {
+                let (quota, window, cost) = terms.quota.map_or((-1.0, 0, 0.0), |quota| {
+                    (quota.quota, micros(quota.window), quota.cost)
+                });
+                (terms.concurrency, micros(terms.delay), quota, window, cost)
+            })
             .collect();
         let grant = self.call("redis reservation", move |mut connection, scripts| async move {
             let mut invocation = scripts.reserve.prepare_invoke();
@@ -276,12 +364,27 @@ impl ScopeStore for RedisStore {
                 .arg(lease)
                 .arg(lease_ttl)
                 .arg(micros(MIN_RETRY));
-            for (concurrency, delay) in terms {
-                invocation.arg(concurrency).arg(delay);
+            for (concurrency, delay, quota, window, cost) in terms {
+                invocation
+                    .arg(concurrency)
+                    .arg(delay)
+                    .arg(quota)
+                    .arg(window)
+                    .arg(cost);
             }
             invocation.invoke_async::<Vec<i64>>(&mut connection).await
         });
-        Box::pin(async move { grant_of(&grant.await?, scopes) })
+        let clock = self.clock.clone();
+        Box::pin(async move {
+            let answer = grant.await?;
+            let local_now = Instant::now();
+            let (mut grant, redis_now) = grant_of(&answer, scopes)?;
+            if let Answer::Granted { wait } = &mut grant.answer {
+                let mut clock = clock.lock().unwrap_or_else(PoisonError::into_inner);
+                *wait = clock.local_wait(redis_now, *wait, local_now);
+            }
+            Ok(grant)
+        })
     }
 
     fn release(&self, lease: Lease) -> StoreFuture<()> {
@@ -333,16 +436,17 @@ mod tests {
 
     #[test]
     fn answers_of_the_wrong_length_are_store_errors_not_panics() {
-        let error = grant_of(&[1, 0, 0], 1).unwrap_err();
+        let error = grant_of(&[1, 0, 0, 0], 1).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "redis reservation answered 3 numbers for 1 scopes"
+            "redis reservation answered 4 numbers for 1 scopes"
         );
     }
 
     #[test]
     fn answers_are_read_per_scope_in_order() {
-        let grant = grant_of(&[0, 7_000, 1_000, 2_000, 3_000, 0, 0, 0], 2).unwrap();
+        let (grant, redis_now) = grant_of(&[0, 7_000, 42, 1_000, 2_000, 3_000, 0, 0, 0], 2).unwrap();
+        assert_eq!(redis_now, 42);
         assert_eq!(
             grant.answer,
             Answer::Busy {
@@ -351,6 +455,26 @@ mod tests {
         );
         assert_eq!(grant.facts[0].backoff_delay, Duration::from_millis(2));
         assert_eq!(grant.facts[1], SharedFacts::default());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_answer_waits_less_so_the_send_keeps_to_redis_time() {
+        let base = Instant::now();
+        let mut clock = ClockOffset::new(base);
+        let ms = Duration::from_millis;
+        // A quick answer sets the offset: Redis's 1 000 000 µs is local 0.
+        assert_eq!(clock.local_wait(1_000_000, ms(50), base), ms(50));
+        // An answer read 5 ms late (Redis said 1 100 000, it is local 105
+        // ms): the granted instant is still local 150 ms (and 10 µs of
+        // drift allowance for the 105 ms since the best sample).
+        assert_eq!(
+            clock.local_wait(1_100_000, ms(50), base + ms(105)),
+            ms(45) + Duration::from_micros(10)
+        );
+        // Later than the wait itself: go at once.
+        assert_eq!(clock.local_wait(1_200_000, ms(3), base + ms(210)), Duration::ZERO);
+        // Redis's clock stepped back 1 s: the estimate follows at once.
+        assert_eq!(clock.local_wait(300_000, ms(50), base + ms(300)), ms(50));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::{Scheduler, WakeList};
 use crate::registry::ticket::TicketId;
 use crate::registry::time::{saturating_add, scale};
 use crate::scope::Scope;
-use crate::store::{ScopeTerms, SharedFacts};
+use crate::store::{QuotaTerms, ScopeTerms, SharedFacts};
 
 impl Scheduler {
     /// The store terms of admitted ticket `id`, one per scope in its
@@ -25,10 +25,16 @@ impl Scheduler {
                 let state = &self.scopes[seat.scope].state;
                 let effective = state.effective(now, self.max_concurrency);
                 let jittered = scale(effective.delay, effective.jitter.factor(self.rng.f64()));
+                let quota = state.config.get_quota().map(|quota| QuotaTerms {
+                    quota,
+                    window: state.config.get_window(),
+                    cost: seat.cost,
+                });
                 ScopeTerms {
                     scope: state.key.clone(),
                     concurrency: effective.concurrency,
                     delay: jittered.max(effective.delay_floor),
+                    quota,
                 }
             })
             .collect()
