@@ -215,6 +215,15 @@ impl fmt::Display for Error {
     }
 }
 
+/// A reqwest error (a request reqwest could not build) is an inner
+/// service's error.
+#[cfg(feature = "reqwest")]
+impl From<reqwest::Error> for Error {
+    fn from(err: reqwest::Error) -> Self {
+        Error::inner(err)
+    }
+}
+
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.kind {

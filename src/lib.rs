@@ -58,6 +58,10 @@
 //! - [`robots`]: [`RobotsDelayLayer`] fetches each site's robots.txt once,
 //!   applies its Crawl-delay and, optionally, its Allow/Disallow rules.
 //!
+//! How a scope *reacts* to backoff feedback is pluggable too: a
+//! [`ScopeManager`] (per scope or for all) replaces the built-in
+//! exponential backoff and rampup; see [`registry::manager`].
+//!
 //! The effective limits of a scope are the most restrictive of its config
 //! and every contribution; [`Registry::scope_stats`] shows each of them and
 //! which one is in force. See the [`registry`] module for the state model
@@ -81,6 +85,9 @@ pub mod config_file;
 mod error;
 pub mod parse;
 pub mod registry;
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod reqwest;
 pub mod retry_after;
 pub mod robots;
 pub mod scope;
@@ -92,8 +99,9 @@ pub use backoff::{Backoff, BackoffLayer};
 pub use config_file::{ConfigFileError, RegistryConfig};
 pub use error::{ConfigError, Error};
 pub use registry::{
-    AnnouncedLimits, AutoThrottleConfig, BackoffConfig, Feedback, FeedbackKind, Jitter, LimitSource,
-    QuotaStats, RampupConfig, Registry, RegistryBuilder, ScopeConfig, ScopeStats, Stats,
+    AnnouncedLimits, AutoThrottleConfig, BackoffConfig, BaseLimits, ErrorKind, Feedback, FeedbackKind,
+    Jitter, LimitSource, ManagerFeedback, ManagerLimits, QuotaStats, RampupConfig, Registry, RegistryBuilder,
+    ScopeConfig, ScopeManager, ScopeStats, Stats,
 };
 pub use retry_after::{RetryAfter, RetryAfterLayer};
 pub use robots::{RobotsDelay, RobotsDelayLayer};

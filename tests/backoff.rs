@@ -542,6 +542,50 @@ async fn with_rampup_a_rate_limited_crawl_settles_near_the_server_rate() {
     assert!(stats.rampup_windows >= 29);
 }
 
+/// 30 virtual minutes against a server accepting 20 requests/s: (accepted,
+/// rejected) per minute, and the registry.
+async fn rate_limited_crawl(scope: ScopeConfig) -> (Vec<(u32, u32)>, Registry) {
+    let site = RateLimitedSite::new(20.0);
+    let handler_site = site.clone();
+    let server = duplex_service(move |_request| {
+        let code = handler_site.answer();
+        async move { full_status(code) }
+    });
+    let registry = Registry::builder().default_scope(scope).build().unwrap();
+    let mut service = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(BackoffLayer::new(registry.clone()))
+        .service(server);
+    crawl(&mut service, 30).await;
+    (site.per_minute(), registry)
+}
+
+/// The rampup search as a scope manager (`registry::manager::Rampup`)
+/// takes exactly the steps the built-in rampup takes.
+#[tokio::test(start_paused = true)]
+async fn the_rampup_manager_finds_the_server_rate_exactly_as_the_built_in_rampup() {
+    let manager = |_scope: &tower_throttle::Scope| -> Box<dyn tower_throttle::ScopeManager> {
+        Box::new(tower_throttle::registry::manager::Rampup::new(
+            RampupConfig::default(),
+        ))
+    };
+    let (built_in, _) = rate_limited_crawl(exact(1).delay(secs(1)).rampup(RampupConfig::default())).await;
+    let (managed, registry) = rate_limited_crawl(exact(1).delay(secs(1)).manager(manager)).await;
+    assert_eq!(managed, built_in, "(accepted, rejected) per minute");
+    let accepted: u32 = managed[15..30].iter().map(|minute| minute.0).sum();
+    assert!(f64::from(accepted) / (15.0 * 60.0) >= 18.0, "{managed:?}");
+    let stats = registry.scope_stats("api.example").unwrap();
+    assert_eq!(
+        (stats.manager.as_ref(), stats.delay_limited_by),
+        ("rampup", LimitSource::Manager)
+    );
+    assert!(
+        stats.delay < secs(1),
+        "paced faster than the configured delay: {:?}",
+        stats.delay
+    );
+}
+
 /// A scraping API: the HTTP status is always 200, the target site's status
 /// is in `X-Upstream-Status-Code`. Answers each call with the next scripted
 /// upstream status (200 once exhausted) and records when each call came.

@@ -185,11 +185,11 @@ fn bad_files_name_the_key_path_and_the_value() {
         ),
         (
             "[scopes.a]\njitter = 1.5",
-            "scopes.a.jitter: the part below 1 must be at most 1 (waits cannot be negative), got (1.5, 1.5)",
+            "scopes.a.jitter: the part below 1 must be at most 1 (waits cannot be negative), got 1.5",
         ),
         (
             "[scopes.a]\njitter = [0.5, 200]",
-            "scopes.a.jitter: the part above 1 must be at most 100, got (0.5, 200.0)",
+            "scopes.a.jitter: the part above 1 must be at most 100, got [0.5, 200.0]",
         ),
         (
             "[scopes.a]\njitter = [1, 2, 3]",

@@ -742,3 +742,83 @@ async fn registry_with_huge_crawl_delay() -> Registry {
     send_ok(&client, &PAGES[..1]).await;
     registry
 }
+
+/// One lane and no delay behind RobotsDelay → Throttle, the robots.txt
+/// answered after `robots_after`: the order pages reach the site is the
+/// order they left the throttle's queue.
+fn one_lane_site(
+    robots_after: Duration,
+) -> (
+    Registry,
+    RobotsSite,
+    impl Service<
+            http::Request<()>,
+            Response = http::Response<TestBody>,
+            Error = tower_throttle::Error,
+            Future = impl std::future::Future<Output = Outcome> + Send + 'static,
+        > + Clone,
+) {
+    let registry = Registry::builder()
+        .default_scope(fast_scope().concurrency(1))
+        .build()
+        .unwrap();
+    let site = RobotsSite::new();
+    let client = ServiceBuilder::new()
+        .layer(RobotsDelayLayer::new(registry.clone()))
+        .layer(ThrottleLayer::new(registry.clone()))
+        .service(site.service(move |_, _| after(robots_after, robots_txt("User-agent: *\nDisallow:\n"))));
+    (registry, site, client)
+}
+
+/// Calls `client` for page `i` of example.com, each call made before the
+/// next, and runs its response future on a task of its own.
+async fn call_page<S>(client: &S, i: usize) -> tokio::task::JoinHandle<Outcome>
+where
+    S: Service<http::Request<()>, Response = http::Response<TestBody>, Error = tower_throttle::Error> + Clone,
+    S::Future: std::future::Future<Output = Outcome> + Send + 'static,
+{
+    let mut client = client.clone();
+    let request = get(&format!("https://example.com/{i}"));
+    tokio::spawn(client.ready().await.unwrap().call(request))
+}
+
+/// Requests that waited for an origin's robots.txt go on in the order they
+/// came, whatever order the runtime wakes them in: on a multi-threaded
+/// runtime tokio runs the most recently woken task first, which without a
+/// turnstile let the last waiter overtake the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_for_robots_txt_go_on_in_the_order_they_came() {
+    let (_registry, site, client) = one_lane_site(Duration::from_millis(50));
+    let mut handles = Vec::new();
+    for i in 0..20 {
+        handles.push(call_page(&client, i).await);
+    }
+    for outcome in outcomes(handles).await {
+        outcome.unwrap();
+    }
+    let paths: Vec<String> = (0..20).map(|i| format!("/{i}")).collect();
+    assert_eq!(site.page_paths(), paths);
+}
+
+/// A waiter that goes away gives its turn up: the ones after it are not
+/// held, and still go in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_before_its_turn_holds_up_nobody() {
+    let (registry, site, client) = one_lane_site(Duration::from_millis(500));
+    let mut kept = Vec::new();
+    let mut handles = Vec::new();
+    for i in 0..20 {
+        let handle = call_page(&client, i).await;
+        if i % 3 == 0 {
+            handle.abort();
+        } else {
+            kept.push(format!("/{i}"));
+            handles.push(handle);
+        }
+    }
+    for outcome in outcomes(handles).await {
+        outcome.unwrap();
+    }
+    assert_eq!(site.page_paths(), kept);
+    assert_eq!(registry.stats().waiting, 0);
+}

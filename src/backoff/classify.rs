@@ -5,7 +5,7 @@ use std::any::Any;
 use std::error::Error as StdError;
 use std::fmt;
 
-use crate::registry::{BackoffConfig, Feedback};
+use crate::registry::{BackoffConfig, ErrorKind, Feedback};
 
 /// The head of a response, as a classification hook sees it.
 #[derive(Debug, Clone, Copy)]
@@ -55,7 +55,8 @@ impl<'a> ErrorView<'a> {
     /// Views `error`. Its `std::error::Error` side is found for boxed
     /// errors (`Box<dyn Error + Send + Sync>`, what tower's own middleware
     /// returns), `std::io::Error`, tower's and tokio's timeout errors,
-    /// `hyper::Error` and hyper-util's client error; other types are only
+    /// `hyper::Error`, hyper-util's client error and (feature `reqwest`)
+    /// `reqwest::Error`; other types are only
     /// reachable through [`downcast_ref`](Self::downcast_ref).
     pub fn of<E: 'static>(error: &'a E) -> Self {
         ErrorView {
@@ -110,6 +111,8 @@ fn as_std_error<E: 'static>(error: &E) -> Option<&(dyn StdError + 'static)> {
     );
     #[cfg(feature = "hyper-util")]
     known!(hyper_util::client::legacy::Error);
+    #[cfg(feature = "reqwest")]
+    known!(reqwest::Error);
     None
 }
 
@@ -131,44 +134,73 @@ pub fn default_response_feedback(head: &ResponseHead<'_>, config: &BackoffConfig
 /// `ConnectionAborted`; `tower::timeout::error::Elapsed`;
 /// `tokio::time::error::Elapsed`; a `hyper::Error` that is a timeout; and,
 /// with the `hyper-util` feature, a hyper-util client error that
-/// `is_connect()`.
+/// `is_connect()`; with the `reqwest` feature, a `reqwest::Error` that
+/// `is_timeout()` or `is_connect()`.
 pub fn default_error_feedback(error: &ErrorView<'_>) -> Feedback {
-    if error.chain().any(is_overload_signal) {
-        Feedback::backoff()
-    } else {
+    if error_kind(error) == ErrorKind::Other {
         Feedback::success()
+    } else {
+        Feedback::backoff()
     }
 }
 
-fn is_overload_signal(error: &(dyn StdError + 'static)) -> bool {
-    use std::io::ErrorKind;
+/// What kind of error `error` is, from the first timeout or connection
+/// failure found in its source chain (what [`default_error_feedback`]
+/// calls backoff feedback).
+pub(crate) fn error_kind(error: &ErrorView<'_>) -> ErrorKind {
+    error
+        .chain()
+        .find_map(overload_signal)
+        .unwrap_or(ErrorKind::Other)
+}
+
+fn overload_signal(error: &(dyn StdError + 'static)) -> Option<ErrorKind> {
+    use std::io::ErrorKind as Io;
     if let Some(io) = error.downcast_ref::<std::io::Error>() {
-        let overload = matches!(
-            io.kind(),
-            ErrorKind::TimedOut
-                | ErrorKind::ConnectionRefused
-                | ErrorKind::ConnectionReset
-                | ErrorKind::ConnectionAborted
-        );
+        let kind = match io.kind() {
+            Io::TimedOut => Some(ErrorKind::Timeout),
+            Io::ConnectionRefused | Io::ConnectionReset | Io::ConnectionAborted => {
+                Some(ErrorKind::Connection)
+            }
+            _ => None,
+        };
         // `io::Error::source` skips the error it wraps; look at it too.
-        return overload || io.get_ref().is_some_and(|inner| is_overload_signal(inner));
+        return kind.or_else(|| io.get_ref().and_then(|inner| overload_signal(inner)));
     }
     if error.is::<tower::timeout::error::Elapsed>() || error.is::<tokio::time::error::Elapsed>() {
-        return true;
+        return Some(ErrorKind::Timeout);
     }
     if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
-        return hyper.is_timeout();
+        return hyper.is_timeout().then_some(ErrorKind::Timeout);
     }
     #[cfg(feature = "hyper-util")]
     if let Some(client) = error.downcast_ref::<hyper_util::client::legacy::Error>() {
-        return client.is_connect();
+        return client.is_connect().then_some(ErrorKind::Connection);
     }
-    false
+    #[cfg(feature = "reqwest")]
+    if let Some(reqwest) = error.downcast_ref::<reqwest::Error>() {
+        if reqwest.is_timeout() {
+            return Some(ErrorKind::Timeout);
+        }
+        return reqwest.is_connect().then_some(ErrorKind::Connection);
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_kinds_tell_timeouts_from_connection_failures() {
+        use std::io::{Error, ErrorKind as Io};
+        let kind = |error: Error| error_kind(&ErrorView::of(&error));
+        assert_eq!(kind(Error::from(Io::TimedOut)), ErrorKind::Timeout);
+        assert_eq!(kind(Error::from(Io::ConnectionReset)), ErrorKind::Connection);
+        assert_eq!(kind(Error::from(Io::InvalidData)), ErrorKind::Other);
+        let elapsed = tower::timeout::error::Elapsed::new();
+        assert_eq!(error_kind(&ErrorView::of(&elapsed)), ErrorKind::Timeout);
+    }
 
     fn verdict<E: 'static>(error: E) -> bool {
         default_error_feedback(&ErrorView::of(&error)).is_backoff()

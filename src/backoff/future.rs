@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
+use tokio::time::Instant;
 
-use super::classify::{ErrorView, ResponseHead};
+use super::classify::{error_kind, ErrorView, ResponseHead};
 use super::judged::Judged;
 use super::layer::Shared;
 use crate::registry::Feedback;
@@ -23,15 +24,21 @@ pin_project! {
         inner: F,
         scopes: Scopes,
         shared: Arc<Shared>,
+        // When the request went to the inner service: the feedback's
+        // latency, for scope managers (read only when the registry has
+        // any, so other users pay no clock reads).
+        sent_at: Option<Instant>,
     }
 }
 
 impl<F> ResponseFuture<F> {
     pub(crate) fn new(inner: F, scopes: Scopes, shared: Arc<Shared>) -> Self {
+        let sent_at = shared.registry.has_custom_managers().then(Instant::now);
         ResponseFuture {
             inner,
             scopes,
             shared,
+            sent_at,
         }
     }
 }
@@ -47,6 +54,7 @@ where
         let this = self.project();
         let mut output = ready!(this.inner.poll(cx));
         let shared: &Shared = this.shared;
+        let latency = this.sent_at.map(|sent_at| sent_at.elapsed());
         match &mut output {
             Ok(response) => {
                 let head = ResponseHead::of(response);
@@ -59,7 +67,7 @@ where
                     .as_ref()
                     .and_then(|name| header_cost(&head, name));
                 registry.feedback_each(this.scopes, |config| {
-                    let feedback = (shared.on_response)(&head, config);
+                    let feedback = with_facts((shared.on_response)(&head, config), head.status, latency);
                     let feedback = match (feedback.actual_cost(), cost_from_header) {
                         (None, Some(cost)) => feedback.with_actual_cost(cost),
                         _ => feedback,
@@ -74,11 +82,35 @@ where
                 }
             }
             Err(error) => {
-                let feedback: Feedback = (shared.on_error)(&ErrorView::of(error));
+                let view = ErrorView::of(error);
+                let mut feedback: Feedback = (shared.on_error)(&view);
+                if feedback.error_kind().is_none() {
+                    feedback = feedback.with_error_kind(error_kind(&view));
+                }
+                if let (None, Some(latency)) = (feedback.latency(), latency) {
+                    feedback = feedback.with_latency(latency);
+                }
                 shared.registry.feedback_each(this.scopes, |_| feedback);
             }
         }
         Poll::Ready(output)
+    }
+}
+
+/// Adds the response's status and latency to what a hook reported, unless
+/// it said otherwise.
+fn with_facts(
+    feedback: Feedback,
+    status: http::StatusCode,
+    latency: Option<std::time::Duration>,
+) -> Feedback {
+    let feedback = match feedback.status() {
+        Some(_) => feedback,
+        None => feedback.with_status(status),
+    };
+    match (feedback.latency(), latency) {
+        (None, Some(latency)) => feedback.with_latency(latency),
+        _ => feedback,
     }
 }
 

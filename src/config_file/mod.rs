@@ -253,8 +253,8 @@ impl RegistryConfig {
     }
 
     /// A builder with every setting of this config, to add what a file
-    /// cannot hold (a [resolver](RegistryBuilder::resolver)) before
-    /// building.
+    /// cannot hold (a [resolver](RegistryBuilder::resolver), a
+    /// [scope manager](RegistryBuilder::scope_manager)) before building.
     ///
     /// # Errors
     ///
@@ -383,7 +383,9 @@ impl<'de> Deserialize<'de> for RegistryConfig {
 impl Registry {
     /// The registry's config as it is now, including scopes replaced with
     /// [`set_scope`](Self::set_scope), ready to be written as a file with
-    /// [`RegistryConfig::to_toml_string`]. (The resolver is not part of it.)
+    /// [`RegistryConfig::to_toml_string`]. (The resolver is not part of it.
+    /// Scope managers are code, not settings: they stay in the returned
+    /// config but are not written to files, so a file read back has none.)
     #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
     pub fn config(&self) -> RegistryConfig {
         let (default_scope, scopes) = self.scope_configs();

@@ -2,12 +2,14 @@
 //! built.
 
 use std::fmt;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
 use super::config::{self, ScopeConfig};
+use super::manager::{ManagerFactory, ScopeManager};
 use super::metrics;
 use super::scheduler::{Scheduler, DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
 use super::{Registry, Shared, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_QUEUED};
@@ -52,6 +54,7 @@ pub struct RegistryBuilder {
     delayed_warn_threshold: usize,
     store: Option<Arc<dyn ScopeStore>>,
     store_failure: StoreFailure,
+    scope_manager: Option<ManagerFactory>,
 }
 
 impl fmt::Debug for RegistryBuilder {
@@ -83,6 +86,7 @@ impl Default for RegistryBuilder {
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
             store: None,
             store_failure: StoreFailure::default(),
+            scope_manager: None,
         }
     }
 }
@@ -159,6 +163,21 @@ impl RegistryBuilder {
         self
     }
 
+    /// Every scope reacts to feedback through a [`ScopeManager`] made by
+    /// `factory` (on the scope's first feedback, and again after the scope
+    /// was evicted) instead of the built-in exponential backoff and rampup:
+    /// the seeds' `THROTTLING_SCOPE_MANAGER`. A scope whose config sets its
+    /// own with [`ScopeConfig::manager`] keeps that one. This sets the
+    /// default scope's manager, replacing one its config set. See the
+    /// [`manager`](crate::registry::manager) module for examples.
+    pub fn scope_manager<F>(mut self, factory: F) -> Self
+    where
+        F: Fn(&Scope) -> Box<dyn ScopeManager> + Send + Sync + 'static,
+    {
+        self.scope_manager = Some(ManagerFactory::new(factory));
+        self
+    }
+
     /// With the `metrics` feature, labels the counters with the scope
     /// (default off: a broad crawl has millions of scopes, more label
     /// values than most metrics back ends hold). See [`metrics`].
@@ -201,6 +220,9 @@ impl RegistryBuilder {
         let mut default_scope = self.default_scope;
         if let Some(window) = self.quota_window {
             default_scope.window = default_scope.window.or(Some(window));
+        }
+        if let Some(factory) = &self.scope_manager {
+            default_scope.manager = Some(factory.clone());
         }
         RegistryBuilder {
             default_scope,
@@ -262,6 +284,8 @@ impl RegistryBuilder {
             self.max_concurrency,
         );
         let settings = self.global_settings();
+        let custom_managers = self.default_scope.has_custom_manager()
+            || self.scopes.iter().any(|(_, config)| config.has_custom_manager());
         let rng = match self.seed {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
@@ -274,6 +298,7 @@ impl RegistryBuilder {
             });
         Ok(Registry {
             shared: Arc::new(Shared {
+                custom_managers: AtomicBool::new(custom_managers),
                 scheduler: Mutex::new(scheduler),
                 resolver: self.resolver,
                 max_queued: self.max_queued,

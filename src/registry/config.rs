@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use super::autothrottle::AutoThrottleConfig;
 use super::backoff::BackoffConfig;
+use super::manager::{ManagerFactory, ScopeManager};
 use super::rampup::RampupConfig;
 use super::time::{validate_delay, Jitter};
 use crate::error::ConfigError;
@@ -48,6 +49,9 @@ pub struct ScopeConfig {
     pub(crate) ignore_robots_txt: bool,
     pub(crate) quota: Option<f64>,
     pub(crate) window: Option<Duration>,
+    /// The scope's custom manager (`None`: the built-in one). Not
+    /// serialisable; equal when it is the same factory.
+    pub(crate) manager: Option<ManagerFactory>,
     /// Which limits were set by a builder call (not left at their default):
     /// robots.txt only yields to limits a scope config actually sets.
     pub(crate) set_by_user: SetByUser,
@@ -102,6 +106,7 @@ impl Default for ScopeConfig {
             ignore_robots_txt: false,
             quota: None,
             window: None,
+            manager: None,
             set_by_user: SetByUser::default(),
         }
     }
@@ -227,6 +232,51 @@ impl ScopeConfig {
         self.window.unwrap_or(DEFAULT_QUOTA_WINDOW)
     }
 
+    /// Replaces how this scope reacts to feedback: `factory` makes the
+    /// scope's [`ScopeManager`] on its first feedback (and again after the
+    /// scope was evicted). Set on the default scope, or with
+    /// [`RegistryBuilder::scope_manager`](crate::RegistryBuilder::scope_manager),
+    /// it applies to every scope whose config does not set its own. The
+    /// scope then runs neither the exponential backoff nor rampup; see the
+    /// [`manager`](crate::registry::manager) module.
+    ///
+    /// Configs compare equal only when they hold the *same* factory (a
+    /// clone of this config does); closures cannot be compared.
+    ///
+    /// ```
+    /// use tokio::time::Instant;
+    /// use tower_throttle::{BaseLimits, ManagerFeedback, ManagerLimits, ScopeConfig, ScopeManager};
+    ///
+    /// /// Never slows down, whatever the server says.
+    /// struct Stubborn;
+    ///
+    /// impl ScopeManager for Stubborn {
+    ///     fn name(&self) -> &str {
+    ///         "stubborn"
+    ///     }
+    ///     fn on_feedback(&mut self, _feedback: &ManagerFeedback) {}
+    ///     fn limits(&self, _now: Instant, _base: &BaseLimits) -> ManagerLimits {
+    ///         ManagerLimits::none()
+    ///     }
+    /// }
+    ///
+    /// let config = ScopeConfig::default().manager(|_scope| Box::new(Stubborn));
+    /// assert_eq!(config, config.clone());
+    /// ```
+    pub fn manager<F>(mut self, factory: F) -> Self
+    where
+        F: Fn(&crate::Scope) -> Box<dyn ScopeManager> + Send + Sync + 'static,
+    {
+        self.manager = Some(ManagerFactory::new(factory));
+        self
+    }
+
+    /// Whether the scope runs a custom [`ScopeManager`] (set on it or
+    /// inherited), rather than the built-in backoff and rampup.
+    pub fn has_custom_manager(&self) -> bool {
+        self.manager.is_some()
+    }
+
     /// Silences the warning logged when robots.txt asks for a Crawl-delay
     /// that this scope's own config overrides. (A scope config given with
     /// [`RegistryBuilder::scope`](crate::RegistryBuilder::scope) or
@@ -256,6 +306,7 @@ impl ScopeConfig {
             rampup: self.rampup.or_inherit(&default.rampup),
             quota: self.quota.or(default.quota),
             window: self.window.or(default.window),
+            manager: self.manager.clone().or_else(|| default.manager.clone()),
             ..self.clone()
         }
     }

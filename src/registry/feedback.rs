@@ -39,6 +39,22 @@ pub struct Feedback {
     kind: FeedbackKind,
     actual_cost: Option<f64>,
     remaining_quota: Option<f64>,
+    status: Option<http::StatusCode>,
+    error_kind: Option<ErrorKind>,
+    latency: Option<Duration>,
+}
+
+/// What kind of error a [`Feedback`] is about, for a
+/// [`ScopeManager`](crate::ScopeManager) that reacts to errors differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The request timed out.
+    Timeout,
+    /// The connection failed (refused, reset, aborted, not established).
+    Connection,
+    /// Any other error.
+    Other,
 }
 
 /// The verdict part of a [`Feedback`].
@@ -56,29 +72,65 @@ pub enum FeedbackKind {
 impl Feedback {
     /// The server answered normally.
     pub fn success() -> Self {
-        Feedback {
-            kind: FeedbackKind::Success,
-            actual_cost: None,
-            remaining_quota: None,
-        }
+        Feedback::of_kind(FeedbackKind::Success)
     }
 
     /// The server pushed back: the request's scopes take a backoff step.
     pub fn backoff() -> Self {
-        Feedback {
-            kind: FeedbackKind::Backoff,
-            actual_cost: None,
-            remaining_quota: None,
-        }
+        Feedback::of_kind(FeedbackKind::Backoff)
     }
 
     /// Nothing to report.
     pub fn ignore() -> Self {
+        Feedback::of_kind(FeedbackKind::Ignore)
+    }
+
+    fn of_kind(kind: FeedbackKind) -> Self {
         Feedback {
-            kind: FeedbackKind::Ignore,
+            kind,
             actual_cost: None,
             remaining_quota: None,
+            status: None,
+            error_kind: None,
+            latency: None,
         }
+    }
+
+    /// Adds the status of the response the feedback is about (the backoff
+    /// layer adds it), for the scope's [`ScopeManager`](crate::ScopeManager).
+    pub fn with_status(mut self, status: http::StatusCode) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Adds what kind of error the feedback is about (the backoff layer
+    /// adds it), for the scope's [`ScopeManager`](crate::ScopeManager).
+    pub fn with_error_kind(mut self, kind: ErrorKind) -> Self {
+        self.error_kind = Some(kind);
+        self
+    }
+
+    /// Adds the request's latency, from its send to its response or error
+    /// (the backoff layer measures it), for the scope's
+    /// [`ScopeManager`](crate::ScopeManager).
+    pub fn with_latency(mut self, latency: Duration) -> Self {
+        self.latency = Some(latency);
+        self
+    }
+
+    /// The response status, if reported.
+    pub fn status(&self) -> Option<http::StatusCode> {
+        self.status
+    }
+
+    /// The kind of error, if reported.
+    pub fn error_kind(&self) -> Option<ErrorKind> {
+        self.error_kind
+    }
+
+    /// The latency, if reported.
+    pub fn latency(&self) -> Option<Duration> {
+        self.latency
     }
 
     /// Adds what the request really cost in its scopes' quota units (an API

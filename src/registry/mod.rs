@@ -29,6 +29,9 @@
 //!   - *pacing* to a server-announced quota, until its reset;
 //!   - *rampup*'s pace, which replaces the configured delay and lanes of a
 //!     scope that opted in;
+//!   - a custom [*scope manager*](manager)'s answer (delay, concurrency,
+//!     hold), which replaces backoff and rampup for its scope; it is made
+//!     on the scope's first feedback;
 //!   - the *quota window* of a scope with a [quota](ScopeConfig::quota):
 //!     what its sends have spent since the window began (expected costs,
 //!     corrected by reported actual costs or remaining quota). Unlike the
@@ -133,6 +136,10 @@
 //!   [scope store](crate::store), after local admission;
 //!   `scheduler/fleet.rs`: the terms of its reservation and the shared
 //!   facts the answer brings back;
+//! - `admission.rs`: what a throttled request holds (queue place, `Ticket`)
+//!   and the timer that wakes the first waiter of a scope;
+//! - [`manager`]: the [`ScopeManager`] trait, its factory and the
+//!   built-in backoff as one ([`manager::ExponentialBackoff`]);
 //! - `builder.rs`: [`RegistryBuilder`]; `config.rs`, `backoff.rs`,
 //!   `rampup.rs`, `autothrottle.rs`: settings and the feedback sources' own
 //!   state machines; `time.rs`: jitter and duration helpers, the leaf they
@@ -148,6 +155,7 @@ mod builder;
 mod config;
 mod feedback;
 mod fleet;
+pub mod manager;
 pub mod metrics;
 mod rampup;
 mod scheduler;
@@ -163,7 +171,8 @@ pub use builder::RegistryBuilder;
 #[cfg(feature = "serde")]
 pub(crate) use config::Setting;
 pub use config::{ScopeConfig, DEFAULT_QUOTA_WINDOW};
-pub use feedback::{AnnouncedLimits, Feedback, FeedbackKind};
+pub use feedback::{AnnouncedLimits, ErrorKind, Feedback, FeedbackKind};
+pub use manager::{BaseLimits, ManagerFeedback, ManagerLimits, ScopeManager};
 pub use rampup::RampupConfig;
 pub use scope_state::LimitSource;
 pub use stats::{QuotaStats, ScopeStats, Stats};
@@ -171,6 +180,7 @@ pub(crate) use time::saturating_add;
 pub use time::{Jitter, MAX_CONFIG_DELAY};
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -230,6 +240,10 @@ struct Shared {
     queue_places: Arc<Semaphore>,
     /// The scope store shared with other workers, if any.
     fleet: Option<Arc<Fleet>>,
+    /// Whether any scope config has a custom manager (set once, never
+    /// cleared): only then do feedback layers measure what managers alone
+    /// use, such as latency.
+    custom_managers: AtomicBool,
 }
 
 impl fmt::Debug for Registry {
@@ -298,6 +312,9 @@ impl Registry {
     pub fn set_scope(&self, key: impl Into<Scope>, config: ScopeConfig) -> Result<(), ConfigError> {
         let key = key.into();
         config.validate(&format!("scope {:?}", key.as_str()))?;
+        if config.has_custom_manager() {
+            self.shared.custom_managers.store(true, Ordering::Relaxed);
+        }
         self.with_scheduler(|scheduler, now, wake| {
             config::warn_about_settings_without_effect(key.as_str(), &config, scheduler.max_concurrency());
             scheduler.set_scope(key, config, now, wake)
@@ -350,7 +367,8 @@ impl Registry {
         for (scope, expected_cost) in scopes.iter() {
             let config = self.scheduler().config_arc(scope.as_str());
             let feedback = decide(config.get_backoff());
-            if feedback.says_something() {
+            let tells_manager = config.has_custom_manager() && feedback.kind() != FeedbackKind::Ignore;
+            if feedback.says_something() || tells_manager {
                 let backoff = self.with_scheduler(|scheduler, now, wake| {
                     scheduler.feedback(scope, feedback, expected_cost, now, wake);
                     scheduler.backoff_left(scope, now)
@@ -467,6 +485,12 @@ impl Registry {
             Some(scopes) => scopes.clone(),
             None => self.shared.resolver.resolve(&RequestHead::of(request)),
         }
+    }
+
+    /// Whether some scope may run a custom manager: the feedback layers
+    /// measure latency for managers only then.
+    pub(crate) fn has_custom_managers(&self) -> bool {
+        self.shared.custom_managers.load(Ordering::Relaxed)
     }
 
     /// A handle that reserves places among `max_queued` (one per service

@@ -16,8 +16,9 @@ use tokio::time::Instant;
 
 use super::backoff::{BackoffNow, BackoffState};
 use super::config::ScopeConfig;
+use super::manager::{BaseLimits, ManagerLimits};
 use super::rampup::RampupState;
-use super::time::{scale, Jitter, Stamp};
+use super::time::{saturating_add, scale, Jitter, Stamp, MAX_CONFIG_DELAY};
 use crate::scope::Scope;
 use contributions::NO_CONTRIBUTIONS;
 pub(crate) use contributions::{Contributions, QuotaWindow, RobotsContribution};
@@ -51,6 +52,11 @@ pub enum LimitSource {
     /// A backoff another worker of the fleet reported to the registry's
     /// [scope store](crate::store).
     Fleet,
+    /// The scope's custom [`ScopeManager`](crate::ScopeManager): its delay,
+    /// concurrency or hold is the one in force. (A source of its own rather
+    /// than `Backoff` or `Rampup`: those name the built-in manager's
+    /// settings, which a custom manager does not use.)
+    Manager,
 }
 
 /// The last send of a lane or a scope, with the random draw for the gap
@@ -123,6 +129,12 @@ pub(crate) struct Effective {
     pub(crate) delay_floor: Duration,
     /// The backoff in force, if any.
     pub(crate) backoff: Option<BackoffNow>,
+    /// A custom manager's hold: nothing is sent before then. (Stamps, not
+    /// instants: 8 bytes each keep `Effective`, which is moved around on
+    /// every request, from growing past what is copied inline.)
+    pub(crate) manager_hold: Option<Stamp>,
+    /// When a custom manager's answer changes by itself.
+    pub(crate) review_at: Option<Stamp>,
 }
 
 impl Effective {
@@ -168,6 +180,15 @@ pub(crate) struct ScopeState {
     latency: Option<NonZeroU64>,
 }
 
+/// A pace that replaces a scope's configured delay, per-slot delay, jitter
+/// and concurrency: rampup's, or a custom manager's.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    delay: Duration,
+    lanes: u32,
+    source: LimitSource,
+}
+
 /// The request a scope is sending, as [`ScopeState::take_lane`] needs it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Sending {
@@ -201,7 +222,7 @@ impl ScopeState {
             let contributions: &mut Contributions = extra.get_or_insert_with(Box::default);
             contributions.autothrottle_delay = Some(autothrottle.start(config.delay));
         }
-        if config.get_rampup().is_some() {
+        if config.get_rampup().is_some() && !config.has_custom_manager() {
             let contributions: &mut Contributions = extra.get_or_insert_with(Box::default);
             contributions.rampup = Some(Box::new(RampupState::new(config.delay, now)));
         }
@@ -238,19 +259,32 @@ impl ScopeState {
     /// The limits without backoff: config, global cap, robots.txt and
     /// AutoThrottle. Backoff steps multiply these.
     fn effective_before_backoff(&self, max_concurrency: u32) -> Effective {
+        let pace = self.contributions().rampup.as_ref().map(|rampup| Pace {
+            delay: rampup.delay,
+            lanes: self.rampup_lanes(rampup.delay),
+            source: LimitSource::Rampup,
+        });
+        self.effective_at_pace(pace, max_concurrency)
+    }
+
+    /// The limits without backoff, at `pace` (rampup's, or a custom
+    /// manager's) instead of the configured one if given.
+    fn effective_at_pace(&self, pace: Option<Pace>, max_concurrency: u32) -> Effective {
         let config = &self.config;
-        let mut effective = match &self.contributions().rampup {
-            Some(rampup) => Effective {
-                concurrency: self.rampup_lanes(rampup.delay),
-                concurrency_source: LimitSource::Rampup,
-                delay: rampup.delay,
-                delay_source: LimitSource::Rampup,
+        let mut effective = match pace {
+            Some(pace) => Effective {
+                concurrency: pace.lanes,
+                concurrency_source: pace.source,
+                delay: pace.delay,
+                delay_source: pace.source,
                 delay_per_slot: Duration::ZERO,
                 // Rampup paces precisely: the boundary it finds is only
                 // worth something if sends keep to it.
                 jitter: Jitter::NONE,
                 delay_floor: Duration::ZERO,
                 backoff: None,
+                manager_hold: None,
+                review_at: None,
             },
             None => Effective {
                 concurrency: config.concurrency,
@@ -261,6 +295,8 @@ impl ScopeState {
                 jitter: config.jitter,
                 delay_floor: Duration::ZERO,
                 backoff: None,
+                manager_hold: None,
+                review_at: None,
             },
         };
         effective.lower_concurrency(max_concurrency, LimitSource::MaxConcurrency);
@@ -317,6 +353,18 @@ impl ScopeState {
 
     pub(crate) fn effective(&self, now: Instant, max_concurrency: u32) -> Effective {
         let mut effective = self.effective_before_backoff(max_concurrency);
+        let managed = self.contributions().manager.as_ref().map(|manager| {
+            let base = BaseLimits::new(effective.delay, effective.concurrency, self.latency());
+            manager.limits(now, &base)
+        });
+        if let Some((delay, lanes)) = managed.and_then(|limits| limits.get_pace()) {
+            let pace = Pace {
+                delay: delay.min(MAX_CONFIG_DELAY),
+                lanes,
+                source: LimitSource::Manager,
+            };
+            effective = self.effective_at_pace(Some(pace), max_concurrency);
+        }
         if let Some((delay, until)) = self.contributions().pacing {
             if now < until {
                 effective.raise_delay(delay, LimitSource::RateLimitPolicy);
@@ -337,6 +385,9 @@ impl ScopeState {
             effective.lower_concurrency(backoff.concurrency, LimitSource::Backoff);
             effective.jitter = backoff_config.jitter;
             effective.backoff = Some(backoff);
+        }
+        if let Some(limits) = managed {
+            apply_manager_limits(&mut effective, &limits, now);
         }
         effective
     }
@@ -360,6 +411,7 @@ impl ScopeState {
         let quota_frees = self.quota_frees_at(cost, now);
         let other_limits_end = quota_frees
             .max(self.contributions().hold_until)
+            .max(effective.manager_hold.map(Stamp::instant))
             .filter(|&at| at > now);
         match gaps_end.map(Stamp::instant).max(other_limits_end) {
             Some(at) => {
@@ -367,7 +419,8 @@ impl ScopeState {
                 // delay before then: look again at that instant.
                 let step_back = effective.backoff.map(|backoff| backoff.next_step_back);
                 let pacing_end = self.contributions().pacing.map(|(_, until)| until);
-                let relief = [step_back, pacing_end]
+                let review = effective.review_at.map(Stamp::instant);
+                let relief = [step_back, pacing_end, review]
                     .into_iter()
                     .flatten()
                     .filter(|&relief| relief > now)
@@ -444,9 +497,13 @@ impl ScopeState {
             departs_now,
             cost,
         } = sending;
-        let rampup = self.extra.as_deref_mut().and_then(|extra| extra.rampup.as_mut());
-        if let (Some(rampup), Some(config)) = (rampup, self.config.get_rampup()) {
-            rampup.roll(now, config);
+        if let Some(extra) = self.extra.as_deref_mut() {
+            if let (Some(rampup), Some(config)) = (extra.rampup.as_mut(), self.config.get_rampup()) {
+                rampup.roll(now, config);
+            }
+            if let Some(manager) = extra.manager.as_mut() {
+                manager.on_send(now);
+            }
         }
         let (check, effective) = match chosen {
             Some((lane, effective)) if self.contributions().backoff.is_none() => {
@@ -575,6 +632,21 @@ impl ScopeState {
             "autothrottle adjusted the delay"
         );
     }
+}
+
+/// Folds a custom manager's answer into the scope's limits.
+fn apply_manager_limits(effective: &mut Effective, limits: &ManagerLimits, now: Instant) {
+    if let Some(delay) = limits.get_delay() {
+        effective.raise_delay(delay.min(MAX_CONFIG_DELAY), LimitSource::Manager);
+    }
+    if let Some(concurrency) = limits.get_concurrency() {
+        effective.lower_concurrency(concurrency, LimitSource::Manager);
+    }
+    if let Some(until) = limits.get_hold_until() {
+        let until = until.min(saturating_add(now, MAX_CONFIG_DELAY));
+        effective.manager_hold = Some(Stamp::of(until));
+    }
+    effective.review_at = limits.get_review_at().map(Stamp::of);
 }
 
 mod contributions;

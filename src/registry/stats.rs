@@ -1,14 +1,16 @@
 //! Snapshots of the registry for users: what each scope's limits are now
 //! and which source set them.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::feedback::AnnouncedLimits;
+use super::manager::{DEFAULT_MANAGER_NAME, PENDING_MANAGER_NAME};
 use super::scheduler::{Scheduler, ScopeEntry};
 use super::scope_state::{Effective, LimitSource, ScopeState};
-use super::time::saturating_add;
+use super::time::{saturating_add, Stamp};
 use crate::scope::Scope;
 
 /// A snapshot of one scope, from [`Registry::scope_stats`](crate::Registry::scope_stats).
@@ -31,8 +33,15 @@ pub struct ScopeStats {
     pub delay_limited_by: LimitSource,
     /// Minimum time between two sends on one lane now (before jitter).
     pub delay_per_slot: Duration,
-    /// Time left on a hold (Retry-After, rate-limit reset), if one is active.
+    /// Time left on a hold (Retry-After, rate-limit reset, or the scope's
+    /// custom manager), if one is active.
     pub held_for: Option<Duration>,
+    /// The name of the [`ScopeManager`](crate::ScopeManager) the scope runs:
+    /// `"default"` for the built-in backoff and rampup, the custom
+    /// manager's [`name`](crate::ScopeManager::name) once it is made (on
+    /// the scope's first feedback), and `"custom (not yet created: no
+    /// feedback)"` before that.
+    pub manager: Cow<'static, str>,
     /// Requests sent since the scope was first seen.
     pub sent: u64,
     /// Backoff steps in force (0: none).
@@ -157,8 +166,14 @@ impl ScopeEntry {
             delay_per_slot: effective.delay_per_slot,
             held_for: contributions
                 .hold_until
+                .max(effective.manager_hold.map(Stamp::instant))
                 .map(|until| until.saturating_duration_since(now))
                 .filter(|left| !left.is_zero()),
+            manager: match &contributions.manager {
+                Some(manager) => Cow::Owned(manager.name().to_owned()),
+                None if scope.config.has_custom_manager() => Cow::Borrowed(PENDING_MANAGER_NAME),
+                None => Cow::Borrowed(DEFAULT_MANAGER_NAME),
+            },
             sent: scope.sent,
             backoff_level: effective.backoff.map_or(0, |backoff| backoff.level),
             backoff_delay: effective.backoff.map(|backoff| backoff.delay),
@@ -209,6 +224,9 @@ fn held_back_by(scope: &ScopeState, effective: &Effective, cost: f64, now: Insta
     }
     if scope.contributions().hold_until.is_some_and(|until| until > now) {
         return Some(LimitSource::Hold);
+    }
+    if effective.manager_hold.is_some_and(|until| until.instant() > now) {
+        return Some(LimitSource::Manager);
     }
     if scope.in_flight >= effective.concurrency {
         return Some(effective.concurrency_source);

@@ -14,6 +14,21 @@ use crate::error::ConfigError;
 /// a unit mistake (milliseconds given as seconds) and would overflow timers.
 pub const MAX_CONFIG_DELAY: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// A jitter as a user writes it, for error messages: the factor when it is
+/// symmetric (`0.5`), `[below, above]` otherwise.
+struct AsWritten(Jitter);
+
+impl std::fmt::Debug for AsWritten {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Jitter { below, above } = self.0;
+        if below == above {
+            write!(f, "{below:?}")
+        } else {
+            write!(f, "[{below:?}, {above:?}]")
+        }
+    }
+}
+
 /// `at + gap`, or [`MAX_CONFIG_DELAY`] after `at` when `gap` is too large to
 /// add (`Duration::MAX` from an unbounded setting): never a panic.
 pub(crate) fn saturating_add(at: Instant, gap: Duration) -> Instant {
@@ -160,25 +175,18 @@ impl Jitter {
 
     pub(crate) fn validate(&self, field: &str) -> Result<(), ConfigError> {
         let Jitter { below, above } = *self;
+        let reject = |reason| Err(ConfigError::new(field, AsWritten(*self), reason));
         if !below.is_finite() || !above.is_finite() {
-            return Err(ConfigError::new(field, (below, above), "must be finite"));
+            return reject("must be finite");
         }
         if below < 0.0 || above < 0.0 {
-            return Err(ConfigError::new(field, (below, above), "must not be negative"));
+            return reject("must not be negative");
         }
         if above > 100.0 {
-            return Err(ConfigError::new(
-                field,
-                (below, above),
-                "the part above 1 must be at most 100",
-            ));
+            return reject("the part above 1 must be at most 100");
         }
         if below > 1.0 {
-            return Err(ConfigError::new(
-                field,
-                (below, above),
-                "the part below 1 must be at most 1 (waits cannot be negative)",
-            ));
+            return reject("the part below 1 must be at most 1 (waits cannot be negative)");
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 //! held while its result is applied to the registry, so two results for one
 //! scope can never be applied out of order.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::task::{Context, Poll, Waker};
@@ -223,6 +224,9 @@ struct EntryState {
     waiters: Slab<Waker>,
     /// Consecutive unreachable results, for the retry backoff.
     failures: u32,
+    /// The requests that waited for the rules and have not gone on yet, in
+    /// arrival order.
+    turnstile: Turnstile,
     /// Every scope this origin's requests were seen with: each is told the
     /// Crawl-delay on its first request, and again when a later result
     /// changes it.
@@ -232,11 +236,65 @@ struct EntryState {
 /// What a request finds when it arrives.
 #[derive(Debug)]
 pub(crate) enum Arrival {
-    /// Fresh rules, already applied to the request's scopes.
-    Known(Known),
-    /// No fresh rules: wait until the fetch in progress finishes. When
-    /// `start_fetch` is set, this request is the one that must start it.
-    Wait { round: u64, start_fetch: bool },
+    /// Fresh rules, already applied to the request's scopes. With a turn,
+    /// requests that came earlier have not gone on yet: it goes after them.
+    Known(Known, Option<u64>),
+    /// No fresh rules: wait until the fetch in progress finishes, then for
+    /// `turn`. When `start_fetch` is set, this request is the one that must
+    /// start the fetch.
+    Wait {
+        round: u64,
+        start_fetch: bool,
+        turn: u64,
+    },
+}
+
+/// Keeps the requests that waited for an origin's rules in arrival order.
+///
+/// When a fetch finishes, every waiter is woken at once, and the runtime
+/// runs them in an order of its own (tokio's multi-threaded scheduler runs
+/// the most recently woken task first). Each waiter holds a numbered turn
+/// taken on arrival and goes on (hands its request to the inner service)
+/// only when every earlier turn is over; a request arriving while turns
+/// are pending takes one too. So the throttle sees them in the order they
+/// came, as rule 5 (FIFO within a scope) asks.
+#[derive(Debug, Default)]
+struct Turnstile {
+    next: u64,
+    /// Pending turns, with the waker of the request once it has polled.
+    pending: BTreeMap<u64, Option<Waker>>,
+}
+
+impl Turnstile {
+    fn take_turn(&mut self) -> u64 {
+        let turn = self.next;
+        self.next += 1;
+        self.pending.insert(turn, None);
+        turn
+    }
+
+    fn poll_turn(&mut self, cx: &mut Context<'_>, turn: u64) -> Poll<()> {
+        if self.pending.keys().next() == Some(&turn) {
+            return Poll::Ready(());
+        }
+        if let Some(waker) = self.pending.get_mut(&turn) {
+            match waker {
+                Some(known) if known.will_wake(cx.waker()) => {}
+                _ => *waker = Some(cx.waker().clone()),
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Ends `turn`; returns the waker of the next one if it is now first.
+    fn end_turn(&mut self, turn: u64) -> Option<Waker> {
+        let was_first = self.pending.keys().next() == Some(&turn);
+        self.pending.remove(&turn);
+        if !was_first {
+            return None;
+        }
+        self.pending.values_mut().next().and_then(Option::take)
+    }
 }
 
 impl fmt::Debug for OriginEntry {
@@ -280,18 +338,34 @@ impl OriginEntry {
                 if now < *due {
                     let (known, due) = (known.clone(), *due);
                     state.apply_to(scopes, &known, due, registry);
-                    return Arrival::Known(known);
+                    let turn = (!state.turnstile.pending.is_empty()).then(|| state.turnstile.take_turn());
+                    return Arrival::Known(known, turn);
                 }
             }
             state.fetching = true;
             return Arrival::Wait {
                 round: state.finished,
                 start_fetch: true,
+                turn: state.turnstile.take_turn(),
             };
         }
         Arrival::Wait {
             round: state.finished,
             start_fetch: false,
+            turn: state.turnstile.take_turn(),
+        }
+    }
+
+    /// Resolves when every turn taken before `turn` is over.
+    pub(crate) fn poll_turn(&self, cx: &mut Context<'_>, turn: u64) -> Poll<()> {
+        self.lock().turnstile.poll_turn(cx, turn)
+    }
+
+    /// The request holding `turn` went on (or away): the next one may go.
+    pub(crate) fn end_turn(&self, turn: u64) {
+        let next = self.lock().turnstile.end_turn(turn);
+        if let Some(waker) = next {
+            waker.wake();
         }
     }
 

@@ -33,13 +33,21 @@ pin_project! {
     enum State<S, Req, F> {
         Waiting {
             wait: Wait,
-            // Both are taken exactly once, when the rules are known.
+            // The three are taken exactly once, when the rules are known.
+            turn: Option<Turn>,
+            service: Option<S>,
+            request: Option<Req>,
+        },
+        WaitingTurn {
+            turn: Option<Turn>,
             service: Option<S>,
             request: Option<Req>,
         },
         Readying {
             service: S,
             request: Option<Req>,
+            // Ends when the request is handed on (this state is left).
+            turn: Option<Turn>,
         },
         Calling {
             #[pin]
@@ -62,6 +70,25 @@ struct Wait {
     /// The waiter's key in the entry, once polled.
     waiter: Option<usize>,
     scopes: Scopes,
+}
+
+/// A request's turn to go on after the requests that came before it (see
+/// the robots cache's turnstile). Dropping it ends the turn.
+pub(super) struct Turn {
+    entry: Arc<OriginEntry>,
+    turn: u64,
+}
+
+impl Turn {
+    pub(super) fn new(entry: Arc<OriginEntry>, turn: u64) -> Self {
+        Turn { entry, turn }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.entry.end_turn(self.turn);
+    }
 }
 
 impl Drop for Wait {
@@ -92,12 +119,14 @@ where
         shared: Arc<Shared>,
         entry: Arc<OriginEntry>,
         round: u64,
+        turn: u64,
         scopes: Scopes,
         service: S,
         request: http::Request<ReqBody>,
     ) -> Self {
         ResponseFuture {
             state: State::Waiting {
+                turn: Some(Turn::new(entry.clone(), turn)),
                 wait: Wait {
                     shared,
                     entry,
@@ -105,6 +134,18 @@ where
                     waiter: None,
                     scopes,
                 },
+                service: Some(service),
+                request: Some(request),
+            },
+        }
+    }
+
+    /// A request allowed by known rules, going on once the requests that
+    /// came before it have.
+    pub(super) fn waiting_turn(turn: Turn, service: S, request: http::Request<ReqBody>) -> Self {
+        ResponseFuture {
+            state: State::WaitingTurn {
+                turn: Some(turn),
                 service: Some(service),
                 request: Some(request),
             },
@@ -125,6 +166,7 @@ where
             match this.state.as_mut().project() {
                 StateProj::Waiting {
                     wait,
+                    turn,
                     service,
                     request,
                 } => {
@@ -144,14 +186,39 @@ where
                     };
                     let checked = known.check(&wait.shared.config, wait.entry.origin(), &request);
                     match checked {
-                        Ok(()) => this.state.set(State::Readying {
-                            service,
-                            request: Some(request),
-                        }),
+                        Ok(()) => {
+                            let turn = turn.take();
+                            this.state.set(State::WaitingTurn {
+                                turn,
+                                service: Some(service),
+                                request: Some(request),
+                            })
+                        }
                         Err(error) => this.state.set(State::Failed { error: Some(error) }),
                     }
                 }
-                StateProj::Readying { service, request } => {
+                StateProj::WaitingTurn {
+                    turn,
+                    service,
+                    request,
+                } => {
+                    if let Some(held) = turn.as_ref() {
+                        if held.entry.poll_turn(cx, held.turn).is_pending() {
+                            return Poll::Pending;
+                        }
+                    }
+                    let (Some(service), Some(request)) = (service.take(), request.take()) else {
+                        this.state.set(State::Done);
+                        continue;
+                    };
+                    let turn = turn.take();
+                    this.state.set(State::Readying {
+                        service,
+                        request: Some(request),
+                        turn,
+                    });
+                }
+                StateProj::Readying { service, request, .. } => {
                     match service.poll_ready(cx) {
                         Poll::Ready(Ok(())) => {}
                         Poll::Ready(Err(err)) => {
@@ -195,6 +262,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Waiting { .. } => "waiting for robots.txt",
+            State::WaitingTurn { .. } => "waiting for earlier requests to go on",
             State::Readying { .. } => "readying",
             State::Calling { .. } => "calling",
             State::Failed { .. } => "failed",

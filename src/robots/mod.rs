@@ -10,6 +10,11 @@
 //! origin wait until the fetch is over; requests to other origins go on
 //! meanwhile. Once the answer is known, it is cached for the origin and
 //! requests go straight through (no waiting, no fetch) until it expires.
+//! The requests that waited go on in the order they came (each holds a
+//! turn, whatever order the runtime wakes them in), and one arriving while
+//! some of them have not gone on yet goes after them: the throttle sees an
+//! origin's requests in arrival order, so FIFO within a scope holds across
+//! the wait. A waiting future that is dropped gives its turn up.
 //!
 //! Place the layer **outside** [`ThrottleLayer`](crate::ThrottleLayer), as
 //! in the example below: the fetch is then throttled like any request of its

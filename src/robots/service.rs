@@ -9,7 +9,7 @@ use tower_service::Service;
 
 use super::cache::{Arrival, Origin};
 use super::fetch::{spawn_fetch, FetchTemplate};
-use super::future::ResponseFuture;
+use super::future::{ResponseFuture, Turn};
 use super::layer::{Config, Shared};
 use crate::error::{BoxError, Error};
 use crate::registry::Registry;
@@ -131,15 +131,30 @@ where
         let now = Instant::now();
         let entry = shared.cache.entry(&origin, now);
         match entry.arrive(&scopes, &shared.registry, now) {
-            Arrival::Known(known) => {
+            Arrival::Known(known, turn) => {
                 if let Err(err) = known.check(&shared.config, &origin, &request) {
-                    // The readied handle stays ready for the next call.
+                    // The readied handle stays ready for the next call (a
+                    // turn taken ends at once).
+                    drop(turn.map(|turn| Turn::new(entry.clone(), turn)));
                     return ResponseFuture::failed(err);
                 }
                 request.extensions_mut().insert(scopes);
-                ResponseFuture::calling(self.take_readied().call(request))
+                match turn {
+                    None => ResponseFuture::calling(self.take_readied().call(request)),
+                    Some(turn) => {
+                        // Earlier requests still wait to go on: go after
+                        // them, without holding readiness meanwhile.
+                        let fresh = self.inner.clone();
+                        drop(std::mem::replace(&mut self.inner, fresh));
+                        ResponseFuture::waiting_turn(Turn::new(entry, turn), self.inner.clone(), request)
+                    }
+                }
             }
-            Arrival::Wait { round, start_fetch } => {
+            Arrival::Wait {
+                round,
+                start_fetch,
+                turn,
+            } => {
                 // A waiting request must hold no readiness of the inner
                 // service: with Throttle inside, that is a queue place, or
                 // with `fixed_scope` an admitted send, which the fetch itself
@@ -165,7 +180,15 @@ where
                     "request waits for robots.txt"
                 );
                 request.extensions_mut().insert(scopes.clone());
-                ResponseFuture::waiting(shared.clone(), entry, round, scopes, self.inner.clone(), request)
+                ResponseFuture::waiting(
+                    shared.clone(),
+                    entry,
+                    round,
+                    turn,
+                    scopes,
+                    self.inner.clone(),
+                    request,
+                )
             }
         }
     }

@@ -24,7 +24,7 @@
 mod ready_made;
 mod resolver;
 
-pub use ready_made::EndpointResolver;
+pub use ready_made::{EndpointResolver, ScrapingApiResolver};
 #[cfg(feature = "public-suffix")]
 pub use ready_made::{HostAndParentsResolver, RegistrableDomainResolver};
 pub(crate) use resolver::lower_cased;

@@ -1,6 +1,8 @@
 //! Ready-made resolvers beyond the default [`HostResolver`](super::HostResolver).
 
-use super::{RequestHead, ScopeResolver, Scopes};
+use std::borrow::Cow;
+
+use super::{HostResolver, RequestHead, ScopeResolver, Scopes};
 
 /// One scope per host and path prefix: the host followed by the first
 /// `segments` path segments (`https://api.example.com/v1/users/7` with two
@@ -46,6 +48,172 @@ impl ScopeResolver for EndpointResolver {
             key.push_str(segment);
         }
         Scopes::one(key)
+    }
+}
+
+/// Requests to a scraping API (`https://api.example/?url=https%3A%2F%2Fsite.example%2Fpage`)
+/// get the API's scope *and* the target site's scope, so the API's limits
+/// and each site's politeness hold together (the seeds' "Web scraping API
+/// throttling"): give the API many lanes and a short delay, and two
+/// requests for the same site still wait the site's delay, while requests
+/// for different sites go through the API at the API's pace.
+///
+/// - A request to one of the `api_hosts` (compared with the request's
+///   host, lower-cased, without port) gets the scopes of the
+///   [`inner`](Self::inner) resolver (by default the host: the API's
+///   scope), plus the scopes of the target URL, read from the query
+///   parameter [`parameter`](Self::parameter) (default `url`),
+///   percent-decoded as a form value (`+` is a space) unless
+///   [`percent_decoded(false)`](Self::percent_decoded), and resolved by the
+///   [`target`](Self::target) resolver (by default the host). Each scope
+///   keeps the cost its resolver gave it (1.0 by default), as the seeds'
+///   `add_scope` does.
+/// - Any other request gets the inner resolver's scopes only.
+/// - A request to the API whose parameter is missing, empty, or not an
+///   absolute `http(s)` URL with a host (`site.example/page`, `/page`,
+///   `mailto:me@site.example`, `%zz`) gets
+///   only the API's scopes: it is still throttled by the API, never
+///   refused, and the resolver never panics.
+///
+/// Target keys follow this crate's host rule (lower-cased, without port),
+/// where the seeds' example uses the target's `netloc` (port included).
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::scope::ScrapingApiResolver;
+/// use tower_throttle::{Registry, RequestHead, ScopeConfig, ScopeResolver};
+///
+/// let resolver = ScrapingApiResolver::new(["api.example"]);
+/// let request = http::Request::get("https://api.example/?url=https%3A%2F%2FSite.example%2Fa")
+///     .body(())
+///     .unwrap();
+/// let scopes = resolver.resolve(&RequestHead::of(&request));
+/// assert!(scopes.contains("api.example") && scopes.contains("site.example"));
+///
+/// let registry = Registry::builder()
+///     .resolver(resolver)
+///     .scope("api.example", ScopeConfig::default().concurrency(1000).delay(Duration::from_millis(80)))
+///     .build()?;
+/// # drop(registry);
+/// # Ok::<(), tower_throttle::ConfigError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct ScrapingApiResolver<I = HostResolver, T = HostResolver> {
+    api_hosts: Vec<String>,
+    parameter: String,
+    percent_decoded: bool,
+    inner: I,
+    target: T,
+}
+
+impl ScrapingApiResolver {
+    /// Treats requests to `api_hosts` (host names, any case, no port) as
+    /// scraping API calls whose target URL is in the `url` query parameter.
+    pub fn new<H: AsRef<str>>(api_hosts: impl IntoIterator<Item = H>) -> Self {
+        ScrapingApiResolver {
+            api_hosts: api_hosts
+                .into_iter()
+                .map(|host| host.as_ref().to_ascii_lowercase())
+                .collect(),
+            parameter: "url".to_owned(),
+            percent_decoded: true,
+            inner: HostResolver,
+            target: HostResolver,
+        }
+    }
+}
+
+impl<I, T> ScrapingApiResolver<I, T> {
+    /// The query parameter that holds the target URL (default `url`).
+    pub fn parameter(mut self, name: impl Into<String>) -> Self {
+        self.parameter = name.into();
+        self
+    }
+
+    /// Whether the parameter's value is percent-decoded as a form value
+    /// (default `true`). With `false` the raw value up to the next `&` is
+    /// the target URL, for APIs that take it unencoded.
+    pub fn percent_decoded(mut self, decoded: bool) -> Self {
+        self.percent_decoded = decoded;
+        self
+    }
+
+    /// The resolver for every request's own scopes: the API's scopes for
+    /// API calls, all scopes of other requests (default: the host).
+    pub fn inner<R: ScopeResolver>(self, inner: R) -> ScrapingApiResolver<R, T> {
+        ScrapingApiResolver {
+            api_hosts: self.api_hosts,
+            parameter: self.parameter,
+            percent_decoded: self.percent_decoded,
+            inner,
+            target: self.target,
+        }
+    }
+
+    /// The resolver applied to the target URL (default: its host). It sees
+    /// the request's method and extensions, the target URL, and no headers
+    /// (the request's headers are the API's).
+    pub fn target<R: ScopeResolver>(self, target: R) -> ScrapingApiResolver<I, R> {
+        ScrapingApiResolver {
+            api_hosts: self.api_hosts,
+            parameter: self.parameter,
+            percent_decoded: self.percent_decoded,
+            inner: self.inner,
+            target,
+        }
+    }
+
+    fn is_api(&self, head: &RequestHead<'_>) -> bool {
+        head.host()
+            .is_some_and(|host| self.api_hosts.iter().any(|api| *api == *host))
+    }
+
+    /// The target URL of an API call, when its query names an absolute
+    /// `http` or `https` URL with a host.
+    fn target_uri(&self, uri: &http::Uri) -> Option<http::Uri> {
+        let value = query_parameter(uri.query()?, &self.parameter, self.percent_decoded)?;
+        let target: http::Uri = value.parse().ok()?;
+        let web = matches!(target.scheme_str(), Some(scheme) if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"));
+        let has_host = target.host().is_some_and(|host| !host.is_empty());
+        (web && has_host).then_some(target)
+    }
+}
+
+/// The first value of `name` in `query`, decoded as a form value or raw.
+fn query_parameter<'a>(query: &'a str, name: &str, decoded: bool) -> Option<Cow<'a, str>> {
+    if decoded {
+        return form_urlencoded::parse(query.as_bytes())
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value);
+    }
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+        .map(Cow::Borrowed)
+}
+
+impl<I: ScopeResolver, T: ScopeResolver> ScopeResolver for ScrapingApiResolver<I, T> {
+    fn resolve(&self, head: &RequestHead<'_>) -> Scopes {
+        let own = self.inner.resolve(head);
+        if !self.is_api(head) {
+            return own;
+        }
+        let Some(target_uri) = self.target_uri(head.uri) else {
+            return own;
+        };
+        let no_headers = http::HeaderMap::new();
+        let target_head = RequestHead {
+            method: head.method,
+            uri: &target_uri,
+            headers: &no_headers,
+            extensions: head.extensions,
+        };
+        let target = self.target.resolve(&target_head);
+        Scopes::with_costs(
+            own.iter()
+                .chain(target.iter())
+                .map(|(scope, cost)| (scope.clone(), cost)),
+        )
     }
 }
 
@@ -171,6 +339,121 @@ mod tests {
         assert_eq!(
             resolve(&EndpointResolver::segments(0), "https://a.example/x"),
             ["a.example"]
+        );
+    }
+
+    fn scraping_api() -> ScrapingApiResolver {
+        ScrapingApiResolver::new(["API.example", "proxy.example"])
+    }
+
+    #[test]
+    fn api_calls_get_the_api_scope_and_the_target_sites_scope() {
+        let cases = [
+            (
+                "https://api.example/?url=https%3A%2F%2Fsite.example%2Fpage%3Fa%3D1",
+                &["api.example", "site.example"][..],
+            ),
+            (
+                "https://api.example:8443/v1/scrape?render=1&url=http%3A%2F%2FWWW.Site.example%3A8080%2F",
+                &["api.example", "www.site.example"],
+            ),
+            // Unencoded separators a lenient API accepts still decode.
+            (
+                "https://proxy.example/?url=https://other.example/x",
+                &["proxy.example", "other.example"],
+            ),
+            // The first `url` parameter wins.
+            (
+                "https://api.example/?url=https%3A%2F%2Fa.example&url=https%3A%2F%2Fb.example",
+                &["api.example", "a.example"],
+            ),
+            // Only the parameter itself counts, not one whose name ends in it.
+            (
+                "https://api.example/?callback_url=https%3A%2F%2Fhook.example",
+                &["api.example"],
+            ),
+        ];
+        for (uri, expected) in cases {
+            assert_eq!(resolve(&scraping_api(), uri), expected, "{uri}");
+        }
+    }
+
+    #[test]
+    fn a_missing_or_malformed_target_leaves_only_the_api_scope() {
+        for uri in [
+            "https://api.example/",
+            "https://api.example/?render=1",
+            "https://api.example/?url=",
+            "https://api.example/?url=site.example%2Fpage",
+            "https://api.example/?url=%2Fpage",
+            "https://api.example/?url=%zz%ff",
+            "https://api.example/?url=https%3A%2F%2F",
+            "https://api.example/?url=https%3A%2F%2Fsite.example%2Fa%20b",
+            "https://api.example/?url=mailto%3Ame%40site.example",
+        ] {
+            assert_eq!(resolve(&scraping_api(), uri), ["api.example"], "{uri}");
+        }
+    }
+
+    #[test]
+    fn requests_not_to_the_api_use_the_inner_resolver() {
+        assert_eq!(
+            resolve(
+                &scraping_api(),
+                "https://site.example/?url=https%3A%2F%2Fother.example"
+            ),
+            ["site.example"]
+        );
+        let by_endpoint = scraping_api().inner(EndpointResolver::segments(1));
+        assert_eq!(
+            resolve(&by_endpoint, "https://site.example/shop/1"),
+            ["site.example/shop"]
+        );
+        assert_eq!(
+            resolve(
+                &by_endpoint,
+                "https://api.example/v2/?url=https%3A%2F%2Fsite.example%2Fshop"
+            ),
+            ["api.example/v2", "site.example"]
+        );
+    }
+
+    #[test]
+    fn parameter_decoding_and_target_resolver_are_configurable() {
+        let custom = scraping_api()
+            .parameter("target")
+            .target(EndpointResolver::segments(1));
+        assert_eq!(
+            resolve(
+                &custom,
+                "https://api.example/?url=x&target=https%3A%2F%2Fsite.example%2Fshop%2F1"
+            ),
+            ["api.example", "site.example/shop"]
+        );
+        let raw = scraping_api().percent_decoded(false);
+        assert_eq!(
+            resolve(&raw, "https://api.example/?url=https://site.example/a+b&x=1"),
+            ["api.example", "site.example"]
+        );
+        // Raw values are not decoded, so an encoded URL is malformed.
+        assert_eq!(
+            resolve(&raw, "https://api.example/?url=https%3A%2F%2Fsite.example%2F"),
+            ["api.example"]
+        );
+    }
+
+    #[test]
+    fn target_scopes_keep_the_costs_their_resolver_gives() {
+        let costly = scraping_api()
+            .target(|head: &RequestHead<'_>| Scopes::with_costs([(head.host().unwrap_or_default(), 5.0)]));
+        let request = http::Request::get("https://api.example/?url=https%3A%2F%2Fsite.example")
+            .body(())
+            .unwrap();
+        let scopes = costly.resolve(&RequestHead::of(&request));
+        let listed: Vec<_> = scopes.iter().map(|(s, c)| (s.to_string(), c)).collect();
+        assert_eq!(
+            listed,
+            [("api.example".to_owned(), 1.0), ("site.example".to_owned(), 5.0)]
         );
     }
 

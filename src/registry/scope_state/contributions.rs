@@ -7,13 +7,14 @@ use tokio::time::Instant;
 use crate::registry::backoff::BackoffState;
 use crate::registry::config::ScopeConfig;
 use crate::registry::feedback::AnnouncedLimits;
+use crate::registry::manager::CustomManager;
 use crate::registry::rampup::RampupState;
 
 /// What the feedback layers add to a scope's limits. Each source owns one
 /// field; [`ScopeState::effective`] folds them into the limits the scheduler
 /// applies, keeping the most restrictive (smallest concurrency, largest
 /// delay). A new source is one more field and one more term in that fold.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Contributions {
     /// Nothing is sent before this instant (Retry-After, rate-limit resets).
     pub(crate) hold_until: Option<Instant>,
@@ -44,6 +45,10 @@ pub(crate) struct Contributions {
     pub(crate) backoff_feedbacks: u64,
     /// Sum of the actual costs feedback reported (for stats).
     pub(crate) reported_cost: f64,
+    /// The scope's custom manager, made on its first feedback when its
+    /// config has one (then `backoff` and `rampup` stay empty: it replaces
+    /// them).
+    pub(crate) manager: Option<CustomManager>,
 }
 
 /// The contributions of a scope that has none: what
@@ -60,6 +65,7 @@ pub(super) static NO_CONTRIBUTIONS: Contributions = Contributions {
     quota: None,
     backoff_feedbacks: 0,
     reported_cost: 0.0,
+    manager: None,
 };
 
 /// What a scope with a quota has spent in its current window.

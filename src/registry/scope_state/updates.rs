@@ -9,6 +9,7 @@ use super::{QuotaWindow, RobotsContribution, ScopeState};
 use crate::registry::backoff::BackoffState;
 use crate::registry::config::ScopeConfig;
 use crate::registry::feedback::{AnnouncedLimits, Feedback, FeedbackKind};
+use crate::registry::manager::{BaseLimits, ManagerFeedback};
 use crate::registry::rampup::RampupState;
 use crate::registry::time::{saturating_add, MAX_CONFIG_DELAY};
 
@@ -26,8 +27,18 @@ impl ScopeState {
         if let Some(robots) = &mut contributions.robots {
             *robots = RobotsContribution::for_config(robots.crawl_delay, &config, true, robots.pinned_until);
         }
+        if self.config.manager != config.manager {
+            // Another factory (or none): its state means nothing to the new
+            // one, which is made on the next feedback.
+            contributions.manager = None;
+        }
+        if config.has_custom_manager() {
+            contributions.backoff = None;
+            contributions.rampup = None;
+        }
         match (config.get_rampup(), &contributions.rampup) {
             (None, _) => contributions.rampup = None,
+            (Some(_), None) if config.has_custom_manager() => {}
             (Some(_), None) => contributions.rampup = Some(Box::new(RampupState::new(config.delay, now))),
             (Some(_), Some(_)) => {}
         }
@@ -51,6 +62,10 @@ impl ScopeState {
         }
         if let Some(remaining) = feedback.remaining_quota() {
             quota_changed |= self.set_remaining_quota(remaining, now);
+        }
+        if self.config.has_custom_manager() && feedback.kind() != FeedbackKind::Ignore {
+            self.tell_manager(feedback, now, max_concurrency);
+            return true;
         }
         if feedback.kind() != FeedbackKind::Backoff {
             return quota_changed;
@@ -87,6 +102,33 @@ impl ScopeState {
             self.contributions_mut().backoff = Some(stepped);
         }
         true
+    }
+
+    /// Tells the scope's custom manager about `feedback`, making the
+    /// manager first if this is the scope's first feedback since it was
+    /// created.
+    fn tell_manager(&mut self, feedback: Feedback, now: Instant, max_concurrency: u32) {
+        if feedback.is_backoff() {
+            self.contributions_mut().backoff_feedbacks += 1;
+        }
+        let base = self.effective_before_backoff(max_concurrency);
+        let base = BaseLimits::new(base.delay, base.concurrency, self.latency());
+        let Some(factory) = &self.config.manager else {
+            return;
+        };
+        let contributions = self.extra.get_or_insert_with(Box::default);
+        let manager = contributions
+            .manager
+            .get_or_insert_with(|| factory.create(&self.key));
+        manager.on_feedback(&ManagerFeedback::new(feedback, now, base));
+        tracing::debug!(
+            target: "tower_throttle",
+            scope = %self.key,
+            manager = manager.name(),
+            backoff = feedback.is_backoff(),
+            status = feedback.status().map(|status| status.as_u16()),
+            "scope manager told of feedback"
+        );
     }
 
     /// Applies the difference between what a request actually cost and what
@@ -222,6 +264,16 @@ impl ScopeState {
             .and_then(|robots| robots.pinned_until)
             .is_some_and(|until| until > now);
         let rampup_kept = under_pressure && contributions.rampup.is_some();
-        !(held || backing_off || paced || robots_pinned || rampup_kept || self.current_window(now).is_some())
+        let managed = contributions.manager.as_ref().is_some_and(|manager| {
+            let base = BaseLimits::new(self.config.delay, self.config.concurrency, self.latency());
+            manager.limits(now, &base).limits_anything(now)
+        });
+        !(held
+            || backing_off
+            || paced
+            || robots_pinned
+            || rampup_kept
+            || managed
+            || self.current_window(now).is_some())
     }
 }

@@ -1,0 +1,161 @@
+//! An axum server whose handler calls an upstream API through one shared,
+//! throttled hyper-util client. However many requests come in at once, the
+//! upstream sees at most 2 in flight and sends at least 50 ms apart.
+//!
+//! The throttled client is a `Clone` tower service and every clone shares
+//! the registry, so the limits hold across all handlers. A handler clones
+//! it, waits until it is ready and calls it (`oneshot` does both); it never
+//! calls a clone that was not readied.
+//!
+//! ```text
+//! cargo run --example axum_outbound
+//! ```
+//!
+//! `app` is reused by `tests/axum_outbound.rs`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::time::Instant;
+use tower::{ServiceBuilder, ServiceExt};
+use tower_throttle::{
+    Backoff, BackoffLayer, Registry, RetryAfter, RetryAfterLayer, ScopeConfig, Throttle, ThrottleLayer,
+};
+
+/// The throttled upstream client every handler shares.
+pub type Upstream = Throttle<RetryAfter<Backoff<Client<HttpConnector, Full<Bytes>>>>>;
+
+#[derive(Clone)]
+struct AppState {
+    upstream: Upstream,
+    upstream_base: String,
+}
+
+/// The router: `GET /quote/{id}` fetches `{upstream_base}/quotes/{id}`
+/// through one client throttled by `registry`.
+pub fn app(upstream_base: &str, registry: &Registry) -> Router {
+    let upstream = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(RetryAfterLayer::new(registry.clone()))
+        .layer(BackoffLayer::new(registry.clone()))
+        .service(Client::builder(TokioExecutor::new()).build_http());
+    let state = AppState {
+        upstream,
+        upstream_base: upstream_base.trim_end_matches('/').to_owned(),
+    };
+    Router::new().route("/quote/{id}", get(quote)).with_state(state)
+}
+
+async fn quote(State(state): State<AppState>, Path(id): Path<u32>) -> Result<String, (StatusCode, String)> {
+    let uri = format!("{}/quotes/{id}", state.upstream_base);
+    let request = http::Request::get(uri)
+        .body(Full::default())
+        .map_err(bad_gateway)?;
+    // Clone the shared client, wait until it is ready, call it.
+    let response = state
+        .upstream
+        .clone()
+        .oneshot(request)
+        .await
+        .map_err(bad_gateway)?;
+    if !response.status().is_success() {
+        return Err((
+            StatusCode::BAD_GATEWAY,
+            format!("upstream answered {}", response.status()),
+        ));
+    }
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(bad_gateway)?
+        .to_bytes();
+    Ok(format!("quote {id}: {}", String::from_utf8_lossy(&body)))
+}
+
+fn bad_gateway(error: impl std::fmt::Display) -> (StatusCode, String) {
+    (StatusCode::BAD_GATEWAY, format!("upstream failed: {error}"))
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let upstream = start_upstream().await?;
+    let registry = Registry::builder()
+        .scope(
+            "127.0.0.1",
+            ScopeConfig::default()
+                .concurrency(2)
+                .delay(Duration::from_millis(50))
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0),
+        )
+        .build()?;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let router = app(&format!("http://{upstream}"), &registry);
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    println!("axum on http://{addr}, upstream on http://{upstream}; 10 requests at once:");
+
+    let inbound = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let start = Instant::now();
+    let mut requests = tokio::task::JoinSet::new();
+    for id in 0..10 {
+        let inbound = inbound.clone();
+        requests.spawn(async move {
+            let response = inbound.get(format!("http://{addr}/quote/{id}").parse()?).await?;
+            let body = response.into_body().collect().await?.to_bytes();
+            let line = format!(
+                "{:>5} ms  {}",
+                start.elapsed().as_millis(),
+                String::from_utf8_lossy(&body)
+            );
+            Ok::<_, BoxError>(line)
+        });
+    }
+    while let Some(line) = requests.join_next().await {
+        println!("{}", line??);
+    }
+    let stats = registry
+        .scope_stats("127.0.0.1")
+        .expect("the upstream was called");
+    println!(
+        "upstream: {} sent, {} lanes, delay {} ms",
+        stats.sent,
+        stats.concurrency,
+        stats.delay.as_millis()
+    );
+    Ok(())
+}
+
+/// The upstream API: answers each quote after 100 ms.
+async fn start_upstream() -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service =
+                hyper::service::service_fn(|request: http::Request<hyper::body::Incoming>| async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let body = format!("wisdom from {}", request.uri().path());
+                    Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from(body))))
+                });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service),
+            );
+        }
+    });
+    Ok(addr)
+}
