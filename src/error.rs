@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::store::StoreError;
+
 /// A configuration value was rejected when the registry was built or a scope
 /// config was replaced. The message names the field and the value.
 ///
@@ -62,8 +64,9 @@ impl std::error::Error for ConfigError {}
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The error of a layer that can fail a request on its own account, such as
-/// [`RobotsDelay`](crate::RobotsDelay): either the layer refused the request,
-/// or the inner service failed.
+/// [`RobotsDelay`](crate::RobotsDelay) or a [`Throttle`](crate::Throttle)
+/// whose registry's store is unreachable: either the layer refused the
+/// request, or the inner service failed.
 ///
 /// The type is opaque so that its kinds can grow without breaking callers;
 /// ask it with the predicates ([`is_robots_disallowed`](Self::is_robots_disallowed),
@@ -97,6 +100,8 @@ enum ErrorKind {
         path: String,
         unreachable: bool,
     },
+    /// The scope store could not be reached (the registry fails closed).
+    Store(StoreError),
     Inner(BoxError),
 }
 
@@ -108,6 +113,12 @@ impl Error {
                 path,
                 unreachable,
             },
+        }
+    }
+
+    pub(crate) fn store(error: StoreError) -> Self {
+        Error {
+            kind: ErrorKind::Store(error),
         }
     }
 
@@ -129,6 +140,15 @@ impl Error {
         matches!(self.kind, ErrorKind::RobotsDisallowed { .. })
     }
 
+    /// Whether the registry's [scope store](crate::store) could not be
+    /// reached (or timed out) and the registry fails closed
+    /// ([`StoreFailure::FailClosed`](crate::store::StoreFailure)). The
+    /// inner service never saw the request. The store's error is the
+    /// [`source`](std::error::Error::source).
+    pub fn is_store(&self) -> bool {
+        matches!(self.kind, ErrorKind::Store(_))
+    }
+
     /// Whether the inner service failed (its error is the
     /// [`source`](std::error::Error::source)).
     pub fn is_inner(&self) -> bool {
@@ -140,7 +160,7 @@ impl Error {
     pub fn into_inner(self) -> Option<BoxError> {
         match self.kind {
             ErrorKind::Inner(err) => Some(err),
-            ErrorKind::RobotsDisallowed { .. } => None,
+            ErrorKind::RobotsDisallowed { .. } | ErrorKind::Store(_) => None,
         }
     }
 }
@@ -158,6 +178,11 @@ impl fmt::Debug for Error {
                 .field("origin", origin)
                 .field("path", path)
                 .field("unreachable", unreachable)
+                .finish(),
+            ErrorKind::Store(err) => f
+                .debug_struct("Error")
+                .field("kind", &"Store")
+                .field("source", err)
                 .finish(),
             ErrorKind::Inner(err) => f
                 .debug_struct("Error")
@@ -184,6 +209,7 @@ impl fmt::Display for Error {
                 f,
                 "robots.txt of {origin} is unreachable, so {path} is disallowed until it can be fetched"
             ),
+            ErrorKind::Store(_) => f.write_str("scope store unreachable, and the registry fails closed"),
             ErrorKind::Inner(_) => f.write_str("inner service error"),
         }
     }
@@ -202,6 +228,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.kind {
             ErrorKind::Inner(err) => Some(&**err),
+            ErrorKind::Store(err) => Some(err),
             ErrorKind::RobotsDisallowed { .. } => None,
         }
     }
@@ -236,6 +263,9 @@ mod tests {
         let twice = Error::inner(err);
         assert!(twice.is_inner());
         assert!(twice.into_inner().unwrap().downcast::<std::io::Error>().is_ok());
+
+        let store = Error::store(StoreError::unexpected("nonsense"));
+        assert!(Error::inner(store).is_store());
 
         let disallowed = Error::robots_disallowed("http://a".into(), "/".into(), true);
         assert!(Error::inner(disallowed).is_robots_disallowed());

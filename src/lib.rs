@@ -91,6 +91,7 @@ pub mod reqwest;
 pub mod retry_after;
 pub mod robots;
 pub mod scope;
+pub mod store;
 pub mod throttle;
 
 pub use backoff::{Backoff, BackoffLayer};

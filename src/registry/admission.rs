@@ -11,8 +11,11 @@ use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
+use std::sync::Arc;
+
 use super::scheduler::{Outcome, TicketId, TicketPoll};
 use super::Registry;
+use crate::store::{Fleet, Lease, LeaseId, Reservation, SharedFacts};
 
 /// One of the `max_queued` places, reserved by `poll_ready`. Dropping it
 /// gives the place back.
@@ -45,6 +48,9 @@ pub(crate) struct Ticket {
     /// Only the first waiter of a scope keeps a timer, so most tickets never
     /// allocate one.
     timer: Option<Box<WakeTimer>>,
+    /// The lanes the registry's store granted, released when the request
+    /// ends (boxed: only requests through a store have one).
+    lease: Option<Box<Lease>>,
 }
 
 impl fmt::Debug for Ticket {
@@ -76,7 +82,41 @@ impl Ticket {
             departs_on_admission,
             departed: sent && departs_on_admission,
             timer: None,
+            lease: None,
         }
+    }
+
+    /// Whether the registry shares its scopes through a store.
+    pub(crate) fn has_fleet(&self) -> bool {
+        self.registry.fleet().is_some()
+    }
+
+    /// The registry's store, if it has one.
+    pub(crate) fn fleet(&self) -> Option<Arc<Fleet>> {
+        self.registry.fleet().cloned()
+    }
+
+    /// The store reservation for this admitted request: its scopes with
+    /// their effective limits now, and this send's jitter drawn.
+    pub(crate) fn fleet_reservation(&self, lease: LeaseId) -> Reservation {
+        let id = self.id;
+        let scopes = self
+            .registry
+            .with_scheduler(|scheduler, now, _wake| scheduler.fleet_terms(id, now));
+        Reservation { lease, scopes }
+    }
+
+    /// Applies what the store said about this request's scopes (in the
+    /// reservation's order) to the local scopes.
+    pub(crate) fn apply_shared_facts(&self, facts: &[SharedFacts]) {
+        let id = self.id;
+        self.registry
+            .with_scheduler(|scheduler, now, wake| scheduler.apply_shared_facts(id, facts, now, wake));
+    }
+
+    /// Keeps the store's lease until the request ends.
+    pub(crate) fn hold_lease(&mut self, lease: Lease) {
+        self.lease = Some(Box::new(lease));
     }
 
     /// Whether the request was sent (it may be handed to the inner service).
@@ -141,6 +181,9 @@ impl Ticket {
     /// Marks the request answered (or failed, or abandoned): frees what it
     /// holds and feeds latency to the registry.
     pub(crate) fn finish(&mut self, outcome: Outcome) {
+        if let (Some(lease), Some(fleet)) = (self.lease.take(), self.registry.fleet()) {
+            fleet.in_background(fleet.store.release(*lease));
+        }
         if self.finished {
             return;
         }
@@ -163,7 +206,7 @@ impl Ticket {
 /// checks the exact instant, and if it has not come yet the timer aims at
 /// the deadline itself. Nothing is ever sent early: the timer only wakes,
 /// the scheduler decides. At most two wake-ups per deadline, never a loop.
-struct WakeTimer {
+pub(super) struct WakeTimer {
     sleep: Pin<Box<Sleep>>,
     /// The instant the scheduler asked to be woken at.
     deadline: Instant,
@@ -176,7 +219,7 @@ struct WakeTimer {
 const EARLY_WAKE: Duration = Duration::from_micros(999);
 
 impl WakeTimer {
-    fn new(deadline: Instant) -> Box<Self> {
+    pub(super) fn new(deadline: Instant) -> Box<Self> {
         Box::new(WakeTimer {
             sleep: Box::pin(tokio::time::sleep_until(early(deadline))),
             deadline,
@@ -192,8 +235,12 @@ impl WakeTimer {
         }
     }
 
+    pub(super) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
     /// Ready at the early wake-up, then at the deadline.
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.sleep.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }

@@ -15,6 +15,7 @@ use super::scheduler::{Scheduler, DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_T
 use super::{Registry, Shared, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_QUEUED};
 use crate::error::ConfigError;
 use crate::scope::{HostResolver, Scope, ScopeResolver};
+use crate::store::{Fleet, ScopeStore, StoreFailure};
 
 /// The builder settings that are plain values (not scope configs, not the
 /// resolver), as given: a registry keeps them so that its config can be
@@ -51,6 +52,8 @@ pub struct RegistryBuilder {
     idle_ttl: Duration,
     max_scopes: usize,
     delayed_warn_threshold: usize,
+    store: Option<Arc<dyn ScopeStore>>,
+    store_failure: StoreFailure,
     scope_manager: Option<ManagerFactory>,
 }
 
@@ -61,6 +64,8 @@ impl fmt::Debug for RegistryBuilder {
             .field("max_queued", &self.max_queued)
             .field("default_scope", &self.default_scope)
             .field("scopes", &self.scopes)
+            .field("store", &self.store)
+            .field("store_failure", &self.store_failure)
             .finish_non_exhaustive()
     }
 }
@@ -79,6 +84,8 @@ impl Default for RegistryBuilder {
             idle_ttl: DEFAULT_IDLE_TTL,
             max_scopes: DEFAULT_MAX_SCOPES,
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
+            store: None,
+            store_failure: StoreFailure::default(),
             scope_manager: None,
         }
     }
@@ -185,6 +192,24 @@ impl RegistryBuilder {
         self
     }
 
+    /// Shares the scopes' limits with other workers through `store` (a
+    /// [`RedisStore`](crate::store) with the `redis` feature, or a
+    /// [`MemoryStore`](crate::store::MemoryStore) shared by registries of
+    /// one process): every request also takes a reservation there before
+    /// it is sent. See the [`store`](crate::store) module. Without a store
+    /// (the default) the registry's own state is the only state.
+    pub fn store(mut self, store: impl ScopeStore) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
+    /// What requests do when the store cannot be reached (default
+    /// [`StoreFailure::FailClosed`]).
+    pub fn store_failure(mut self, failure: StoreFailure) -> Self {
+        self.store_failure = failure;
+        self
+    }
+
     /// Checks every value and builds the registry.
     ///
     /// # Errors
@@ -279,6 +304,9 @@ impl RegistryBuilder {
                 max_queued: self.max_queued,
                 settings,
                 queue_places: Arc::new(Semaphore::new(self.max_queued)),
+                fleet: self
+                    .store
+                    .map(|store| Arc::new(Fleet::new(store, self.store_failure))),
             }),
         })
     }

@@ -38,6 +38,8 @@
 //!     others it depends on the request: a waiter goes when its own cost
 //!     fits, so the scope checks its first waiter's cost, and a later,
 //!     cheaper waiter never overtakes it.
+//!   - with a [scope store](crate::store), the *fleet*'s backoff delay
+//!     (another worker's backoff, [`LimitSource::Fleet`]);
 //!
 //!   The *effective* limits are the most restrictive of the config and every
 //!   contribution: the smallest concurrency and the largest delay.
@@ -128,6 +130,12 @@
 //!   feedback and config changes to a scope; `scheduler/eviction.rs`: idle
 //!   scopes; `ticket.rs`: a request's order and its seat (scope, lane,
 //!   cost) in each of its scopes;
+//! - `admission.rs`: what a throttled request holds (queue place, `Ticket`,
+//!   its store lease) and the timer that wakes the first waiter of a scope;
+//! - `fleet.rs`: a request's passage through the registry's
+//!   [scope store](crate::store), after local admission;
+//!   `scheduler/fleet.rs`: the terms of its reservation and the shared
+//!   facts the answer brings back;
 //! - `admission.rs`: what a throttled request holds (queue place, `Ticket`)
 //!   and the timer that wakes the first waiter of a scope;
 //! - [`manager`]: the [`ScopeManager`] trait, its factory and the
@@ -146,6 +154,7 @@ mod backoff;
 mod builder;
 mod config;
 mod feedback;
+mod fleet;
 pub mod manager;
 pub mod metrics;
 mod rampup;
@@ -181,7 +190,9 @@ use tokio_util::sync::PollSemaphore;
 
 use crate::error::ConfigError;
 use crate::scope::{Priority, RequestHead, Scope, ScopeResolver, Scopes};
+use crate::store::Fleet;
 pub(crate) use admission::{QueuePlace, Ticket};
+pub(crate) use fleet::FleetAdmission;
 pub(crate) use scheduler::Outcome;
 use scheduler::{Scheduler, WakeList};
 pub use scheduler::{DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
@@ -227,6 +238,8 @@ struct Shared {
     /// `poll_ready` and not yet sent. A semaphore hands a freed place to a
     /// waiter even when the waiter it first woke has gone away.
     queue_places: Arc<Semaphore>,
+    /// The scope store shared with other workers, if any.
+    fleet: Option<Arc<Fleet>>,
     /// Whether any scope config has a custom manager (set once, never
     /// cleared): only then do feedback layers measure what managers alone
     /// use, such as latency.
@@ -319,14 +332,30 @@ impl Registry {
     }
 
     /// Holds scope `key` until `until`. See [`hold`](Self::hold).
+    ///
+    /// With a [scope store](crate::store), the hold is written to the store
+    /// too (in the background), so every worker of the fleet holds.
     pub fn hold_until(&self, key: impl Into<Scope>, until: Instant) {
         let key = key.into();
-        self.with_scheduler(|scheduler, now, wake| scheduler.hold(&key, until, now, wake));
+        let held = self.with_scheduler(|scheduler, now, wake| {
+            scheduler.hold(&key, until, now, wake);
+            scheduler.hold_left(&key, now)
+        });
+        if let (Some(fleet), Some(left)) = (self.fleet(), held) {
+            fleet.in_background(fleet.store.hold(key, left));
+        }
+    }
+
+    /// The scope store, if the registry shares its scopes through one.
+    pub(crate) fn fleet(&self) -> Option<&Arc<Fleet>> {
+        self.shared.fleet.as_ref()
     }
 
     /// Reports what a response (or error) of a request with `scopes` says:
     /// backoff feedback takes a backoff step in each scope. This is the call
-    /// the backoff layer makes; use it directly from your own layers.
+    /// the backoff layer makes; use it directly from your own layers. With a
+    /// [scope store](crate::store), a backoff step's delay is written to the
+    /// store too (in the background), for the fleet's other workers.
     pub fn feedback(&self, scopes: &Scopes, feedback: Feedback) {
         self.feedback_each(scopes, |_| feedback);
     }
@@ -340,9 +369,15 @@ impl Registry {
             let feedback = decide(config.get_backoff());
             let tells_manager = config.has_custom_manager() && feedback.kind() != FeedbackKind::Ignore;
             if feedback.says_something() || tells_manager {
-                self.with_scheduler(|scheduler, now, wake| {
-                    scheduler.feedback(scope, feedback, expected_cost, now, wake)
+                let backoff = self.with_scheduler(|scheduler, now, wake| {
+                    scheduler.feedback(scope, feedback, expected_cost, now, wake);
+                    scheduler.backoff_left(scope, now)
                 });
+                if let (Some(fleet), Some((delay, left)), true) =
+                    (self.fleet(), backoff, feedback.is_backoff())
+                {
+                    fleet.in_background(fleet.store.backoff(scope.clone(), delay, left));
+                }
             }
         }
     }

@@ -660,6 +660,7 @@ impl Scheduler {
 
 mod choice;
 mod eviction;
+mod fleet;
 mod index;
 mod updates;
 

@@ -49,6 +49,9 @@ pub enum LimitSource {
     /// A hold: `Retry-After` or a rate-limit reset the server announced
     /// (or [`Registry::hold`](crate::Registry::hold)).
     Hold,
+    /// A backoff another worker of the fleet reported to the registry's
+    /// [scope store](crate::store).
+    Fleet,
     /// The scope's custom [`ScopeManager`](crate::ScopeManager): its delay,
     /// concurrency or hold is the one in force. (A source of its own rather
     /// than `Backoff` or `Rampup`: those name the built-in manager's
@@ -365,6 +368,11 @@ impl ScopeState {
         if let Some((delay, until)) = self.contributions().pacing {
             if now < until {
                 effective.raise_delay(delay, LimitSource::RateLimitPolicy);
+            }
+        }
+        if let Some((delay, until)) = self.contributions().fleet_backoff {
+            if now < until {
+                effective.raise_delay(delay, LimitSource::Fleet);
             }
         }
         let backoff_config = self.config.get_backoff();

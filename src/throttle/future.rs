@@ -2,21 +2,24 @@
 
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use crate::registry::{Outcome, Ticket};
+use super::errors::{ErrorMode, InnerErrors};
+use crate::registry::{FleetAdmission, Outcome, Ticket};
 use crate::scope::Scopes;
 
 pin_project! {
-    /// Waits for the request's turn, then drives the inner service's
-    /// future. Dropping it at any point releases the request's queue place,
-    /// lanes and global permit.
+    /// Waits for the request's turn (in the registry, then in its scope
+    /// store if it has one), then drives the inner service's future.
+    /// Dropping it at any point releases the request's queue place, lanes,
+    /// global permit and store leases.
     #[must_use = "futures do nothing unless polled"]
-    pub struct ResponseFuture<S, Req>
+    pub struct ResponseFuture<S, Req, M = InnerErrors>
     where
         S: Service<Req>,
     {
@@ -24,6 +27,7 @@ pin_project! {
         state: State<S, Req, S::Future>,
         ticket: Ticket,
         adjust_autothrottle: bool,
+        mode: PhantomData<fn() -> M>,
     }
 }
 
@@ -55,9 +59,12 @@ struct Parked<S, Req> {
     service: S,
     request: Req,
     scopes: Option<Scopes>,
+    /// Its reservation in the registry's store, when there is one (boxed:
+    /// a waiting request without a store pays 8 bytes for it).
+    fleet: Option<Box<FleetAdmission>>,
 }
 
-impl<S, ReqBody> ResponseFuture<S, http::Request<ReqBody>>
+impl<S, ReqBody, M> ResponseFuture<S, http::Request<ReqBody>, M>
 where
     S: Service<http::Request<ReqBody>>,
 {
@@ -74,8 +81,10 @@ where
         S: Clone,
     {
         // The common case: the request could be sent at once, so the inner
-        // call starts now and the waiting state is never entered.
-        let state = if ticket.is_sent() {
+        // call starts now and the waiting state is never entered. With a
+        // store, the store has its say first.
+        let fleet = ticket.has_fleet().then(|| Box::new(FleetAdmission::new()));
+        let state = if ticket.is_sent() && fleet.is_none() {
             record(&mut request, scopes);
             State::Calling {
                 future: readied.call(request),
@@ -91,6 +100,7 @@ where
                     service: unreadied,
                     request,
                     scopes,
+                    fleet,
                 })),
             }
         };
@@ -98,6 +108,7 @@ where
             state,
             ticket,
             adjust_autothrottle,
+            mode: PhantomData,
         }
     }
 }
@@ -108,11 +119,12 @@ fn record<B>(request: &mut http::Request<B>, scopes: Option<Scopes>) {
     }
 }
 
-impl<S, ReqBody, ResBody> Future for ResponseFuture<S, http::Request<ReqBody>>
+impl<S, M, ReqBody, ResBody> Future for ResponseFuture<S, http::Request<ReqBody>, M>
 where
     S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone,
+    M: ErrorMode<S::Error>,
 {
-    type Output = Result<S::Response, S::Error>;
+    type Output = Result<S::Response, M::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -126,6 +138,25 @@ where
                         this.state.set(State::Done);
                         continue;
                     };
+                    if let Some(fleet) = &mut parked.fleet {
+                        match fleet.poll(this.ticket, cx) {
+                            Poll::Pending => return Poll::Pending,
+                            Poll::Ready(Ok(())) => {}
+                            Poll::Ready(Err(error)) => match M::store(error) {
+                                Ok(error) => {
+                                    this.ticket.finish(Outcome::NoResponse);
+                                    this.state.set(State::Done);
+                                    return Poll::Ready(Err(error));
+                                }
+                                // This throttle cannot say the store failed:
+                                // fail closed by waiting for it.
+                                Err(_) => {
+                                    fleet.ask_again_later();
+                                    continue;
+                                }
+                            },
+                        }
+                    }
                     // Admitted: the request keeps its lanes while the inner
                     // service gets ready (its own limits come after ours).
                     match parked.service.poll_ready(cx) {
@@ -133,7 +164,7 @@ where
                         Poll::Ready(Err(error)) => {
                             this.ticket.finish(Outcome::NoResponse);
                             this.state.set(State::Done);
-                            return Poll::Ready(Err(error));
+                            return Poll::Ready(Err(M::inner(error)));
                         }
                         Poll::Pending => {
                             // Not leaving yet: the scopes' next gaps must
@@ -148,6 +179,7 @@ where
                         mut service,
                         mut request,
                         scopes,
+                        fleet: _,
                     } = *waiting.take().expect("checked above");
                     record(&mut request, scopes);
                     let future = service.call(request);
@@ -167,7 +199,7 @@ where
                     };
                     this.ticket.finish(outcome);
                     this.state.set(State::Done);
-                    return Poll::Ready(output);
+                    return Poll::Ready(output.map_err(M::inner));
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }
@@ -175,7 +207,7 @@ where
     }
 }
 
-impl<S, Req> fmt::Debug for ResponseFuture<S, Req>
+impl<S, Req, M> fmt::Debug for ResponseFuture<S, Req, M>
 where
     S: Service<Req>,
 {

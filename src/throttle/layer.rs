@@ -1,5 +1,8 @@
+use std::marker::PhantomData;
+
 use tower_layer::Layer;
 
+use super::errors::{InnerErrors, StoreErrors};
 use super::Throttle;
 use crate::registry::Registry;
 use crate::scope::Scopes;
@@ -22,11 +25,17 @@ use crate::scope::Scopes;
 ///     }));
 /// # drop(service);
 /// ```
+///
+/// The service passes the inner service's error type through; with a
+/// [scope store](crate::store) that fails closed, use
+/// [`store_errors`](Self::store_errors) so a request can fail with the
+/// store's error.
 #[derive(Debug, Clone)]
-pub struct ThrottleLayer {
+pub struct ThrottleLayer<M = InnerErrors> {
     registry: Registry,
     fixed: Option<Scopes>,
     record_scopes: bool,
+    mode: PhantomData<fn() -> M>,
 }
 
 impl ThrottleLayer {
@@ -36,9 +45,26 @@ impl ThrottleLayer {
             registry,
             fixed: None,
             record_scopes: true,
+            mode: PhantomData,
         }
     }
 
+    /// Makes the service return the crate's [`Error`](crate::Error): the
+    /// inner service's errors wrapped ([`is_inner`](crate::Error::is_inner)),
+    /// and the failures of the registry's scope store
+    /// ([`is_store`](crate::Error::is_store)) when it fails closed. The
+    /// inner service's error must convert into `tower::BoxError`.
+    pub fn store_errors(self) -> ThrottleLayer<StoreErrors> {
+        ThrottleLayer {
+            registry: self.registry,
+            fixed: self.fixed,
+            record_scopes: self.record_scopes,
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<M> ThrottleLayer<M> {
     /// Binds every request of the service to `scopes` (ignoring the resolver
     /// and any `Scopes` extension). Then `poll_ready` is `Pending` until
     /// those scopes admit a send, and `call` sends at once.
@@ -46,9 +72,7 @@ impl ThrottleLayer {
         self.fixed = Some(scopes.into());
         self
     }
-}
 
-impl ThrottleLayer {
     /// Whether to insert the request's resolved [`Scopes`] into its
     /// extensions (default: yes). Inner layers (backoff, rate-limit headers)
     /// read them to report feedback to the right scopes. Without them they
@@ -63,11 +87,11 @@ impl ThrottleLayer {
     }
 }
 
-impl<S> Layer<S> for ThrottleLayer {
-    type Service = Throttle<S>;
+impl<S, M> Layer<S> for ThrottleLayer<M> {
+    type Service = Throttle<S, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let mut throttle = Throttle::with_fixed_scopes(inner, self.registry.clone(), self.fixed.clone());
+        let mut throttle = Throttle::with_mode(inner, self.registry.clone(), self.fixed.clone());
         throttle.record_scopes = self.record_scopes;
         throttle
     }

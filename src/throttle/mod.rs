@@ -53,9 +53,11 @@
 //! # }
 //! ```
 
+mod errors;
 pub mod future;
 mod layer;
 mod service;
 
+pub use errors::{ErrorMode, InnerErrors, StoreErrors};
 pub use layer::ThrottleLayer;
 pub use service::Throttle;

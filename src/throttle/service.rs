@@ -1,8 +1,10 @@
 use std::fmt;
+use std::marker::PhantomData;
 use std::task::{Context, Poll};
 
 use tower_service::Service;
 
+use super::errors::{ErrorMode, InnerErrors};
 use super::future::ResponseFuture;
 use tokio_util::sync::PollSemaphore;
 
@@ -19,11 +21,19 @@ use crate::scope::{AutoThrottleExempt, Priority, Scopes};
 /// that have to wait must be polled inside a tokio runtime with time
 /// enabled (`#[tokio::main]` has it), as for `tower::timeout`.
 ///
+/// # Errors
+///
+/// The inner service's errors, passed through; with `M` =
+/// [`StoreErrors`](super::StoreErrors)
+/// ([`ThrottleLayer::store_errors`](super::ThrottleLayer::store_errors)),
+/// the crate's [`Error`](crate::Error), which can also report that the
+/// registry's scope store is unreachable.
+///
 /// # Clone
 ///
 /// A clone shares the registry (and so every limit) but not the readiness
 /// this handle already reserved: each clone calls `poll_ready` for itself.
-pub struct Throttle<S> {
+pub struct Throttle<S, M = InnerErrors> {
     inner: S,
     registry: Registry,
     fixed: Option<Scopes>,
@@ -32,6 +42,7 @@ pub struct Throttle<S> {
     /// a pending reservation).
     places: PollSemaphore,
     reserved: Reserved,
+    mode: PhantomData<fn() -> M>,
 }
 
 enum Reserved {
@@ -42,7 +53,7 @@ enum Reserved {
     Ticket(Ticket),
 }
 
-impl<S: fmt::Debug> fmt::Debug for Throttle<S> {
+impl<S: fmt::Debug, M> fmt::Debug for Throttle<S, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Throttle")
             .field("inner", &self.inner)
@@ -52,7 +63,7 @@ impl<S: fmt::Debug> fmt::Debug for Throttle<S> {
     }
 }
 
-impl<S: Clone> Clone for Throttle<S> {
+impl<S: Clone, M> Clone for Throttle<S, M> {
     fn clone(&self) -> Self {
         Throttle {
             inner: self.inner.clone(),
@@ -61,6 +72,7 @@ impl<S: Clone> Clone for Throttle<S> {
             record_scopes: self.record_scopes,
             places: self.registry.queue_places(),
             reserved: Reserved::Nothing,
+            mode: PhantomData,
         }
     }
 }
@@ -68,10 +80,12 @@ impl<S: Clone> Clone for Throttle<S> {
 impl<S> Throttle<S> {
     /// Wraps `inner`, throttling through `registry`.
     pub fn new(inner: S, registry: Registry) -> Self {
-        Self::with_fixed_scopes(inner, registry, None)
+        Self::with_mode(inner, registry, None)
     }
+}
 
-    pub(crate) fn with_fixed_scopes(inner: S, registry: Registry, fixed: Option<Scopes>) -> Self {
+impl<S, M> Throttle<S, M> {
+    pub(crate) fn with_mode(inner: S, registry: Registry, fixed: Option<Scopes>) -> Self {
         let places = registry.queue_places();
         Throttle {
             inner,
@@ -80,6 +94,7 @@ impl<S> Throttle<S> {
             fixed,
             record_scopes: true,
             reserved: Reserved::Nothing,
+            mode: PhantomData,
         }
     }
 
@@ -127,13 +142,14 @@ impl<S> Throttle<S> {
     }
 }
 
-impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Throttle<S>
+impl<S, M, ReqBody, ResBody> Service<http::Request<ReqBody>> for Throttle<S, M>
 where
     S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone,
+    M: ErrorMode<S::Error>,
 {
     type Response = S::Response;
-    type Error = S::Error;
-    type Future = ResponseFuture<S, http::Request<ReqBody>>;
+    type Error = M::Error;
+    type Future = ResponseFuture<S, http::Request<ReqBody>, M>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // Our own reservation comes first and the inner service is readied
@@ -149,7 +165,7 @@ where
                 Poll::Pending => return Poll::Pending,
             }
         }
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(M::inner)
     }
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {

@@ -360,3 +360,14 @@ impl std::io::Write for CaptureWriter {
         Ok(())
     }
 }
+
+/// One lane, `delay` between sends, no per-lane delay, no jitter: the
+/// scope of the fleet tests (`fleet_memory.rs`, `redis_store.rs`), whose
+/// gaps are then exactly the delay.
+pub fn one_lane_every(delay: Duration) -> tower_throttle::ScopeConfig {
+    tower_throttle::ScopeConfig::default()
+        .concurrency(1)
+        .delay(delay)
+        .delay_per_slot(Duration::ZERO)
+        .jitter(0.0)
+}

@@ -29,6 +29,9 @@ pub(crate) struct Contributions {
     /// Pacing derived from a server-announced policy (spread the remaining
     /// quota until its reset), and the instant it stops applying.
     pub(crate) pacing: Option<(Duration, Instant)>,
+    /// The backoff delay the fleet's scope store reported (another worker's
+    /// backoff), and the instant it stops applying.
+    pub(crate) fleet_backoff: Option<(Duration, Instant)>,
     /// What the server last announced about its limits (for stats).
     pub(crate) announced: Option<Box<AnnouncedLimits>>,
     /// The rampup controller, when rampup is on.
@@ -56,6 +59,7 @@ pub(super) static NO_CONTRIBUTIONS: Contributions = Contributions {
     autothrottle_delay: None,
     robots: None,
     pacing: None,
+    fleet_backoff: None,
     announced: None,
     rampup: None,
     quota: None,

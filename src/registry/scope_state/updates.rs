@@ -226,6 +226,16 @@ impl ScopeState {
         self.contributions_mut().pacing = pacing.map(|(delay, until)| (delay.min(cap), until.min(longest)));
     }
 
+    /// Records the backoff delay the fleet's store reported, and until
+    /// when (`None`: none). Returns whether it changed.
+    pub(crate) fn set_fleet_backoff(&mut self, fleet_backoff: Option<(Duration, Instant)>) -> bool {
+        if self.contributions().fleet_backoff == fleet_backoff {
+            return false;
+        }
+        self.contributions_mut().fleet_backoff = fleet_backoff;
+        true
+    }
+
     /// Records what the server announced about the scope's limits.
     pub(crate) fn set_announced_limits(&mut self, limits: AnnouncedLimits) {
         match &mut self.contributions_mut().announced {
@@ -247,7 +257,8 @@ impl ScopeState {
                 .at(now, self.config.get_backoff(), self.config.concurrency)
                 .is_some()
         });
-        let paced = contributions.pacing.is_some_and(|(_, until)| until > now);
+        let paced = contributions.pacing.is_some_and(|(_, until)| until > now)
+            || contributions.fleet_backoff.is_some_and(|(_, until)| until > now);
         let robots_pinned = contributions
             .robots
             .and_then(|robots| robots.pinned_until)

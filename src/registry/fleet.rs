@@ -1,0 +1,186 @@
+//! A request's passage through the registry's scope store, after the local
+//! scheduler admitted it: reserve in the store, sleep until the granted
+//! instant (or until the store says to ask again), then go. See the
+//! [`store`](crate::store) module docs for the protocol.
+
+use std::fmt;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::admission::{Ticket, WakeTimer};
+use crate::scope::Scope;
+use crate::store::{Answer, Grant, Lease, LeaseId, StoreError, StoreFailure, StoreFuture};
+
+/// How long a request that cannot report a store failure waits before it
+/// asks the store again.
+const ASK_AGAIN_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
+/// How late after its granted instant a request may still go. A send late
+/// by `x` shortens the gap to the next worker's send by `x`, so a request
+/// woken later than this (a busy runtime, a slow answer) gives its instant
+/// up and reserves again.
+const LATE_TOLERANCE: Duration = Duration::from_micros(1_500);
+
+/// Instants a request gives up before it goes however late it is: a worker
+/// too loaded to keep any instant must not starve.
+const MAX_FORFEITS: u8 = 3;
+
+/// Where a request stands with the store.
+pub(crate) struct FleetAdmission {
+    /// The name of the lease this request takes (the same on every try).
+    lease: LeaseId,
+    /// The scopes of the reservation, for the lease once granted.
+    scopes: Vec<Scope>,
+    /// Whether a scope of the reservation has a delay (then lateness
+    /// matters).
+    spaced: bool,
+    /// Granted instants given up for lateness.
+    forfeits: u8,
+    step: Step,
+}
+
+enum Step {
+    Ask,
+    Asking(StoreFuture<Grant>),
+    Sleeping { timer: Box<WakeTimer>, then: Then },
+    Done,
+}
+
+#[derive(Clone, Copy)]
+enum Then {
+    Send,
+    AskAgain,
+}
+
+impl fmt::Debug for FleetAdmission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let step = match self.step {
+            Step::Ask => "ask",
+            Step::Asking(_) => "asking",
+            Step::Sleeping { .. } => "sleeping",
+            Step::Done => "done",
+        };
+        f.debug_struct("FleetAdmission")
+            .field("lease", &self.lease)
+            .field("step", &step)
+            .finish()
+    }
+}
+
+impl FleetAdmission {
+    pub(crate) fn new() -> Self {
+        FleetAdmission {
+            lease: LeaseId(fastrand::u64(..)),
+            scopes: Vec::new(),
+            spaced: false,
+            forfeits: 0,
+            step: Step::Ask,
+        }
+    }
+
+    /// Resolves when the store lets the request (admitted locally, holding
+    /// `ticket`) be sent, or with the store's error when the registry fails
+    /// closed. Under `FailLocal` a store error resolves `Ok`: local limits
+    /// alone decide.
+    pub(crate) fn poll(&mut self, ticket: &mut Ticket, cx: &mut Context<'_>) -> Poll<Result<(), StoreError>> {
+        let Some(fleet) = ticket.fleet() else {
+            return Poll::Ready(Ok(()));
+        };
+        loop {
+            match &mut self.step {
+                Step::Ask => {
+                    // The request has not left yet: the local scopes' next
+                    // gaps must run from when it does.
+                    ticket.postpone_departure();
+                    let reservation = ticket.fleet_reservation(self.lease);
+                    self.scopes = reservation
+                        .scopes
+                        .iter()
+                        .map(|terms| terms.scope.clone())
+                        .collect();
+                    self.spaced = reservation.scopes.iter().any(|terms| !terms.delay.is_zero());
+                    self.step = Step::Asking(fleet.store.reserve(reservation));
+                }
+                Step::Asking(asking) => match ready!(asking.as_mut().poll(cx)) {
+                    Ok(grant) => {
+                        fleet.note_answer();
+                        ticket.apply_shared_facts(&grant.facts);
+                        let (wait, then) = match grant.answer {
+                            Answer::Granted { wait } => {
+                                ticket.hold_lease(Lease {
+                                    id: self.lease,
+                                    scopes: self.scopes.clone(),
+                                });
+                                (wait, Then::Send)
+                            }
+                            Answer::Busy { retry_in } => (retry_in, Then::AskAgain),
+                        };
+                        // Counted from the answer, not from the question:
+                        // the store's now lies in between, and a deadline
+                        // counted too early would send early.
+                        self.sleep(wait, then);
+                    }
+                    Err(error) => {
+                        fleet.note_failure(&error);
+                        self.step = Step::Done;
+                        return Poll::Ready(match fleet.failure {
+                            StoreFailure::FailLocal => Ok(()),
+                            StoreFailure::FailClosed => Err(error),
+                        });
+                    }
+                },
+                Step::Sleeping { timer, then } => {
+                    if Instant::now() < timer.deadline() {
+                        ready!(timer.poll(cx));
+                        continue;
+                    }
+                    let (deadline, then) = (timer.deadline(), *then);
+                    self.wake_up(deadline, then);
+                }
+                Step::Done => return Poll::Ready(Ok(())),
+            }
+        }
+    }
+
+    /// For a request that fails closed but cannot report the error: wait
+    /// a while and ask the store again (nothing is sent meanwhile).
+    pub(crate) fn ask_again_later(&mut self) {
+        self.sleep(ASK_AGAIN_AFTER_FAILURE, Then::AskAgain);
+    }
+
+    fn sleep(&mut self, wait: Duration, then: Then) {
+        self.sleep_until(Instant::now() + wait, then);
+    }
+
+    fn sleep_until(&mut self, deadline: Instant, then: Then) {
+        if Instant::now() >= deadline {
+            self.wake_up(deadline, then);
+            return;
+        }
+        self.step = Step::Sleeping {
+            timer: WakeTimer::new(deadline),
+            then,
+        };
+    }
+
+    /// `deadline` has come: go, or give a granted instant up if it is
+    /// already too far behind (see [`LATE_TOLERANCE`]), or ask again.
+    fn wake_up(&mut self, deadline: Instant, then: Then) {
+        let late = Instant::now().saturating_duration_since(deadline);
+        self.step = match then {
+            Then::Send if self.spaced && late > LATE_TOLERANCE && self.forfeits < MAX_FORFEITS => {
+                self.forfeits += 1;
+                tracing::debug!(
+                    target: "tower_throttle",
+                    late_us = late.as_micros() as u64,
+                    "fleet send instant missed: reserving again"
+                );
+                Step::Ask
+            }
+            Then::Send => Step::Done,
+            Then::AskAgain => Step::Ask,
+        };
+    }
+}

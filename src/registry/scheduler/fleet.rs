@@ -1,0 +1,88 @@
+//! The scheduler's side of a scope store: the terms of a reservation, and
+//! the shared facts an answer brings back, applied to the local scopes.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Scheduler, WakeList};
+use crate::registry::ticket::TicketId;
+use crate::registry::time::{saturating_add, scale};
+use crate::scope::Scope;
+use crate::store::{QuotaTerms, ScopeTerms, SharedFacts};
+
+impl Scheduler {
+    /// The store terms of admitted ticket `id`, one per scope in its
+    /// order: the effective concurrency, and the gap after this send (the
+    /// effective delay with this send's jitter drawn, never below the
+    /// scope's floor).
+    pub(crate) fn fleet_terms(&mut self, id: TicketId, now: Instant) -> Vec<ScopeTerms> {
+        let ticket = &self.tickets[id];
+        ticket
+            .seats
+            .iter()
+            .map(|seat| {
+                let state = &self.scopes[seat.scope].state;
+                let effective = state.effective(now, self.max_concurrency);
+                let jittered = scale(effective.delay, effective.jitter.factor(self.rng.f64()));
+                let quota = state.config.get_quota().map(|quota| QuotaTerms {
+                    quota,
+                    window: state.config.get_window(),
+                    cost: seat.cost,
+                });
+                ScopeTerms {
+                    scope: state.key.clone(),
+                    concurrency: effective.concurrency,
+                    delay: jittered.max(effective.delay_floor),
+                    quota,
+                }
+            })
+            .collect()
+    }
+
+    /// Applies what the store knows of ticket `id`'s scopes (in its order):
+    /// a hold holds the local scope too, a backoff delay becomes the local
+    /// scope's `LimitSource::Fleet` contribution.
+    pub(crate) fn apply_shared_facts(
+        &mut self,
+        id: TicketId,
+        facts: &[SharedFacts],
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let Some(ticket) = self.tickets.get(id) else {
+            return;
+        };
+        for (seat, facts) in ticket.seats.iter().zip(facts) {
+            let state = &mut self.scopes[seat.scope].state;
+            let held = !facts.hold.is_zero() && state.hold(saturating_add(now, facts.hold), now);
+            let fleet_backoff = (!facts.backoff_delay.is_zero())
+                .then(|| (facts.backoff_delay, saturating_add(now, facts.backoff_remaining)));
+            if held | state.set_fleet_backoff(fleet_backoff) {
+                self.dirty.push(seat.scope);
+            }
+        }
+        self.run_dispatch(now, wake);
+    }
+
+    /// Time left of scope `key`'s hold, if it is held.
+    pub(crate) fn hold_left(&self, key: &Scope, now: Instant) -> Option<Duration> {
+        let id = self.index.get(key.as_str(), &self.scopes)?;
+        let until = self.scopes[id].state.contributions().hold_until?;
+        (until > now).then(|| until - now)
+    }
+
+    /// Scope `key`'s backoff delay and the time until its next step back,
+    /// if it is backing off.
+    pub(crate) fn backoff_left(&self, key: &Scope, now: Instant) -> Option<(Duration, Duration)> {
+        let id = self.index.get(key.as_str(), &self.scopes)?;
+        let backoff = self.scopes[id]
+            .state
+            .effective(now, self.max_concurrency)
+            .backoff?;
+        Some((
+            backoff.delay,
+            backoff.next_step_back.saturating_duration_since(now),
+        ))
+    }
+}

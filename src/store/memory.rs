@@ -1,0 +1,326 @@
+//! [`MemoryStore`]: the store protocol in the process, under one lock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Answer, Grant, Lease, LeaseId, QuotaTerms, Reservation, ScopeStore, SharedFacts, StoreFuture};
+use crate::registry::saturating_add;
+use crate::scope::Scope;
+
+/// Default time after which a lease nobody released frees its lane.
+pub(crate) const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
+
+/// The shortest time a busy answer asks a worker to wait: with no delay
+/// and every lane taken, this is how often the fleet's workers ask.
+pub(crate) const MIN_RETRY: Duration = Duration::from_millis(5);
+
+/// A [`ScopeStore`] kept in this process: registries holding clones of it
+/// share their scopes' facts as workers sharing a Redis would, on tokio's
+/// clock (so tests of a fleet can run under paused time).
+///
+/// Scopes whose facts have all expired are forgotten when next touched.
+///
+/// # Clone
+///
+/// Clones share the same facts.
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    scopes: Arc<Mutex<HashMap<Scope, Facts>>>,
+    lease_ttl: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Facts {
+    next: Option<Instant>,
+    leases: Vec<(LeaseId, Instant)>,
+    hold_until: Option<Instant>,
+    backoff: Option<(Duration, Instant)>,
+    /// Units spent in the current quota window, and when it ends.
+    spent: Option<(f64, Instant)>,
+}
+
+impl Facts {
+    fn forget_expired(&mut self, now: Instant) {
+        self.leases.retain(|&(_, expiry)| expiry > now);
+        self.next = self.next.filter(|&next| next > now);
+        self.hold_until = self.hold_until.filter(|&until| until > now);
+        self.backoff = self.backoff.filter(|&(_, until)| until > now);
+        self.spent = self.spent.filter(|&(_, until)| until > now);
+    }
+
+    /// When the quota window ends, if `quota`'s cost does not fit it now.
+    fn quota_frees_at(&self, quota: Option<QuotaTerms>) -> Option<Instant> {
+        let quota = quota?;
+        let (spent, ends) = self.spent?;
+        (spent + quota.cost > quota.quota * (1.0 + 1e-9)).then_some(ends)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.next.is_none()
+            && self.leases.is_empty()
+            && self.hold_until.is_none()
+            && self.backoff.is_none()
+            && self.spent.is_none()
+    }
+
+    fn shared(&self, now: Instant) -> SharedFacts {
+        let (backoff_delay, backoff_until) = self.backoff.unwrap_or((Duration::ZERO, now));
+        SharedFacts {
+            hold: self
+                .hold_until
+                .map_or(Duration::ZERO, |until| until.saturating_duration_since(now)),
+            backoff_delay,
+            backoff_remaining: backoff_until.saturating_duration_since(now),
+        }
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store with a lease TTL of 60 s.
+    pub fn new() -> Self {
+        MemoryStore {
+            scopes: Arc::default(),
+            lease_ttl: DEFAULT_LEASE_TTL,
+        }
+    }
+
+    /// How long a lease nobody releases keeps its lane (default 60 s). It
+    /// must exceed the longest request: a lease that expires while its
+    /// request is still in flight lets another request take the lane.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    fn with_scopes<T>(&self, act: impl FnOnce(&mut HashMap<Scope, Facts>, Instant) -> T) -> T {
+        let mut scopes = self.scopes.lock().unwrap_or_else(PoisonError::into_inner);
+        act(&mut scopes, Instant::now())
+    }
+
+    fn reserve_now(&self, reservation: &Reservation) -> Grant {
+        let lease_ttl = self.lease_ttl;
+        self.with_scopes(|scopes, now| {
+            let mut send_at = now;
+            let mut busy = false;
+            let mut quota_frees_at: Option<Instant> = None;
+            let mut facts = Vec::with_capacity(reservation.scopes.len());
+            for terms in &reservation.scopes {
+                let known = scopes.entry(terms.scope.clone()).or_default();
+                known.forget_expired(now);
+                known.leases.retain(|&(id, _)| id != reservation.lease);
+                busy |= known.leases.len() >= terms.concurrency as usize;
+                quota_frees_at = quota_frees_at.max(known.quota_frees_at(terms.quota));
+                send_at = send_at
+                    .max(known.next.unwrap_or(now))
+                    .max(known.hold_until.unwrap_or(now));
+                facts.push(known.shared(now));
+            }
+            if busy || quota_frees_at.is_some() {
+                let retry_at = send_at.max(quota_frees_at.unwrap_or(now));
+                let retry_in = retry_at.saturating_duration_since(now).max(MIN_RETRY);
+                return Grant {
+                    answer: Answer::Busy { retry_in },
+                    facts,
+                };
+            }
+            for (terms, shared) in reservation.scopes.iter().zip(&facts) {
+                let known = scopes.get_mut(&terms.scope).expect("entered above");
+                let gap = terms.delay.max(shared.backoff_delay);
+                known.next = Some(saturating_add(send_at, gap));
+                known
+                    .leases
+                    .push((reservation.lease, saturating_add(send_at, lease_ttl)));
+                if let Some(quota) = terms.quota {
+                    let (spent, ends) = known.spent.unwrap_or((0.0, saturating_add(now, quota.window)));
+                    known.spent = Some((spent + quota.cost, ends));
+                }
+            }
+            Grant {
+                answer: Answer::Granted {
+                    wait: send_at.saturating_duration_since(now),
+                },
+                facts,
+            }
+        })
+    }
+
+    fn update(&self, scope: &Scope, change: impl FnOnce(&mut Facts, Instant)) {
+        self.with_scopes(|scopes, now| {
+            let known = scopes.entry(scope.clone()).or_default();
+            known.forget_expired(now);
+            change(known, now);
+            if known.is_empty() {
+                scopes.remove(scope);
+            }
+        });
+    }
+}
+
+/// The store works under its lock at once; its futures are already done.
+fn done<T: Send + 'static>(value: T) -> StoreFuture<T> {
+    Box::pin(std::future::ready(Ok(value)))
+}
+
+impl ScopeStore for MemoryStore {
+    fn reserve(&self, reservation: Reservation) -> StoreFuture<Grant> {
+        done(self.reserve_now(&reservation))
+    }
+
+    fn release(&self, lease: Lease) -> StoreFuture<()> {
+        for scope in &lease.scopes {
+            self.update(scope, |known, _| known.leases.retain(|&(id, _)| id != lease.id));
+        }
+        done(())
+    }
+
+    fn hold(&self, scope: Scope, duration: Duration) -> StoreFuture<()> {
+        self.update(&scope, |known, now| {
+            let until = saturating_add(now, duration);
+            known.hold_until = known.hold_until.max(Some(until));
+        });
+        done(())
+    }
+
+    fn backoff(&self, scope: Scope, delay: Duration, ttl: Duration) -> StoreFuture<()> {
+        self.update(&scope, |known, now| {
+            known.backoff = Some((delay, saturating_add(now, ttl)));
+        });
+        done(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ScopeTerms;
+
+    fn ask(lease: u64, scopes: &[(&str, u32, u64)]) -> Reservation {
+        Reservation {
+            lease: LeaseId(lease),
+            scopes: scopes
+                .iter()
+                .map(|&(scope, concurrency, delay_ms)| ScopeTerms {
+                    scope: Scope::new(scope),
+                    concurrency,
+                    delay: Duration::from_millis(delay_ms),
+                    quota: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn reserve(store: &MemoryStore, reservation: Reservation) -> Answer {
+        store.reserve_now(&reservation).answer
+    }
+
+    fn granted(ms: u64) -> Answer {
+        Answer::Granted {
+            wait: Duration::from_millis(ms),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reservations_take_successive_instants_a_delay_apart() {
+        let store = MemoryStore::new();
+        assert_eq!(reserve(&store, ask(1, &[("a", 3, 100)])), granted(0));
+        assert_eq!(reserve(&store, ask(2, &[("a", 3, 100)])), granted(100));
+        assert_eq!(reserve(&store, ask(3, &[("a", 3, 100)])), granted(200));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_scope_is_busy_until_a_lease_is_released_or_expires() {
+        let store = MemoryStore::new().lease_ttl(Duration::from_secs(1));
+        assert_eq!(reserve(&store, ask(1, &[("a", 1, 100)])), granted(0));
+        assert_eq!(
+            reserve(&store, ask(2, &[("a", 1, 100)])),
+            Answer::Busy {
+                retry_in: Duration::from_millis(100)
+            }
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(reserve(&store, ask(2, &[("a", 1, 100)])), granted(0));
+        store
+            .release(Lease {
+                id: LeaseId(2),
+                scopes: vec![Scope::new("a")],
+            })
+            .await
+            .unwrap();
+        assert_eq!(reserve(&store, ask(3, &[("a", 1, 100)])), granted(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reservation_over_several_scopes_takes_all_or_nothing() {
+        let store = MemoryStore::new();
+        assert_eq!(reserve(&store, ask(1, &[("b", 1, 0)])), granted(0));
+        assert!(matches!(
+            reserve(&store, ask(2, &[("a", 1, 0), ("b", 1, 0)])),
+            Answer::Busy { .. }
+        ));
+        // "a" took nothing from the busy attempt.
+        assert_eq!(reserve(&store, ask(3, &[("a", 1, 0)])), granted(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quota_window_is_spent_by_the_fleet_and_refills_when_it_ends() {
+        let store = MemoryStore::new();
+        let spend = |lease, cost| {
+            let mut reservation = ask(lease, &[("api", 10, 0)]);
+            reservation.scopes[0].quota = Some(QuotaTerms {
+                quota: 3.0,
+                window: Duration::from_secs(60),
+                cost,
+            });
+            let answer = reserve(&store, reservation);
+            // Each request ends at once.
+            drop(store.release(Lease {
+                id: LeaseId(lease),
+                scopes: vec![Scope::new("api")],
+            }));
+            answer
+        };
+        assert_eq!(spend(1, 2.0), granted(0));
+        assert_eq!(spend(2, 1.0), granted(0));
+        assert_eq!(
+            spend(3, 1.0),
+            Answer::Busy {
+                retry_in: Duration::from_secs(60)
+            }
+        );
+        tokio::time::advance(Duration::from_secs(60)).await;
+        // An empty window takes even a cost above the whole quota.
+        assert_eq!(spend(3, 5.0), granted(0));
+        assert!(matches!(spend(4, 1.0), Answer::Busy { .. }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn holds_and_backoff_delays_shape_every_grant_and_come_back_as_facts() {
+        let store = MemoryStore::new();
+        store.hold(Scope::new("a"), Duration::from_secs(2)).await.unwrap();
+        store
+            .backoff(Scope::new("a"), Duration::from_secs(1), Duration::from_secs(60))
+            .await
+            .unwrap();
+        let grant = store.reserve_now(&ask(1, &[("a", 4, 100)]));
+        assert_eq!(grant.answer, granted(2_000));
+        assert_eq!(
+            grant.facts,
+            vec![SharedFacts {
+                hold: Duration::from_secs(2),
+                backoff_delay: Duration::from_secs(1),
+                backoff_remaining: Duration::from_secs(60),
+            }]
+        );
+        // The next gap is the backoff delay, not the scope's 100 ms.
+        assert_eq!(reserve(&store, ask(2, &[("a", 4, 100)])), granted(3_000));
+    }
+}

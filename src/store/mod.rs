@@ -1,0 +1,392 @@
+//! Scope stores: where the facts a fleet of workers must agree on live.
+//!
+//! One registry throttles one process. When a crawl runs as many workers
+//! (processes, machines), each site must still see one polite client: the
+//! delay between two requests of a scope and its number of lanes hold for
+//! the whole fleet, and a `Retry-After` or a backoff seen by one worker
+//! slows all of them. A [`ScopeStore`] keeps these *shared facts* of each
+//! scope where every worker reaches them:
+//!
+//! - the **next permitted send instant**, taken by reservation as in GCRA:
+//!   atomically `t = max(now, next); next = t + delay`, so two workers never
+//!   get the same instant;
+//! - **lane leases** with an expiry: a worker that crashes while holding a
+//!   lane gives it back after the lease TTL;
+//! - the **hold** (pause-until, from `Retry-After` and rate-limit resets)
+//!   and the **backoff delay** with the time it still applies;
+//! - the **quota window** of a scope with a [quota](crate::ScopeConfig::quota):
+//!   what the fleet spent of it (expected costs; the corrections feedback
+//!   reports stay local).
+//!
+//! Everything else stays in the process: the queues, the waiters' wake-ups,
+//! AutoThrottle's latency sample, the decision logic itself.
+//!
+//! # How a request goes through a store
+//!
+//! The registry's scheduler admits a request by its local limits as usual.
+//! Then, before the request is handed to the inner service, its response
+//! future asks the store for one reservation covering all of its scopes at
+//! once: a lane lease in each and the send instant (the latest of the
+//! scopes' next instants and holds). It sleeps until that instant (counted
+//! from the store's answer, so never early) and sends; a request that wakes
+//! more than 1.5 ms late gives its instant up and reserves again (at most
+//! three times), since a late send shortens the next worker's gap. When the request ends (or its future is dropped) the leases are
+//! released in the background; a crash leaves them to expire. If a scope
+//! has no free lane in the fleet, the answer says when to ask again (the
+//! scope's next send instant, at least a few milliseconds away): no polling
+//! loop faster than the delay. Each answer also brings the scopes' stored
+//! hold and backoff delay, which the local scope applies as limits of its
+//! own ([`LimitSource::Fleet`](crate::LimitSource::Fleet) in its stats), so
+//! the local scheduler stops admitting what the fleet would make wait.
+//!
+//! [`Registry::hold`](crate::Registry::hold) (and so `RetryAfterLayer`) and
+//! backoff feedback write to the store too, in the background.
+//!
+//! Without a store (the default), the registry's own in-memory state is the
+//! only state: nothing of this runs and a request costs what it did.
+//! [`MemoryStore`] is a store kept in the process, shared by registries that
+//! hold clones of it: the same protocol without a network, useful to test a
+//! fleet under paused time. [`RedisStore`] (feature `redis`) is the store
+//! for a real fleet.
+//!
+//! # When the store is unreachable
+//!
+//! The registry fails in the direction chosen with
+//! [`RegistryBuilder::store_failure`](crate::RegistryBuilder::store_failure):
+//!
+//! - [`StoreFailure::FailClosed`] (the default): the request fails with an
+//!   [`Error`](crate::Error) whose [`is_store`](crate::Error::is_store) is
+//!   true. That needs a throttle service that can return the crate's error:
+//!   [`ThrottleLayer::store_errors`](crate::ThrottleLayer::store_errors).
+//!   A throttle that passes the inner service's error type through has no
+//!   way to say it, so its requests wait and ask the store again (nothing
+//!   is sent unthrottled), with a warning once per outage;
+//! - [`StoreFailure::FailLocal`]: the request goes by the per-process
+//!   limits alone, with a warning once per outage and a note when the store
+//!   answers again.
+//!
+//! # Writing a store
+//!
+//! A store is four methods returning boxed futures ([`StoreFuture`]), so it
+//! can be kept behind an `Arc<dyn ScopeStore>` and its futures stored in the
+//! response future. `reserve` must be atomic over all of its scopes.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{ServiceBuilder, ServiceExt};
+//! use tower_throttle::store::MemoryStore;
+//! use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Two workers sharing one store: together they send one request to
+//! // example.com every 100 ms.
+//! let store = MemoryStore::new();
+//! let config = ScopeConfig::default().delay(Duration::from_millis(100)).jitter(0.0);
+//! let worker = |store: &MemoryStore| {
+//!     let registry = Registry::builder()
+//!         .default_scope(config.clone())
+//!         .store(store.clone())
+//!         .build()?;
+//!     Ok::<_, tower_throttle::ConfigError>(
+//!         ServiceBuilder::new()
+//!             .layer(ThrottleLayer::new(registry).store_errors())
+//!             .service(tower::service_fn(|_request: http::Request<()>| async {
+//!                 Ok::<_, std::convert::Infallible>(http::Response::new(()))
+//!             })),
+//!     )
+//! };
+//! let (one, two) = (worker(&store)?, worker(&store)?);
+//! let start = tokio::time::Instant::now();
+//! one.oneshot(http::Request::get("https://example.com/a").body(())?).await?;
+//! two.oneshot(http::Request::get("https://example.com/b").body(())?).await?;
+//! assert_eq!(start.elapsed(), Duration::from_millis(100));
+//! # Ok(())
+//! # }
+//! ```
+
+mod memory;
+#[cfg(feature = "redis")]
+mod redis;
+
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use self::redis::RedisStore;
+pub use memory::MemoryStore;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::BoxError;
+use crate::scope::Scope;
+
+/// What a store's methods return: a boxed future that owns what it needs.
+pub type StoreFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'static>>;
+
+/// Where the shared facts of scopes live; see the [module docs](self).
+pub trait ScopeStore: fmt::Debug + Send + Sync + 'static {
+    /// Atomically, for every scope of `reservation`: drops expired leases;
+    /// if each scope has a free lane (fewer live leases than its
+    /// concurrency) and room in its quota window for the request's cost (an
+    /// empty window takes any cost), takes one lease in each, spends the
+    /// cost, picks the send instant `t` = the latest of now, every scope's
+    /// next send instant and hold, and moves every scope's next send
+    /// instant to `t` + its delay (at least its stored backoff delay).
+    /// Otherwise takes nothing, and says to ask again at the scopes' next
+    /// instant or, when a quota is what is missing, when its window ends.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store cannot be reached or answers
+    /// nonsense.
+    fn reserve(&self, reservation: Reservation) -> StoreFuture<Grant>;
+
+    /// Gives back the lanes `lease` holds. Releasing an expired or unknown
+    /// lease does nothing.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store cannot be reached.
+    fn release(&self, lease: Lease) -> StoreFuture<()>;
+
+    /// Holds `scope` for `duration` from the store's now: no reservation
+    /// gets an instant before then. Never shortens a longer hold.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store cannot be reached.
+    fn hold(&self, scope: Scope, duration: Duration) -> StoreFuture<()>;
+
+    /// Records that `scope` is backing off: each gap is at least `delay`,
+    /// for `ttl` from the store's now (a later report replaces it).
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store cannot be reached.
+    fn backoff(&self, scope: Scope, delay: Duration, ttl: Duration) -> StoreFuture<()>;
+}
+
+/// The name of a lease, unique across the fleet (random).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseId(pub u64);
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// A request's ask: a lease named `lease` in each scope, on these terms.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Reservation {
+    /// The lease to take (the same name on every attempt of one request).
+    pub lease: LeaseId,
+    /// One entry per scope of the request.
+    pub scopes: Vec<ScopeTerms>,
+}
+
+/// The local limits of one scope, as a reservation carries them.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ScopeTerms {
+    /// The scope.
+    pub scope: Scope,
+    /// Lanes the fleet may use at once.
+    pub concurrency: u32,
+    /// The gap after this request's send (the effective delay, with this
+    /// send's jitter already drawn).
+    pub delay: Duration,
+    /// The scope's quota, when it has one.
+    pub quota: Option<QuotaTerms>,
+}
+
+/// A scope's quota, as a reservation carries it: the fleet spends at most
+/// `quota` units per `window` (a window starts at the first spend after the
+/// last one ended).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct QuotaTerms {
+    /// Units per window.
+    pub quota: f64,
+    /// The window's length.
+    pub window: Duration,
+    /// What this request spends (its expected cost in the scope).
+    pub cost: f64,
+}
+
+/// The lanes a granted reservation holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Lease {
+    /// Its name.
+    pub id: LeaseId,
+    /// The scopes it holds a lane of.
+    pub scopes: Vec<Scope>,
+}
+
+/// A store's answer to a [`Reservation`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grant {
+    /// Whether the lanes were taken, and when to send or ask again.
+    pub answer: Answer,
+    /// The shared facts of each scope, in the reservation's order.
+    pub facts: Vec<SharedFacts>,
+}
+
+/// Whether a reservation was granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The leases are taken: send `wait` from now.
+    Granted {
+        /// Time until the reserved send instant.
+        wait: Duration,
+    },
+    /// A scope has no free lane in the fleet; nothing was taken. Ask again
+    /// in `retry_in`.
+    Busy {
+        /// When to ask again.
+        retry_in: Duration,
+    },
+}
+
+/// What the store knows of one scope, as of its answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SharedFacts {
+    /// Time left of the scope's hold (zero: none).
+    pub hold: Duration,
+    /// The backoff delay in force (zero: none) ...
+    pub backoff_delay: Duration,
+    /// ... and for how much longer.
+    pub backoff_remaining: Duration,
+}
+
+/// What a registry does when its store cannot be reached; see the
+/// [module docs](self#when-the-store-is-unreachable).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// Requests fail with a store error (or wait, if the throttle cannot
+    /// return one). Nothing is sent without the store's word.
+    #[default]
+    FailClosed,
+    /// Requests go by the per-process limits alone until the store answers
+    /// again, with a warning once per outage.
+    FailLocal,
+}
+
+/// A store could not be reached, timed out, or answered something
+/// unexpected.
+#[derive(Debug)]
+pub struct StoreError {
+    what: String,
+    source: Option<BoxError>,
+}
+
+impl StoreError {
+    /// An error saying `what` failed, caused by `source`.
+    pub fn new(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        StoreError {
+            what: what.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// A call that got no answer within `limit`.
+    pub fn timeout(what: impl Into<String>, limit: Duration) -> Self {
+        StoreError {
+            what: format!("{} timed out after {limit:?}", what.into()),
+            source: None,
+        }
+    }
+
+    /// An answer the store should not give.
+    pub fn unexpected(what: impl Into<String>) -> Self {
+        StoreError {
+            what: what.into(),
+            source: None,
+        }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.source {
+            Some(source) => write!(f, "{}: {source}", self.what),
+            None => f.write_str(&self.what),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|source| source as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// A registry's store, with the failure mode chosen and whether an outage
+/// is under way (so it is reported once, not per request).
+#[derive(Debug)]
+pub(crate) struct Fleet {
+    pub(crate) store: Arc<dyn ScopeStore>,
+    pub(crate) failure: StoreFailure,
+    outage: AtomicBool,
+}
+
+impl Fleet {
+    pub(crate) fn new(store: Arc<dyn ScopeStore>, failure: StoreFailure) -> Self {
+        Fleet {
+            store,
+            failure,
+            outage: AtomicBool::new(false),
+        }
+    }
+
+    /// Notes that the store answered, and says so if it had not before.
+    pub(crate) fn note_answer(&self) {
+        if self.outage.load(Ordering::Relaxed) && self.outage.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                target: "tower_throttle",
+                store = ?self.store,
+                "scope store reachable again: fleet-wide limits apply"
+            );
+        }
+    }
+
+    /// Notes a failed store call, warning on the first of an outage.
+    pub(crate) fn note_failure(&self, error: &StoreError) {
+        if !self.outage.swap(true, Ordering::Relaxed) {
+            let consequence = match self.failure {
+                StoreFailure::FailClosed => "requests fail (or wait) until it answers",
+                StoreFailure::FailLocal => "falling back to per-process limits",
+            };
+            tracing::warn!(
+                target: "tower_throttle",
+                store = ?self.store,
+                %error,
+                "scope store unreachable: {consequence}"
+            );
+        }
+    }
+
+    /// Runs a store write in the background (on the current tokio runtime,
+    /// if there is one): holds, backoffs and releases are worth sending but
+    /// not worth waiting for, and a lease nobody releases expires.
+    pub(crate) fn in_background(self: &Arc<Self>, write: StoreFuture<()>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let fleet = self.clone();
+        runtime.spawn(async move {
+            match write.await {
+                Ok(()) => fleet.note_answer(),
+                Err(error) => fleet.note_failure(&error),
+            }
+        });
+    }
+}

@@ -1,0 +1,488 @@
+//! [`RedisStore`]: the shared facts of scopes in Redis, one script call per
+//! admission.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use super::memory::{DEFAULT_LEASE_TTL, MIN_RETRY};
+use super::{Answer, Grant, Lease, Reservation, ScopeStore, SharedFacts, StoreError, StoreFuture};
+use crate::scope::Scope;
+
+/// Default prefix of every key the store writes.
+const DEFAULT_PREFIX: &str = "tower-throttle:";
+/// The keys of a scope, in the order the reserve script takes them.
+const FACTS: [&str; 5] = ["lanes", "next", "hold", "backoff", "quota"];
+/// Default limit on each Redis call (connecting included).
+const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// One reservation over every scope of a request, atomic because Redis runs
+/// a script alone. Times are microseconds of Redis's own clock (`TIME`), so
+/// workers whose clocks disagree still agree on the gaps. Per scope, KEYS
+/// are its lanes (a sorted set of leases scored by expiry), next send
+/// instant, hold-until, backoff delay and quota spent (expiring with its
+/// window); ARGV is the lease, the lease TTL, the shortest retry, then each
+/// scope's concurrency, delay, quota (-1: none), window and cost. Answers
+/// `{granted (0/1), wait or retry (µs), Redis's now (µs), then per scope:
+/// hold left (µs), backoff delay (µs), backoff left (µs)}`. Every key it writes expires,
+/// so an idle scope leaves nothing behind.
+const RESERVE: &str = r#"
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local lease, ttl, min_retry = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local scopes = #KEYS / 5
+local send_at, busy, quota_wait = now, false, 0
+local answer = {0, 0, now}
+local backoff = {}
+for i = 0, scopes - 1 do
+  local lanes, next_key, hold_key, backoff_key, quota_key =
+    KEYS[5*i+1], KEYS[5*i+2], KEYS[5*i+3], KEYS[5*i+4], KEYS[5*i+5]
+  local base = 4 + 5*i
+  redis.call('ZREMRANGEBYSCORE', lanes, '-inf', now)
+  redis.call('ZREM', lanes, lease)
+  if redis.call('ZCARD', lanes) >= tonumber(ARGV[base]) then busy = true end
+  local quota, cost = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 4])
+  if quota >= 0 then
+    local spent = tonumber(redis.call('GET', quota_key) or '0')
+    if spent > 0 and spent + cost > quota * (1 + 1e-9) then
+      busy = true
+      local left = redis.call('PTTL', quota_key)
+      if left * 1000 > quota_wait then quota_wait = left * 1000 end
+    end
+  end
+  local next_at = tonumber(redis.call('GET', next_key) or '0')
+  local hold = tonumber(redis.call('GET', hold_key) or '0')
+  if next_at > send_at then send_at = next_at end
+  if hold > send_at then send_at = hold end
+  backoff[i] = tonumber(redis.call('GET', backoff_key) or '0')
+  local backoff_left = redis.call('PTTL', backoff_key)
+  if backoff_left < 0 then backoff_left = 0 end
+  table.insert(answer, math.max(hold - now, 0))
+  table.insert(answer, backoff[i])
+  table.insert(answer, backoff_left * 1000)
+end
+if busy then
+  answer[2] = math.max(send_at - now, quota_wait, min_retry)
+  return answer
+end
+for i = 0, scopes - 1 do
+  local lanes, next_key, quota_key = KEYS[5*i+1], KEYS[5*i+2], KEYS[5*i+5]
+  local base = 4 + 5*i
+  local next_at = send_at + math.max(tonumber(ARGV[base + 1]), backoff[i])
+  redis.call('SET', next_key, string.format('%.0f', next_at), 'PX', math.ceil((next_at - now) / 1000) + 1)
+  redis.call('ZADD', lanes, send_at + ttl, lease)
+  redis.call('PEXPIRE', lanes, math.ceil((send_at + ttl - now) / 1000) + 1)
+  if tonumber(ARGV[base + 2]) >= 0 then
+    local fresh = redis.call('EXISTS', quota_key) == 0
+    redis.call('INCRBYFLOAT', quota_key, ARGV[base + 4])
+    if fresh then redis.call('PEXPIRE', quota_key, math.max(math.ceil(tonumber(ARGV[base + 3]) / 1000), 1)) end
+  end
+end
+answer[1] = 1
+answer[2] = send_at - now
+return answer
+"#;
+
+/// Holds a scope until `now + ARGV[1]` µs unless it is held longer already.
+const HOLD: &str = r#"
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local until_at = now + tonumber(ARGV[1])
+local known = tonumber(redis.call('GET', KEYS[1]) or '0')
+if until_at > known then
+  redis.call('SET', KEYS[1], string.format('%.0f', until_at), 'PX', math.ceil(tonumber(ARGV[1]) / 1000) + 1)
+end
+return 1
+"#;
+
+/// The shared facts of scopes in Redis, for a fleet of workers; see the
+/// [module docs](super).
+///
+/// - **One round trip per admission**: a Lua script reserves a lane lease
+///   and the send instant in every scope of a request at once (`EVALSHA`;
+///   the script is loaded on a `NOSCRIPT` answer and asked again).
+/// - **Redis's clock**: the script reads `TIME`, so workers on machines
+///   whose clocks are skewed cannot jointly break a delay. A worker turns
+///   the granted instant into a local deadline through its estimate of the
+///   offset between Redis's clock and its own (the smallest difference an
+///   answer showed), so an answer that reached its task late does not make
+///   the send late.
+/// - **Keys** `PREFIX + scope + {":lanes", ":next", ":hold", ":backoff",
+///   ":quota"}`,
+///   each with a TTL, so idle scopes vanish from Redis by themselves.
+/// - **A timeout on every call** (500 ms by default, connecting included);
+///   a connection that broke is made again on the next call.
+///
+/// The connection is opened on first use, so building the store never
+/// fails for an unreachable server: the registry's
+/// [`StoreFailure`](super::StoreFailure) decides what such a request does.
+///
+/// # Clone
+///
+/// Clones share the connection (and the settings given before cloning).
+#[derive(Clone)]
+pub struct RedisStore {
+    client: redis::Client,
+    connection: Arc<Mutex<Option<ConnectionManager>>>,
+    prefix: Arc<str>,
+    lease_ttl: Duration,
+    call_timeout: Duration,
+    scripts: Arc<Scripts>,
+    clock: Arc<StdMutex<ClockOffset>>,
+}
+
+struct Scripts {
+    reserve: Script,
+    hold: Script,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("server", self.client.get_connection_info().addr())
+            .field("prefix", &self.prefix)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("call_timeout", &self.call_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A store on the Redis at `url` (`redis://host:port/db`), with the
+    /// key prefix `tower-throttle:`, a lease TTL of 60 s and a call
+    /// timeout of 500 ms. Nothing is connected yet.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when `url` is not a Redis URL.
+    pub fn new(url: &str) -> Result<Self, StoreError> {
+        let client =
+            redis::Client::open(url).map_err(|error| StoreError::new(format!("redis url {url:?}"), error))?;
+        Ok(RedisStore {
+            client,
+            connection: Arc::default(),
+            prefix: DEFAULT_PREFIX.into(),
+            lease_ttl: DEFAULT_LEASE_TTL,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            scripts: Arc::new(Scripts {
+                reserve: Script::new(RESERVE),
+                hold: Script::new(HOLD),
+            }),
+            clock: Arc::new(StdMutex::new(ClockOffset::new(Instant::now()))),
+        })
+    }
+
+    /// The prefix of every key (default `tower-throttle:`): workers share
+    /// scopes exactly when they use the same Redis and prefix.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into().into();
+        self
+    }
+
+    /// How long a lease nobody releases keeps its lane (default 60 s). It
+    /// must exceed the longest request: a lease that expires while its
+    /// request is still in flight lets another request take the lane.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// The limit on each call to Redis, connecting included (default
+    /// 500 ms). A call past it is a store failure.
+    pub fn call_timeout(mut self, limit: Duration) -> Self {
+        self.call_timeout = limit;
+        self
+    }
+
+    fn key(&self, scope: &Scope, fact: &str) -> String {
+        format!("{}{}:{fact}", self.prefix, scope.as_str())
+    }
+
+    /// Runs `call` on the connection (opened first if need be) within the
+    /// call timeout.
+    fn call<T, F>(
+        &self,
+        what: &'static str,
+        call: impl FnOnce(ConnectionManager, Arc<Scripts>) -> F + Send + 'static,
+    ) -> StoreFuture<T>
+    where
+        F: Future<Output = redis::RedisResult<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let store = self.clone();
+        let limit = self.call_timeout;
+        Box::pin(async move {
+            let work = async {
+                let connection = store.connection().await?;
+                call(connection, store.scripts.clone())
+                    .await
+                    .map_err(|error| StoreError::new(what, error))
+            };
+            tokio::time::timeout(limit, work)
+                .await
+                .unwrap_or_else(|_| Err(StoreError::timeout(what, limit)))
+        })
+    }
+
+    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let mut connection = self.connection.lock().await;
+        if let Some(open) = &*connection {
+            return Ok(open.clone());
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.call_timeout))
+            .set_response_timeout(Some(self.call_timeout))
+            .set_number_of_retries(1);
+        let open = ConnectionManager::new_with_config(self.client.clone(), config)
+            .await
+            .map_err(|error| StoreError::new("connecting to redis", error))?;
+        *connection = Some(open.clone());
+        Ok(open)
+    }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn from_micros(micros: i64) -> Duration {
+    Duration::from_micros(micros.max(0) as u64)
+}
+
+/// Reads the reserve script's answer.
+/// Reads the reserve script's answer: the grant, and Redis's now (µs).
+fn grant_of(answer: &[i64], scopes: usize) -> Result<(Grant, i64), StoreError> {
+    if answer.len() != 3 + 3 * scopes {
+        return Err(StoreError::unexpected(format!(
+            "redis reservation answered {} numbers for {scopes} scopes",
+            answer.len()
+        )));
+    }
+    let time = from_micros(answer[1]);
+    let answer_kind = match answer[0] {
+        1 => Answer::Granted { wait: time },
+        _ => Answer::Busy { retry_in: time },
+    };
+    let facts = answer[3..]
+        .chunks_exact(3)
+        .map(|facts| SharedFacts {
+            hold: from_micros(facts[0]),
+            backoff_delay: from_micros(facts[1]),
+            backoff_remaining: from_micros(facts[2]),
+        })
+        .collect();
+    let grant = Grant {
+        answer: answer_kind,
+        facts,
+    };
+    Ok((grant, answer[2]))
+}
+
+/// Where Redis's clock stands against this process's, to turn a granted
+/// instant of Redis time into a local deadline.
+///
+/// Counting a wait from when the answer is read makes a request late by
+/// however long the answer took to reach its task (the connection's driver
+/// and the request's own task each wait their turn on a busy runtime), and a
+/// late send shortens the next worker's gap. Each answer gives a sample of
+/// `local now − Redis now`: the true offset plus that answer's delay. The
+/// smallest sample is the best estimate (delays only add); it is allowed to
+/// creep up slowly for clock drift, and is replaced when a sample is far
+/// above it (a step of Redis's wall clock, which `TIME` follows).
+#[derive(Debug)]
+struct ClockOffset {
+    /// The local zero of the samples.
+    base: Instant,
+    /// The smallest recent sample (µs), and the local instant it was taken.
+    best: Option<(i128, Instant)>,
+}
+
+/// How far a sample may sit above the estimate before the estimate is
+/// taken to be stale (Redis's clock stepped) rather than the answer slow.
+const CLOCK_STEP: i128 = 50_000;
+
+impl ClockOffset {
+    fn new(base: Instant) -> Self {
+        ClockOffset { base, best: None }
+    }
+
+    /// The local wait until the instant `wait` after Redis's `redis_now`,
+    /// for an answer read at `local_now`.
+    fn local_wait(&mut self, redis_now: i64, wait: Duration, local_now: Instant) -> Duration {
+        let local_us = local_now.saturating_duration_since(self.base).as_micros() as i128;
+        let sample = local_us - i128::from(redis_now);
+        let offset = match self.best {
+            // Drift allowance: 100 µs per second since the best sample.
+            Some((best, at)) => {
+                let drift = (local_now.saturating_duration_since(at).as_micros() / 10_000) as i128;
+                if sample <= best + drift || sample - best > CLOCK_STEP {
+                    self.best = Some((sample, local_now));
+                    sample
+                } else {
+                    best + drift
+                }
+            }
+            None => {
+                self.best = Some((sample, local_now));
+                sample
+            }
+        };
+        let deadline_us = i128::from(redis_now) + wait.as_micros() as i128 + offset;
+        Duration::from_micros(u64::try_from(deadline_us - local_us).unwrap_or(0))
+    }
+}
+
+impl ScopeStore for RedisStore {
+    fn reserve(&self, reservation: Reservation) -> StoreFuture<Grant> {
+        let keys: Vec<String> = reservation
+            .scopes
+            .iter()
+            .flat_map(|terms| FACTS.map(|fact| self.key(&terms.scope, fact)))
+            .collect();
+        let lease = reservation.lease.to_string();
+        let (lease_ttl, scopes) = (micros(self.lease_ttl), reservation.scopes.len());
+        let terms: Vec<(u32, u64, f64, u64, f64)> = reservation
+            .scopes
+            .iter()
+            .map(|terms| {
+                let (quota, window, cost) = terms.quota.map_or((-1.0, 0, 0.0), |quota| {
+                    (quota.quota, micros(quota.window), quota.cost)
+                });
+                (terms.concurrency, micros(terms.delay), quota, window, cost)
+            })
+            .collect();
+        let grant = self.call("redis reservation", move |mut connection, scripts| async move {
+            let mut invocation = scripts.reserve.prepare_invoke();
+            invocation
+                .key(keys)
+                .arg(lease)
+                .arg(lease_ttl)
+                .arg(micros(MIN_RETRY));
+            for (concurrency, delay, quota, window, cost) in terms {
+                invocation
+                    .arg(concurrency)
+                    .arg(delay)
+                    .arg(quota)
+                    .arg(window)
+                    .arg(cost);
+            }
+            invocation.invoke_async::<Vec<i64>>(&mut connection).await
+        });
+        let clock = self.clock.clone();
+        Box::pin(async move {
+            let answer = grant.await?;
+            let local_now = Instant::now();
+            let (mut grant, redis_now) = grant_of(&answer, scopes)?;
+            if let Answer::Granted { wait } = &mut grant.answer {
+                let mut clock = clock.lock().unwrap_or_else(PoisonError::into_inner);
+                *wait = clock.local_wait(redis_now, *wait, local_now);
+            }
+            Ok(grant)
+        })
+    }
+
+    fn release(&self, lease: Lease) -> StoreFuture<()> {
+        let keys: Vec<String> = lease
+            .scopes
+            .iter()
+            .map(|scope| self.key(scope, "lanes"))
+            .collect();
+        let member = lease.id.to_string();
+        self.call("redis release", move |mut connection, _| async move {
+            let mut pipe = redis::pipe();
+            for key in keys {
+                pipe.zrem(key, &member).ignore();
+            }
+            pipe.query_async::<()>(&mut connection).await
+        })
+    }
+
+    fn hold(&self, scope: Scope, duration: Duration) -> StoreFuture<()> {
+        let key = self.key(&scope, "hold");
+        self.call("redis hold", move |mut connection, scripts| async move {
+            scripts
+                .hold
+                .key(key)
+                .arg(micros(duration))
+                .invoke_async::<()>(&mut connection)
+                .await
+        })
+    }
+
+    fn backoff(&self, scope: Scope, delay: Duration, ttl: Duration) -> StoreFuture<()> {
+        let key = self.key(&scope, "backoff");
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.call("redis backoff", move |mut connection, _| async move {
+            redis::cmd("SET")
+                .arg(key)
+                .arg(micros(delay))
+                .arg("PX")
+                .arg(ttl_ms)
+                .query_async::<()>(&mut connection)
+                .await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_of_the_wrong_length_are_store_errors_not_panics() {
+        let error = grant_of(&[1, 0, 0, 0], 1).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "redis reservation answered 4 numbers for 1 scopes"
+        );
+    }
+
+    #[test]
+    fn answers_are_read_per_scope_in_order() {
+        let (grant, redis_now) = grant_of(&[0, 7_000, 42, 1_000, 2_000, 3_000, 0, 0, 0], 2).unwrap();
+        assert_eq!(redis_now, 42);
+        assert_eq!(
+            grant.answer,
+            Answer::Busy {
+                retry_in: Duration::from_millis(7)
+            }
+        );
+        assert_eq!(grant.facts[0].backoff_delay, Duration::from_millis(2));
+        assert_eq!(grant.facts[1], SharedFacts::default());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_answer_waits_less_so_the_send_keeps_to_redis_time() {
+        let base = Instant::now();
+        let mut clock = ClockOffset::new(base);
+        let ms = Duration::from_millis;
+        // A quick answer sets the offset: Redis's 1 000 000 µs is local 0.
+        assert_eq!(clock.local_wait(1_000_000, ms(50), base), ms(50));
+        // An answer read 5 ms late (Redis said 1 100 000, it is local 105
+        // ms): the granted instant is still local 150 ms (and 10 µs of
+        // drift allowance for the 105 ms since the best sample).
+        assert_eq!(
+            clock.local_wait(1_100_000, ms(50), base + ms(105)),
+            ms(45) + Duration::from_micros(10)
+        );
+        // Later than the wait itself: go at once.
+        assert_eq!(clock.local_wait(1_200_000, ms(3), base + ms(210)), Duration::ZERO);
+        // Redis's clock stepped back 1 s: the estimate follows at once.
+        assert_eq!(clock.local_wait(300_000, ms(50), base + ms(300)), ms(50));
+    }
+
+    #[test]
+    fn a_url_that_is_not_redis_is_refused_by_name() {
+        let error = RedisStore::new("http://example.com").unwrap_err();
+        assert!(
+            error.to_string().starts_with("redis url \"http://example.com\""),
+            "{error}"
+        );
+    }
+}
