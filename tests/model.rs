@@ -49,8 +49,7 @@
 //!    does not).
 //!
 //! Case counts: 256 by default for streams of up to 60 requests, 32 for
-//! streams of up to 400 (a few seconds in debug; the long streams are
-//! `#[ignore]`d until the stuck waiters they find are fixed); set `PROPTEST_CASES` for a longer run, e.g.
+//! streams of up to 400 (a few seconds in debug); set `PROPTEST_CASES` for a longer run, e.g.
 //! `PROPTEST_CASES=100000 cargo test --release --all-features --test model`.
 
 use std::collections::HashMap;
@@ -788,7 +787,6 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: (cases() / 8).max(1), .. ProptestConfig::default() })]
 
     #[test]
-    #[ignore = "finds waiters stuck with nothing to wake them (seed f5387c05 in tests/model.proptest-regressions), not fixed yet"]
     fn long_streams_keep_every_limit_and_release_everything(scenario in scenario(400)) {
         let violations = run(&scenario);
         prop_assert!(violations.is_empty(), "{violations:#?}");

@@ -581,9 +581,35 @@ impl Scheduler {
             self.set_timer(scope_id, None, wake);
             match self.pick_waiter(scope_id, now, wake) {
                 Some(id) => self.send(id, now, wake),
-                None => return,
+                None => {
+                    if self.scopes[scope_id].timer_owner().is_none() {
+                        let relief = self.when_another_scope_may_let_the_head_go(scope_id, now);
+                        self.set_timer(scope_id, relief, wake);
+                    }
+                    return;
+                }
             }
         }
+    }
+
+    /// The scope allows a send but its head waits for another of its
+    /// scopes: when that scope's own time limits next let it go, if time is
+    /// what holds it. Without a timer here, nothing would look at this
+    /// scope again should the other scope's next event not reach the head.
+    fn when_another_scope_may_let_the_head_go(&self, scope_id: ScopeId, now: Instant) -> Option<Instant> {
+        let &head = self.scopes[scope_id].queue().values().next()?;
+        self.tickets[head]
+            .seats
+            .iter()
+            .filter(|seat| seat.scope != scope_id)
+            .filter_map(|seat| {
+                let scope = &self.scopes[seat.scope].state;
+                match scope.check(now, &scope.effective(now, self.max_concurrency), seat.cost) {
+                    ScopeCheck::Until(at) => Some(at),
+                    _ => None,
+                }
+            })
+            .min()
     }
 
     /// Sends ticket `id`: takes a lane in each scope, starts each scope's
