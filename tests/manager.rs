@@ -619,3 +619,30 @@ async fn a_registrys_config_keeps_its_managers_in_memory_but_not_in_files() {
     from_file.feedback(&Scopes::from("api"), Feedback::backoff());
     assert_eq!(from_file.scope_stats("api").unwrap().manager, "default");
 }
+
+/// A pace is what a manager learnt, not a limit in force: a scope paced by
+/// the `Rampup` manager goes once idle for `idle_ttl`, as a scope with the
+/// built-in rampup does (otherwise a broad crawl with a pacing manager on
+/// every scope would never evict one).
+#[tokio::test(start_paused = true)]
+async fn a_scope_paced_by_a_manager_is_evicted_once_idle() {
+    let registry = Registry::builder()
+        .idle_ttl(secs(60))
+        .default_scope(exact())
+        .scope_manager(|_scope| {
+            Box::new(tower_throttle::registry::manager::Rampup::new(
+                tower_throttle::RampupConfig::default(),
+            ))
+        })
+        .build()
+        .unwrap();
+    let service = client(&registry, Scripted::new([]));
+    send(&service, "https://paced.example/").await;
+    assert_eq!(
+        registry.scope_stats("paced.example").unwrap().delay_limited_by,
+        LimitSource::Manager
+    );
+    tokio::time::sleep(secs(61)).await;
+    send(&service, "https://other.example/").await;
+    assert!(registry.scope_stats("paced.example").is_none());
+}

@@ -493,8 +493,10 @@ impl ManagerLimits {
     /// Whether the answer limits the scope at `now` (a scope whose manager
     /// says so is not evicted).
     pub(crate) fn limits_anything(&self, now: Instant) -> bool {
-        self.pace.is_some()
-            || self.delay.is_some_and(|delay| !delay.is_zero())
+        // A pace is what the manager learnt, not a limit in force: like
+        // the built-in rampup's, it may go with an idle scope (otherwise a
+        // crawl with a pacing manager on every scope would never evict).
+        self.delay.is_some_and(|delay| !delay.is_zero())
             || self.concurrency.is_some()
             || self.hold_until.is_some_and(|until| until > now)
     }

@@ -14,7 +14,9 @@
 //! turn, whatever order the runtime wakes them in), and one arriving while
 //! some of them have not gone on yet goes after them: the throttle sees an
 //! origin's requests in arrival order, so FIFO within a scope holds across
-//! the wait. A waiting future that is dropped gives its turn up.
+//! the wait. A waiting future that is dropped gives its turn up; one that
+//! is kept but never polled again holds the requests behind it, as a
+//! request the throttle admitted but that never leaves does.
 //!
 //! Place the layer **outside** [`ThrottleLayer`](crate::ThrottleLayer), as
 //! in the example below: the fetch is then throttled like any request of its

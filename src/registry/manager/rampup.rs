@@ -17,7 +17,9 @@ use crate::registry::rampup::{RampupConfig, RampupState};
 /// Differences from the built-in rampup, all from being made on the scope's
 /// first feedback (as every manager is): its windows start then, not when
 /// the scope was created, and it starts from the scope's delay at that
-/// moment; until then the scope runs on its config.
+/// moment; until then the scope runs on its config. Like the built-in
+/// one's, what it learnt goes with the scope when an idle scope is evicted
+/// (a pace is not a limit in force).
 /// [`ScopeStats`](crate::ScopeStats) shows its pace as
 /// [`LimitSource::Manager`](crate::LimitSource::Manager).
 ///
