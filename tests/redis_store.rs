@@ -80,8 +80,16 @@ struct Site {
 }
 
 impl Site {
+    /// Gaps between arrivals, connection warm-ups (`/warm`) left out.
     fn gaps(&self) -> Vec<Duration> {
-        let mut arrivals: Vec<Instant> = self.arrivals.lock().unwrap().iter().map(|(at, _)| *at).collect();
+        let mut arrivals: Vec<Instant> = self
+            .arrivals
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, path)| path != WARM_UP)
+            .map(|(at, _)| *at)
+            .collect();
         arrivals.sort();
         arrivals.windows(2).map(|pair| pair[1] - pair[0]).collect()
     }
@@ -158,12 +166,30 @@ type Worker = tower::util::BoxCloneSyncService<
 
 /// One worker: its own registry and its own hyper-util client.
 fn worker(registry: &Registry) -> Worker {
+    worker_over(registry, loopback_client())
+}
+
+fn worker_over(registry: &Registry, client: support::LoopbackClient) -> Worker {
     tower::util::BoxCloneSyncService::new(
         ServiceBuilder::new()
             .layer(ThrottleLayer::new(registry.clone()).store_errors())
             .layer(RetryAfterLayer::new(registry.clone()))
-            .service(loopback_client()),
+            .service(client),
     )
+}
+
+/// The path of a connection warm-up, left out of the site's gaps.
+const WARM_UP: &str = "/warm";
+
+/// A worker whose client already holds a connection to the site. The fleet
+/// has no cold-start rule yet (issue 16): a worker's first request opens
+/// its connection after its reservation, and the site sees it late by the
+/// connection's setup. A test of the shared reservation starts warm.
+async fn warm_worker(registry: &Registry, port: u16) -> Worker {
+    let client = loopback_client();
+    let warm_up = full_request(&format!("http://site.test:{port}{WARM_UP}"));
+    client.clone().oneshot(warm_up).await.unwrap();
+    worker_over(registry, client)
 }
 
 fn store(prefix: &str) -> RedisStore {
@@ -178,9 +204,11 @@ async fn two_workers_keep_one_delay_and_one_lane_between_them() {
     }
     let (site, addr) = site().await;
     let prefix = fresh_prefix();
-    let workers: Vec<Worker> = (0..2)
-        .map(|_| worker(&worker_registry(store(&prefix), StoreFailure::FailClosed)))
-        .collect();
+    let mut workers: Vec<Worker> = Vec::new();
+    for _ in 0..2 {
+        let registry = worker_registry(store(&prefix), StoreFailure::FailClosed);
+        workers.push(warm_worker(&registry, addr.port()).await);
+    }
     let per_worker = 8;
     let crawls = workers.iter().enumerate().map(|(index, worker)| {
         let worker = worker.clone();
