@@ -122,10 +122,10 @@ impl ScopeEntry {
     }
 
     fn set_timer_owner(&mut self, owner: Option<(TicketId, Instant)>) {
-        match (&mut self.waiters, owner) {
-            (Some(waiters), _) => waiters.timer_owner = owner,
-            (None, None) => {}
-            (None, Some(_)) => self.waiters.get_or_insert_with(Box::default).timer_owner = owner,
+        // Clearing the timer of a scope without waiter storage allocates
+        // nothing.
+        if owner.is_some() || self.waiters.is_some() {
+            self.waiters.get_or_insert_with(Box::default).timer_owner = owner;
         }
     }
 
