@@ -120,3 +120,103 @@ async fn without_a_store_a_registry_keeps_to_itself() {
     instants.sort();
     assert_eq!(instants, [0, 0, 100, 100]);
 }
+
+/// A worker whose inner service answers after `latency`, recording each
+/// send's instant (ms since `start`) with the worker's name.
+fn answering_after(
+    registry: &Registry,
+    worker: &'static str,
+    latency: Duration,
+    sends: &Sends,
+    start: Instant,
+) -> impl tower::Service<
+    http::Request<()>,
+    Response = http::Response<()>,
+    Error = tower_throttle::Error,
+    Future = impl Send,
+> + Clone {
+    let sends = sends.clone();
+    ServiceBuilder::new()
+        .layer(ThrottleLayer::new(registry.clone()).store_errors())
+        .service(tower::service_fn(move |_request: http::Request<()>| {
+            sends
+                .lock()
+                .unwrap()
+                .push((start.elapsed().as_millis() as u64, worker));
+            async move {
+                tokio::time::sleep(latency).await;
+                Ok::<_, Infallible>(http::Response::new(()))
+            }
+        }))
+}
+
+fn get() -> http::Request<()> {
+    http::Request::get("http://site.test/").body(()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_send_that_leaves_late_pushes_the_other_workers_next_send_to_its_departure() {
+    let store = MemoryStore::new();
+    let (one, two) = (registry(&store), registry(&store));
+    let sends = Sends::default();
+    let start = Instant::now();
+    let late_worker = answering_after(&one, "one", Duration::ZERO, &sends, start);
+    let other_worker = answering_after(&two, "two", Duration::ZERO, &sends, start);
+    // Both workers warm (their first requests done): sends at 0 and 100.
+    late_worker.clone().oneshot(get()).await.unwrap();
+    tokio::task::yield_now().await;
+    other_worker.clone().oneshot(get()).await.unwrap();
+    tokio::task::yield_now().await;
+    // The next request is granted 200 ms, but its task (a busy runtime's)
+    // next runs at 240 ms: it leaves then.
+    let mut late = std::pin::pin!(late_worker.oneshot(get()));
+    assert!(futures::FutureExt::now_or_never(late.as_mut()).is_none());
+    let other = tokio::spawn(other_worker.oneshot(get()));
+    tokio::time::sleep(Duration::from_millis(140)).await;
+    late.await.unwrap();
+    other.await.unwrap().unwrap();
+    // The other worker keeps its gap to the real departure: 340 ms, where
+    // the granted instant alone would have let it go at 300 ms.
+    assert_eq!(
+        *sends.lock().unwrap(),
+        [(0, "one"), (100, "two"), (240, "one"), (340, "two")]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_workers_first_request_holds_the_fleet_until_it_is_answered() {
+    // Two lanes, a 100 ms delay, answers after 30 ms (a new connection's
+    // setup): every worker's first request pays that setup after it
+    // leaves, so the next send of the fleet comes 100 ms after it ends.
+    let store = MemoryStore::new();
+    let config = one_lane_every(DELAY).concurrency(2);
+    let worker = |name| {
+        let registry = Registry::builder()
+            .default_scope(config.clone())
+            .store(store.clone())
+            .build()
+            .unwrap();
+        (registry, name)
+    };
+    let workers = [worker("one"), worker("two")];
+    let sends = Sends::default();
+    let start = Instant::now();
+    let crawls = workers.iter().map(|(registry, name)| {
+        let client = answering_after(registry, name, Duration::from_millis(30), &sends, start);
+        async move {
+            let requests = (0..2).map(|_| client.clone().oneshot(get()));
+            for answer in futures::future::join_all(requests).await {
+                answer.unwrap();
+            }
+        }
+    });
+    futures::future::join_all(crawls).await;
+    // One's first at 0 (answered at 30), two's first 100 ms after that
+    // answer (at 130, answered at 160), one's second 100 ms after it (260),
+    // then gaps from sends as usual (360). Without the rule, two's first
+    // would have gone at 100 ms, 70 ms after one's first reached the site.
+    assert_eq!(
+        *sends.lock().unwrap(),
+        [(0, "one"), (130, "two"), (260, "one"), (360, "two")]
+    );
+}

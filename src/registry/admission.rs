@@ -13,9 +13,10 @@ use tokio::time::{Instant, Sleep};
 
 use std::sync::Arc;
 
+use super::fleet::HeldLease;
 use super::scheduler::{Outcome, TicketId, TicketPoll};
 use super::Registry;
-use crate::store::{Fleet, Lease, LeaseId, Reservation, SharedFacts};
+use crate::store::{Fleet, LeaseId, Reservation, SharedFacts};
 
 /// One of the `max_queued` places, reserved by `poll_ready`. Dropping it
 /// gives the place back.
@@ -50,7 +51,7 @@ pub(crate) struct Ticket {
     timer: Option<Box<WakeTimer>>,
     /// The lanes the registry's store granted, released when the request
     /// ends (boxed: only requests through a store have one).
-    lease: Option<Box<Lease>>,
+    lease: Option<Box<HeldLease>>,
 }
 
 impl fmt::Debug for Ticket {
@@ -115,7 +116,7 @@ impl Ticket {
     }
 
     /// Keeps the store's lease until the request ends.
-    pub(crate) fn hold_lease(&mut self, lease: Lease) {
+    pub(crate) fn hold_lease(&mut self, lease: HeldLease) {
         self.lease = Some(Box::new(lease));
     }
 
@@ -161,8 +162,13 @@ impl Ticket {
         }
         self.departed = true;
         let id = self.id;
-        self.registry
-            .with_scheduler(|scheduler, now, wake| scheduler.depart(id, now, wake));
+        let now = self.registry.with_scheduler(|scheduler, now, wake| {
+            scheduler.depart(id, now, wake);
+            now
+        });
+        if let Some(lease) = &mut self.lease {
+            lease.depart(now);
+        }
     }
 
     /// Reports that the request, stamped as departing when it was admitted,
@@ -182,7 +188,7 @@ impl Ticket {
     /// holds and feeds latency to the registry.
     pub(crate) fn finish(&mut self, outcome: Outcome) {
         if let (Some(lease), Some(fleet)) = (self.lease.take(), self.registry.fleet()) {
-            fleet.in_background(fleet.store.release(*lease));
+            fleet.in_background(fleet.store.release(lease.release(Instant::now())));
         }
         if self.finished {
             return;

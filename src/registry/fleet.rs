@@ -13,6 +13,45 @@ use super::admission::{Ticket, WakeTimer};
 use crate::scope::Scope;
 use crate::store::{Answer, Grant, Lease, LeaseId, StoreError, StoreFailure, StoreFuture};
 
+/// The lanes a request holds in the store, from the grant to its end.
+#[derive(Debug)]
+pub(crate) struct HeldLease {
+    id: LeaseId,
+    /// Per scope: the scope, the gap after this request's send, and
+    /// whether it is this worker's first request to the scope.
+    terms: Vec<(Scope, Duration, bool)>,
+    /// When the request was handed to the inner service, if it was.
+    departed_at: Option<Instant>,
+}
+
+impl HeldLease {
+    /// Notes that the request leaves now.
+    pub(crate) fn depart(&mut self, now: Instant) {
+        self.departed_at.get_or_insert(now);
+    }
+
+    /// The lease to give back at `now`, when the request has ended: each
+    /// scope's next send comes its gap after the request really left (a
+    /// late wake-up or a worker clock behind Redis's made it leave after
+    /// its granted instant), or after `now` for a first request, whose
+    /// connection setup the site saw late. A request that never left adds
+    /// nothing: its granted instant already spaced the next one.
+    pub(crate) fn release(self, now: Instant) -> Lease {
+        let next_send_after = self
+            .terms
+            .iter()
+            .map(|&(_, gap, first)| match self.departed_at {
+                None => Duration::ZERO,
+                Some(_) if first => gap,
+                Some(departed) => (departed + gap).saturating_duration_since(now),
+            })
+            .collect();
+        let mut lease = Lease::new(self.id, self.terms.into_iter().map(|(scope, ..)| scope).collect());
+        lease.next_send_after = next_send_after;
+        lease
+    }
+}
+
 /// How long a request that cannot report a store failure waits before it
 /// asks the store again.
 const ASK_AGAIN_AFTER_FAILURE: Duration = Duration::from_secs(1);
@@ -31,11 +70,14 @@ const MAX_FORFEITS: u8 = 3;
 pub(crate) struct FleetAdmission {
     /// The name of the lease this request takes (the same on every try).
     lease: LeaseId,
-    /// The scopes of the reservation, for the lease once granted.
-    scopes: Vec<Scope>,
-    /// Whether a scope of the reservation has a delay (then lateness
-    /// matters).
-    spaced: bool,
+    /// The scopes of the reservation with their gaps and first-request
+    /// flags, for the lease once granted.
+    terms: Vec<(Scope, Duration, bool)>,
+    /// Whether a late send must give its instant up: a scope has a delay
+    /// and more than one lane, so another worker may already hold the next
+    /// instant. (With one lane nobody reserves before this lease is
+    /// released, and the release carries the gap from the real departure.)
+    forfeit_when_late: bool,
     /// Granted instants given up for lateness.
     forfeits: u8,
     step: Step,
@@ -73,8 +115,8 @@ impl FleetAdmission {
     pub(crate) fn new() -> Self {
         FleetAdmission {
             lease: LeaseId(fastrand::u64(..)),
-            scopes: Vec::new(),
-            spaced: false,
+            terms: Vec::new(),
+            forfeit_when_late: false,
             forfeits: 0,
             step: Step::Ask,
         }
@@ -95,12 +137,15 @@ impl FleetAdmission {
                     // gaps must run from when it does.
                     ticket.postpone_departure();
                     let reservation = ticket.fleet_reservation(self.lease);
-                    self.scopes = reservation
+                    self.terms = reservation
                         .scopes
                         .iter()
-                        .map(|terms| terms.scope.clone())
+                        .map(|terms| (terms.scope.clone(), terms.delay, terms.first))
                         .collect();
-                    self.spaced = reservation.scopes.iter().any(|terms| !terms.delay.is_zero());
+                    self.forfeit_when_late = reservation
+                        .scopes
+                        .iter()
+                        .any(|terms| !terms.delay.is_zero() && terms.concurrency > 1);
                     self.step = Step::Asking(fleet.store.reserve(reservation));
                 }
                 Step::Asking(asking) => match ready!(asking.as_mut().poll(cx)) {
@@ -109,9 +154,10 @@ impl FleetAdmission {
                         ticket.apply_shared_facts(&grant.facts);
                         let (wait, then) = match grant.answer {
                             Answer::Granted { wait } => {
-                                ticket.hold_lease(Lease {
+                                ticket.hold_lease(HeldLease {
                                     id: self.lease,
-                                    scopes: self.scopes.clone(),
+                                    terms: self.terms.clone(),
+                                    departed_at: None,
                                 });
                                 (wait, Then::Send)
                             }
@@ -170,7 +216,7 @@ impl FleetAdmission {
     fn wake_up(&mut self, deadline: Instant, then: Then) {
         let late = Instant::now().saturating_duration_since(deadline);
         self.step = match then {
-            Then::Send if self.spaced && late > LATE_TOLERANCE && self.forfeits < MAX_FORFEITS => {
+            Then::Send if self.forfeit_when_late && late > LATE_TOLERANCE && self.forfeits < MAX_FORFEITS => {
                 self.forfeits += 1;
                 tracing::debug!(
                     target: "tower_throttle",

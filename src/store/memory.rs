@@ -40,6 +40,9 @@ struct Facts {
     backoff: Option<(Duration, Instant)>,
     /// Units spent in the current quota window, and when it ends.
     spent: Option<(f64, Instant)>,
+    /// A worker's first request in flight, which the others wait for, and
+    /// when its lease expires.
+    first: Option<(LeaseId, Instant)>,
 }
 
 impl Facts {
@@ -49,6 +52,12 @@ impl Facts {
         self.hold_until = self.hold_until.filter(|&until| until > now);
         self.backoff = self.backoff.filter(|&(_, until)| until > now);
         self.spent = self.spent.filter(|&(_, until)| until > now);
+        self.first = self.first.filter(|&(_, until)| until > now);
+    }
+
+    /// Whether another worker's first request keeps `lease` waiting.
+    fn first_of_another(&self, lease: LeaseId) -> bool {
+        self.first.is_some_and(|(first, _)| first != lease)
     }
 
     /// When the quota window ends, if `quota`'s cost does not fit it now.
@@ -64,6 +73,7 @@ impl Facts {
             && self.hold_until.is_none()
             && self.backoff.is_none()
             && self.spent.is_none()
+            && self.first.is_none()
     }
 
     fn shared(&self, now: Instant) -> SharedFacts {
@@ -111,6 +121,9 @@ impl MemoryStore {
         self.with_scopes(|scopes, now| {
             let mut send_at = now;
             let mut busy = false;
+            // A scope waiting for another worker's first request to end
+            // has no instant yet: ask again a delay later.
+            let mut retry_at_least = Duration::ZERO;
             let mut quota_frees_at: Option<Instant> = None;
             let mut facts = Vec::with_capacity(reservation.scopes.len());
             for terms in &reservation.scopes {
@@ -118,6 +131,10 @@ impl MemoryStore {
                 known.forget_expired(now);
                 known.leases.retain(|&(id, _)| id != reservation.lease);
                 busy |= known.leases.len() >= terms.concurrency as usize;
+                if known.first_of_another(reservation.lease) {
+                    busy = true;
+                    retry_at_least = retry_at_least.max(terms.delay);
+                }
                 quota_frees_at = quota_frees_at.max(known.quota_frees_at(terms.quota));
                 send_at = send_at
                     .max(known.next.unwrap_or(now))
@@ -126,7 +143,10 @@ impl MemoryStore {
             }
             if busy || quota_frees_at.is_some() {
                 let retry_at = send_at.max(quota_frees_at.unwrap_or(now));
-                let retry_in = retry_at.saturating_duration_since(now).max(MIN_RETRY);
+                let retry_in = retry_at
+                    .saturating_duration_since(now)
+                    .max(retry_at_least)
+                    .max(MIN_RETRY);
                 return Grant {
                     answer: Answer::Busy { retry_in },
                     facts,
@@ -139,6 +159,9 @@ impl MemoryStore {
                 known
                     .leases
                     .push((reservation.lease, saturating_add(send_at, lease_ttl)));
+                if terms.first {
+                    known.first = Some((reservation.lease, saturating_add(send_at, lease_ttl)));
+                }
                 if let Some(quota) = terms.quota {
                     let (spent, ends) = known.spent.unwrap_or((0.0, saturating_add(now, quota.window)));
                     known.spent = Some((spent + quota.cost, ends));
@@ -176,8 +199,17 @@ impl ScopeStore for MemoryStore {
     }
 
     fn release(&self, lease: Lease) -> StoreFuture<()> {
-        for scope in &lease.scopes {
-            self.update(scope, |known, _| known.leases.retain(|&(id, _)| id != lease.id));
+        for (index, scope) in lease.scopes.iter().enumerate() {
+            let after = lease.next_send_after.get(index).copied().unwrap_or_default();
+            self.update(scope, |known, now| {
+                known.leases.retain(|&(id, _)| id != lease.id);
+                if known.first.is_some_and(|(first, _)| first == lease.id) {
+                    known.first = None;
+                }
+                if !after.is_zero() {
+                    known.next = known.next.max(Some(saturating_add(now, after)));
+                }
+            });
         }
         done(())
     }
@@ -213,6 +245,7 @@ mod tests {
                     concurrency,
                     delay: Duration::from_millis(delay_ms),
                     quota: None,
+                    first: false,
                 })
                 .collect(),
         }
@@ -249,10 +282,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(reserve(&store, ask(2, &[("a", 1, 100)])), granted(0));
         store
-            .release(Lease {
-                id: LeaseId(2),
-                scopes: vec![Scope::new("a")],
-            })
+            .release(Lease::new(LeaseId(2), vec![Scope::new("a")]))
             .await
             .unwrap();
         assert_eq!(reserve(&store, ask(3, &[("a", 1, 100)])), granted(100));
@@ -282,10 +312,7 @@ mod tests {
             });
             let answer = reserve(&store, reservation);
             // Each request ends at once.
-            drop(store.release(Lease {
-                id: LeaseId(lease),
-                scopes: vec![Scope::new("api")],
-            }));
+            drop(store.release(Lease::new(LeaseId(lease), vec![Scope::new("api")])));
             answer
         };
         assert_eq!(spend(1, 2.0), granted(0));
@@ -322,5 +349,43 @@ mod tests {
         );
         // The next gap is the backoff delay, not the scope's 100 ms.
         assert_eq!(reserve(&store, ask(2, &[("a", 4, 100)])), granted(3_000));
+    }
+
+    fn release_after(store: &MemoryStore, lease: u64, scope: &str, after_ms: u64) {
+        let mut release = Lease::new(LeaseId(lease), vec![Scope::new(scope)]);
+        release.next_send_after = vec![Duration::from_millis(after_ms)];
+        drop(store.release(release));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_request_keeps_the_scope_to_itself_until_it_is_released() {
+        let store = MemoryStore::new();
+        let mut first = ask(1, &[("a", 4, 100)]);
+        first.scopes[0].first = true;
+        assert_eq!(reserve(&store, first.clone()), granted(0));
+        // Lanes to spare, yet the others wait, and ask again a delay later.
+        assert_eq!(
+            reserve(&store, ask(2, &[("a", 4, 100)])),
+            Answer::Busy {
+                retry_in: Duration::from_millis(100)
+            }
+        );
+        // Answered at 30 ms: the next send comes a delay after that end.
+        tokio::time::advance(Duration::from_millis(30)).await;
+        release_after(&store, 1, "a", 100);
+        assert_eq!(reserve(&store, ask(2, &[("a", 4, 100)])), granted(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_moves_the_next_send_later_but_never_earlier() {
+        let store = MemoryStore::new();
+        assert_eq!(reserve(&store, ask(1, &[("a", 1, 100)])), granted(0));
+        // The request left 20 ms late and ended at 25 ms: 95 ms to go.
+        tokio::time::advance(Duration::from_millis(25)).await;
+        release_after(&store, 1, "a", 95);
+        assert_eq!(reserve(&store, ask(2, &[("a", 1, 100)])), granted(95));
+        // A release asking for less than the store has changes nothing.
+        release_after(&store, 2, "a", 10);
+        assert_eq!(reserve(&store, ask(3, &[("a", 1, 100)])), granted(195));
     }
 }

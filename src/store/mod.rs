@@ -28,16 +28,38 @@
 //! future asks the store for one reservation covering all of its scopes at
 //! once: a lane lease in each and the send instant (the latest of the
 //! scopes' next instants and holds). It sleeps until that instant (counted
-//! from the store's answer, so never early) and sends; a request that wakes
-//! more than 1.5 ms late gives its instant up and reserves again (at most
-//! three times), since a late send shortens the next worker's gap. When the request ends (or its future is dropped) the leases are
-//! released in the background; a crash leaves them to expire. If a scope
+//! from the store's answer, so never early) and sends. When the request
+//! ends (or its future is dropped) the leases are released in the
+//! background; a crash leaves them to expire. If a scope
 //! has no free lane in the fleet, the answer says when to ask again (the
 //! scope's next send instant, at least a few milliseconds away): no polling
 //! loop faster than the delay. Each answer also brings the scopes' stored
 //! hold and backoff delay, which the local scope applies as limits of its
 //! own ([`LimitSource::Fleet`](crate::LimitSource::Fleet) in its stats), so
 //! the local scheduler stops admitting what the fleet would make wait.
+//!
+//!
+//! ## What the site sees: late sends and first requests
+//!
+//! A granted instant is a promise about when the request *leaves*, and a
+//! worker can miss it: its runtime is busy, or its clock estimate of the
+//! store's time is a little behind. So the release says how far the next
+//! send must be, counted from when the request really left: the store's
+//! next send instant moves to at least `release time + (departure + gap −
+//! now)`. With one lane, no other worker can reserve before that release,
+//! so a late send never shortens the gap after it. With more lanes another
+//! worker may already hold the next instant, so a request that wakes more
+//! than 1.5 ms late gives its instant up and reserves again (at most three
+//! times).
+//!
+//! A worker's first request to a scope sets up its connection (TCP, TLS)
+//! after it leaves, so the site sees it late by that setup. As the local
+//! [cold start](crate::registry#cold-start) rule does for one process, such
+//! a request ([`ScopeTerms::first`]) keeps every other reservation of the
+//! scope waiting until it ends, and the fleet's next send comes the scope's
+//! delay after that end. Each worker pays this once per scope (again after
+//! the scope is evicted); a worker that crashes mid-way holds the scope
+//! until its lease TTL, as it holds its lane.
 //!
 //! [`Registry::hold`](crate::Registry::hold) (and so `RetryAfterLayer`) and
 //! backoff feedback write to the store too, in the background.
@@ -145,8 +167,11 @@ pub trait ScopeStore: fmt::Debug + Send + Sync + 'static {
     /// nonsense.
     fn reserve(&self, reservation: Reservation) -> StoreFuture<Grant>;
 
-    /// Gives back the lanes `lease` holds. Releasing an expired or unknown
-    /// lease does nothing.
+    /// Gives back the lanes `lease` holds, ends the wait a
+    /// [first](ScopeTerms::first) request imposed on its scopes, and moves
+    /// each scope's next send instant to at least the store's now plus its
+    /// [`next_send_after`](Lease::next_send_after). Releasing an expired or
+    /// unknown lease only does the last.
     ///
     /// # Errors
     ///
@@ -203,6 +228,13 @@ pub struct ScopeTerms {
     pub delay: Duration,
     /// The scope's quota, when it has one.
     pub quota: Option<QuotaTerms>,
+    /// Whether this is the worker's first request to the scope (and the
+    /// scope has a delay). Its connection is set up after it leaves, so the
+    /// site sees it late by that setup; a granted first request keeps
+    /// every other reservation of the scope waiting until its lease is
+    /// released, when [`Lease::next_send_after`] says how far the next send
+    /// must be.
+    pub first: bool,
 }
 
 /// A scope's quota, as a reservation carries it: the fleet spends at most
@@ -219,7 +251,7 @@ pub struct QuotaTerms {
     pub cost: f64,
 }
 
-/// The lanes a granted reservation holds.
+/// The lanes a granted reservation holds, as its request gives them back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Lease {
@@ -227,6 +259,25 @@ pub struct Lease {
     pub id: LeaseId,
     /// The scopes it holds a lane of.
     pub scopes: Vec<Scope>,
+    /// Per scope, in `scopes`' order: the shortest time from the store's
+    /// now (when it handles the release) to the scope's next send. It is
+    /// the request's gap counted from when the request really left (or,
+    /// for a [first](ScopeTerms::first) request, from its end), so a send
+    /// that left later than its granted instant, by a late wake-up or a
+    /// worker clock that runs behind, still keeps its gap to the next one.
+    /// Zero (or a missing entry) adds nothing.
+    pub next_send_after: Vec<Duration>,
+}
+
+impl Lease {
+    /// A lease named `id` over `scopes`, adding nothing to their next sends.
+    pub fn new(id: LeaseId, scopes: Vec<Scope>) -> Self {
+        Lease {
+            id,
+            scopes,
+            next_send_after: Vec::new(),
+        }
+    }
 }
 
 /// A store's answer to a [`Reservation`].

@@ -18,7 +18,7 @@ use crate::scope::Scope;
 /// Default prefix of every key the store writes.
 const DEFAULT_PREFIX: &str = "tower-throttle:";
 /// The keys of a scope, in the order the reserve script takes them.
-const FACTS: [&str; 5] = ["lanes", "next", "hold", "backoff", "quota"];
+const FACTS: [&str; 6] = ["lanes", "next", "hold", "backoff", "quota", "first"];
 /// Default limit on each Redis call (connecting included).
 const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -26,9 +26,11 @@ const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(500);
 /// a script alone. Times are microseconds of Redis's own clock (`TIME`), so
 /// workers whose clocks disagree still agree on the gaps. Per scope, KEYS
 /// are its lanes (a sorted set of leases scored by expiry), next send
-/// instant, hold-until, backoff delay and quota spent (expiring with its
-/// window); ARGV is the lease, the lease TTL, the shortest retry, then each
-/// scope's concurrency, delay, quota (-1: none), window and cost. Answers
+/// instant, hold-until, backoff delay, quota spent (expiring with its
+/// window) and the lease of a worker's first request in flight (which the
+/// other reservations wait for); ARGV is the lease, the lease TTL, the
+/// shortest retry, then each scope's concurrency, delay, quota (-1: none),
+/// window, cost and first-request flag (1: this is one). Answers
 /// `{granted (0/1), wait or retry (µs), Redis's now (µs), then per scope:
 /// hold left (µs), backoff delay (µs), backoff left (µs)}`. Every key it writes expires,
 /// so an idle scope leaves nothing behind.
@@ -36,17 +38,22 @@ const RESERVE: &str = r#"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local lease, ttl, min_retry = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local scopes = #KEYS / 5
-local send_at, busy, quota_wait = now, false, 0
+local scopes = #KEYS / 6
+local send_at, busy, quota_wait, first_wait = now, false, 0, 0
 local answer = {0, 0, now}
 local backoff = {}
 for i = 0, scopes - 1 do
-  local lanes, next_key, hold_key, backoff_key, quota_key =
-    KEYS[5*i+1], KEYS[5*i+2], KEYS[5*i+3], KEYS[5*i+4], KEYS[5*i+5]
-  local base = 4 + 5*i
+  local lanes, next_key, hold_key, backoff_key, quota_key, first_key =
+    KEYS[6*i+1], KEYS[6*i+2], KEYS[6*i+3], KEYS[6*i+4], KEYS[6*i+5], KEYS[6*i+6]
+  local base = 4 + 6*i
   redis.call('ZREMRANGEBYSCORE', lanes, '-inf', now)
   redis.call('ZREM', lanes, lease)
   if redis.call('ZCARD', lanes) >= tonumber(ARGV[base]) then busy = true end
+  local first = redis.call('GET', first_key)
+  if first and first ~= lease then
+    busy = true
+    if tonumber(ARGV[base + 1]) > first_wait then first_wait = tonumber(ARGV[base + 1]) end
+  end
   local quota, cost = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 4])
   if quota >= 0 then
     local spent = tonumber(redis.call('GET', quota_key) or '0')
@@ -68,12 +75,12 @@ for i = 0, scopes - 1 do
   table.insert(answer, backoff_left * 1000)
 end
 if busy then
-  answer[2] = math.max(send_at - now, quota_wait, min_retry)
+  answer[2] = math.max(send_at - now, quota_wait, first_wait, min_retry)
   return answer
 end
 for i = 0, scopes - 1 do
-  local lanes, next_key, quota_key = KEYS[5*i+1], KEYS[5*i+2], KEYS[5*i+5]
-  local base = 4 + 5*i
+  local lanes, next_key, quota_key, first_key = KEYS[6*i+1], KEYS[6*i+2], KEYS[6*i+5], KEYS[6*i+6]
+  local base = 4 + 6*i
   local next_at = send_at + math.max(tonumber(ARGV[base + 1]), backoff[i])
   redis.call('SET', next_key, string.format('%.0f', next_at), 'PX', math.ceil((next_at - now) / 1000) + 1)
   redis.call('ZADD', lanes, send_at + ttl, lease)
@@ -83,10 +90,35 @@ for i = 0, scopes - 1 do
     redis.call('INCRBYFLOAT', quota_key, ARGV[base + 4])
     if fresh then redis.call('PEXPIRE', quota_key, math.max(math.ceil(tonumber(ARGV[base + 3]) / 1000), 1)) end
   end
+  if ARGV[base + 5] == '1' then
+    redis.call('SET', first_key, lease, 'PX', math.ceil((send_at + ttl - now) / 1000) + 1)
+  end
 end
 answer[1] = 1
 answer[2] = send_at - now
 return answer
+"#;
+
+/// Gives a lease back. Per scope, KEYS are its lanes, next send instant and
+/// first-request lease; ARGV is the lease, then per scope the shortest time
+/// (µs) from Redis's now to the scope's next send (0: nothing to add).
+const RELEASE: &str = r#"
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local lease = ARGV[1]
+for i = 0, #KEYS / 3 - 1 do
+  local lanes, next_key, first_key = KEYS[3*i+1], KEYS[3*i+2], KEYS[3*i+3]
+  redis.call('ZREM', lanes, lease)
+  if redis.call('GET', first_key) == lease then redis.call('DEL', first_key) end
+  local after = tonumber(ARGV[i + 2])
+  if after > 0 then
+    local next_at = now + after
+    if next_at > tonumber(redis.call('GET', next_key) or '0') then
+      redis.call('SET', next_key, string.format('%.0f', next_at), 'PX', math.ceil(after / 1000) + 1)
+    end
+  end
+end
+return 1
 "#;
 
 /// Holds a scope until `now + ARGV[1]` µs unless it is held longer already.
@@ -114,7 +146,7 @@ return 1
 ///   answer showed), so an answer that reached its task late does not make
 ///   the send late.
 /// - **Keys** `PREFIX + scope + {":lanes", ":next", ":hold", ":backoff",
-///   ":quota"}`,
+///   ":quota", ":first"}`,
 ///   each with a TTL, so idle scopes vanish from Redis by themselves.
 /// - **A timeout on every call** (500 ms by default, connecting included);
 ///   a connection that broke is made again on the next call.
@@ -139,6 +171,7 @@ pub struct RedisStore {
 
 struct Scripts {
     reserve: Script,
+    release: Script,
     hold: Script,
 }
 
@@ -172,6 +205,7 @@ impl RedisStore {
             call_timeout: DEFAULT_CALL_TIMEOUT,
             scripts: Arc::new(Scripts {
                 reserve: Script::new(RESERVE),
+                release: Script::new(RELEASE),
                 hold: Script::new(HOLD),
             }),
             clock: Arc::new(StdMutex::new(ClockOffset::new(Instant::now()))),
@@ -347,14 +381,15 @@ impl ScopeStore for RedisStore {
             .collect();
         let lease = reservation.lease.to_string();
         let (lease_ttl, scopes) = (micros(self.lease_ttl), reservation.scopes.len());
-        let terms: Vec<(u32, u64, f64, u64, f64)> = reservation
+        let terms: Vec<(u32, u64, f64, u64, f64, u8)> = reservation
             .scopes
             .iter()
             .map(|terms| {
                 let (quota, window, cost) = terms.quota.map_or((-1.0, 0, 0.0), |quota| {
                     (quota.quota, micros(quota.window), quota.cost)
                 });
-                (terms.concurrency, micros(terms.delay), quota, window, cost)
+                let first = u8::from(terms.first);
+                (terms.concurrency, micros(terms.delay), quota, window, cost, first)
             })
             .collect();
         let grant = self.call("redis reservation", move |mut connection, scripts| async move {
@@ -364,13 +399,14 @@ impl ScopeStore for RedisStore {
                 .arg(lease)
                 .arg(lease_ttl)
                 .arg(micros(MIN_RETRY));
-            for (concurrency, delay, quota, window, cost) in terms {
+            for (concurrency, delay, quota, window, cost, first) in terms {
                 invocation
                     .arg(concurrency)
                     .arg(delay)
                     .arg(quota)
                     .arg(window)
-                    .arg(cost);
+                    .arg(cost)
+                    .arg(first);
             }
             invocation.invoke_async::<Vec<i64>>(&mut connection).await
         });
@@ -391,15 +427,16 @@ impl ScopeStore for RedisStore {
         let keys: Vec<String> = lease
             .scopes
             .iter()
-            .map(|scope| self.key(scope, "lanes"))
+            .flat_map(|scope| ["lanes", "next", "first"].map(|fact| self.key(scope, fact)))
             .collect();
         let member = lease.id.to_string();
-        self.call("redis release", move |mut connection, _| async move {
-            let mut pipe = redis::pipe();
-            for key in keys {
-                pipe.zrem(key, &member).ignore();
-            }
-            pipe.query_async::<()>(&mut connection).await
+        let after: Vec<u64> = (0..lease.scopes.len())
+            .map(|index| micros(lease.next_send_after.get(index).copied().unwrap_or_default()))
+            .collect();
+        self.call("redis release", move |mut connection, scripts| async move {
+            let mut invocation = scripts.release.prepare_invoke();
+            invocation.key(keys).arg(member).arg(after);
+            invocation.invoke_async::<()>(&mut connection).await
         })
     }
 

@@ -13,9 +13,9 @@ use crate::store::{QuotaTerms, ScopeTerms, SharedFacts};
 
 impl Scheduler {
     /// The store terms of admitted ticket `id`, one per scope in its
-    /// order: the effective concurrency, and the gap after this send (the
+    /// order: the effective concurrency, the gap after this send (the
     /// effective delay with this send's jitter drawn, never below the
-    /// scope's floor).
+    /// scope's floor), and whether the scope is still cold in this worker.
     pub(crate) fn fleet_terms(&mut self, id: TicketId, now: Instant) -> Vec<ScopeTerms> {
         let ticket = &self.tickets[id];
         ticket
@@ -30,11 +30,15 @@ impl Scheduler {
                     window: state.config.get_window(),
                     cost: seat.cost,
                 });
+                let delay = jittered.max(effective.delay_floor);
                 ScopeTerms {
                     scope: state.key.clone(),
                     concurrency: effective.concurrency,
-                    delay: jittered.max(effective.delay_floor),
+                    delay,
                     quota,
+                    // Cold here, whatever the other workers know: this
+                    // worker's connection to the site is not set up yet.
+                    first: !state.warm && !delay.is_zero(),
                 }
             })
             .collect()
