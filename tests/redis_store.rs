@@ -11,6 +11,7 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,7 +22,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::store::{RedisStore, StoreFailure};
-use tower_throttle::{Registry, RetryAfterLayer, ThrottleLayer};
+use tower_throttle::{BackoffLayer, LimitSource, Registry, RetryAfterLayer, ThrottleLayer};
 
 use support::{full_request, loopback_client, one_lane_every, serve, text};
 
@@ -71,27 +72,65 @@ fn fresh_prefix() -> String {
 }
 
 /// What the server saw: arrival instants and the most requests it had at
-/// once.
+/// once, over all hosts, and per host (`Host` header, port left out: each
+/// host is a scope of its own).
 #[derive(Default)]
 struct Site {
     arrivals: Mutex<Vec<(Instant, String)>>,
     in_flight: AtomicUsize,
     most_at_once: AtomicUsize,
+    by_host: Mutex<HashMap<String, Host>>,
+}
+
+/// Arrival instants with their paths, in order.
+type Arrivals = Vec<(Instant, String)>;
+
+#[derive(Default, Clone)]
+struct Host {
+    /// Arrival instants with their paths.
+    arrivals: Vec<(Instant, String)>,
+    in_flight: usize,
+    most_at_once: usize,
 }
 
 impl Site {
-    /// Gaps between arrivals, connection warm-ups (`/warm`) left out.
+    /// Gaps between arrivals.
     fn gaps(&self) -> Vec<Duration> {
-        let mut arrivals: Vec<Instant> = self
-            .arrivals
+        let mut arrivals: Vec<Instant> = self.arrivals.lock().unwrap().iter().map(|(at, _)| *at).collect();
+        arrivals.sort();
+        arrivals.windows(2).map(|pair| pair[1] - pair[0]).collect()
+    }
+
+    /// Per host: its arrivals in order (instant, path), and the most
+    /// requests it had at once.
+    fn hosts(&self) -> Vec<(String, Arrivals, usize)> {
+        let mut hosts: Vec<(String, Arrivals, usize)> = self
+            .by_host
             .lock()
             .unwrap()
             .iter()
-            .filter(|(_, path)| path != WARM_UP)
-            .map(|(at, _)| *at)
+            .map(|(name, host)| {
+                let mut arrivals = host.arrivals.clone();
+                arrivals.sort();
+                (name.clone(), arrivals, host.most_at_once)
+            })
             .collect();
-        arrivals.sort();
-        arrivals.windows(2).map(|pair| pair[1] - pair[0]).collect()
+        hosts.sort_by(|a, b| a.0.cmp(&b.0));
+        hosts
+    }
+
+    fn arrive(&self, host: &str, path: &str) {
+        let mut hosts = self.by_host.lock().unwrap();
+        let host = hosts.entry(host.to_owned()).or_default();
+        host.arrivals.push((Instant::now(), path.to_owned()));
+        host.in_flight += 1;
+        host.most_at_once = host.most_at_once.max(host.in_flight);
+    }
+
+    fn leave(&self, host: &str) {
+        if let Some(host) = self.by_host.lock().unwrap().get_mut(host) {
+            host.in_flight -= 1;
+        }
     }
 
     fn arrival_of(&self, path: &str) -> Option<Instant> {
@@ -100,8 +139,9 @@ impl Site {
     }
 }
 
-/// A site answering after 5 ms; `/hang` never answers, `/429` answers 429
-/// with `Retry-After: 1`. It runs on a thread and runtime of its own, as a
+/// A site answering after 5 ms (`/slow/...` after 50 ms); `/hang` never
+/// answers, `/429` answers 429 with `Retry-After: 1`, `/503` answers 503.
+/// It runs on a thread and runtime of its own, as a
 /// real site is another process: the workers' tasks cannot delay the
 /// instants it records.
 async fn site() -> (Arc<Site>, SocketAddr) {
@@ -127,14 +167,29 @@ async fn serve_site(seen: Arc<Site>) -> SocketAddr {
         let site = seen.clone();
         async move {
             let path = request.uri().path().to_owned();
+            let host = request
+                .headers()
+                .get(http::header::HOST)
+                .and_then(|host| host.to_str().ok())
+                .and_then(|host| host.split(':').next())
+                .unwrap_or_default()
+                .to_owned();
             site.arrivals.lock().unwrap().push((Instant::now(), path.clone()));
+            site.arrive(&host, &path);
             let now = site.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             site.most_at_once.fetch_max(now, Ordering::SeqCst);
             if path == "/hang" {
                 std::future::pending::<()>().await;
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            let latency = if path.starts_with("/slow/") { 50 } else { 5 };
+            tokio::time::sleep(Duration::from_millis(latency)).await;
             site.in_flight.fetch_sub(1, Ordering::SeqCst);
+            site.leave(&host);
+            if path == "/503" {
+                let mut response = text("unavailable");
+                *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+                return response;
+            }
             if path == "/429" {
                 let mut response = text("slow down");
                 *response.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
@@ -178,20 +233,6 @@ fn worker_over(registry: &Registry, client: support::LoopbackClient) -> Worker {
     )
 }
 
-/// The path of a connection warm-up, left out of the site's gaps.
-const WARM_UP: &str = "/warm";
-
-/// A worker whose client already holds a connection to the site. The fleet
-/// has no cold-start rule yet (issue 16): a worker's first request opens
-/// its connection after its reservation, and the site sees it late by the
-/// connection's setup. A test of the shared reservation starts warm.
-async fn warm_worker(registry: &Registry, port: u16) -> Worker {
-    let client = loopback_client();
-    let warm_up = full_request(&format!("http://site.test:{port}{WARM_UP}"));
-    client.clone().oneshot(warm_up).await.unwrap();
-    worker_over(registry, client)
-}
-
 fn store(prefix: &str) -> RedisStore {
     RedisStore::new(&redis_url()).unwrap().prefix(prefix)
 }
@@ -207,7 +248,7 @@ async fn two_workers_keep_one_delay_and_one_lane_between_them() {
     let mut workers: Vec<Worker> = Vec::new();
     for _ in 0..2 {
         let registry = worker_registry(store(&prefix), StoreFailure::FailClosed);
-        workers.push(warm_worker(&registry, addr.port()).await);
+        workers.push(worker(&registry));
     }
     let per_worker = 8;
     let crawls = workers.iter().enumerate().map(|(index, worker)| {
@@ -352,6 +393,213 @@ async fn two_workers_spend_one_quota_window_between_them() {
         next_window >= window - Duration::from_millis(50),
         "a 4th request {next_window:?} into a window of 3"
     );
+}
+
+/// Client-side send instants per path, stamped between the throttle and
+/// the client, in the poll in which the throttle hands the request over.
+type Departures = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// A worker whose sends are stamped into `departures`.
+fn stamped_worker(registry: &Registry, departures: &Departures) -> Worker {
+    let departures = departures.clone();
+    tower::util::BoxCloneSyncService::new(
+        ServiceBuilder::new()
+            .layer(ThrottleLayer::new(registry.clone()).store_errors())
+            .layer(RetryAfterLayer::new(registry.clone()))
+            .map_request(move |request: http::Request<Full<Bytes>>| {
+                let path = request.uri().path().to_owned();
+                departures.lock().unwrap().insert(path, Instant::now());
+                request
+            })
+            .service(loopback_client()),
+    )
+}
+
+/// Gaps between consecutive arrivals at a host, each with the gap between
+/// the same two requests' sends (from `departures`) and each request's
+/// path lag (send to arrival).
+struct Gap {
+    at_server: Duration,
+    between_sends: Duration,
+    lags: (Duration, Duration),
+}
+
+fn gaps_with_sends(arrivals: &[(Instant, String)], departures: &Departures) -> Vec<Gap> {
+    let departures = departures.lock().unwrap();
+    arrivals
+        .windows(2)
+        .map(|pair| {
+            let [(first_arrival, first), (second_arrival, second)] = pair else {
+                unreachable!("windows of two")
+            };
+            let (first_send, second_send) = (departures[first], departures[second]);
+            Gap {
+                at_server: *second_arrival - *first_arrival,
+                between_sends: second_send.max(first_send) - second_send.min(first_send),
+                lags: (*first_arrival - first_send, *second_arrival - second_send),
+            }
+        })
+        .collect()
+}
+
+const FLEET_DELAY: Duration = Duration::from_millis(50);
+const FLEET_SITES: usize = 5;
+const FLEET_PAGES_PER_SITE: usize = 400;
+
+/// `workers` workers (each its own registry, Redis connection and
+/// hyper-util client, as separate processes) crawl five hosts together, one
+/// lane and 50 ms each: 2 000 requests, 400 per host, every host a scope
+/// all the workers share. Each worker's share of every host is queued at
+/// once, so the workers contend for every instant. At the server no two
+/// arrivals of a host come closer than the delay − 2 ms (DESIGN §5's
+/// allowance for the path between client and server on one machine), nor
+/// two at once; the client sends no two requests of a host closer than the
+/// delay.
+async fn a_fleet_keeps_one_delay_per_host(workers: usize) {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    if !redis_is_there() {
+        return;
+    }
+    let (site, addr) = site().await;
+    let prefix = fresh_prefix();
+    let departures = Departures::default();
+    let started = Instant::now();
+    let crawls = (0..workers).map(|worker| {
+        let registry = Registry::builder()
+            .default_scope(one_lane_every(FLEET_DELAY))
+            .store(store(&prefix))
+            .build()
+            .unwrap();
+        let client = stamped_worker(&registry, &departures);
+        let port = addr.port();
+        async move {
+            let requests = (0..FLEET_SITES).flat_map(|host| {
+                (0..FLEET_PAGES_PER_SITE)
+                    .filter(move |page| page % workers == worker)
+                    .map(move |page| format!("http://s{host}.fleet.test:{port}/s{host}/{page}"))
+            });
+            let requests = requests.map(|uri| client.clone().oneshot(full_request(&uri)));
+            futures::future::join_all(requests).await
+        }
+    });
+    for answers in futures::future::join_all(crawls).await {
+        for answer in answers {
+            assert_eq!(answer.unwrap().status(), 200);
+        }
+    }
+    let elapsed = started.elapsed();
+    let hosts = site.hosts();
+    assert_eq!(hosts.len(), FLEET_SITES);
+    for (host, arrivals, most_at_once) in &hosts {
+        assert_eq!(arrivals.len(), FLEET_PAGES_PER_SITE, "{host}");
+        assert_eq!(*most_at_once, 1, "{host}: two requests at once");
+        let gaps = gaps_with_sends(arrivals, &departures);
+        let closest = gaps.iter().min_by_key(|gap| gap.at_server).unwrap();
+        let closest_sends = gaps.iter().map(|gap| gap.between_sends).min().unwrap();
+        let mean = gaps.iter().map(|gap| gap.at_server).sum::<Duration>() / gaps.len() as u32;
+        eprintln!(
+            "{workers} workers, {host}: smallest gap at the server {:?} (sends {:?} apart, path lags {:?}), \
+             smallest between sends {closest_sends:?}, mean at the server {mean:?} (delay {FLEET_DELAY:?}); \
+             whole crawl {elapsed:?}",
+            closest.at_server, closest.between_sends, closest.lags
+        );
+        assert!(
+            closest_sends >= FLEET_DELAY,
+            "{host}: two sends {closest_sends:?} apart, delay {FLEET_DELAY:?}"
+        );
+        assert!(
+            closest.at_server >= FLEET_DELAY - Duration::from_millis(2),
+            "{host}: two arrivals {:?} apart (sent {:?} apart; path lags {:?}), delay {FLEET_DELAY:?}",
+            closest.at_server,
+            closest.between_sends,
+            closest.lags
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_sending_2000_requests_keep_each_hosts_delay_between_them() {
+    a_fleet_keeps_one_delay_per_host(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_workers_sending_2000_requests_keep_each_hosts_delay_between_them() {
+    a_fleet_keeps_one_delay_per_host(8).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_lanes_shared_by_four_workers_are_never_exceeded() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    if !redis_is_there() {
+        return;
+    }
+    let (site, addr) = site().await;
+    let prefix = fresh_prefix();
+    // Each worker alone may have 4 requests in flight, so 16 together
+    // without the store.
+    let crawls = (0..4).map(|worker| {
+        let registry = Registry::builder()
+            .default_scope(one_lane_every(Duration::ZERO).concurrency(4))
+            .store(store(&prefix))
+            .build()
+            .unwrap();
+        let client = self::worker(&registry);
+        let port = addr.port();
+        async move {
+            let requests = (0..12).map(|page| {
+                let uri = format!("http://lanes.test:{port}/slow/{worker}/{page}");
+                client.clone().oneshot(full_request(&uri))
+            });
+            futures::future::join_all(requests).await
+        }
+    });
+    for answers in futures::future::join_all(crawls).await {
+        for answer in answers {
+            assert_eq!(answer.unwrap().status(), 200);
+        }
+    }
+    let hosts = site.hosts();
+    let (_, arrivals, most_at_once) = &hosts[0];
+    assert_eq!(arrivals.len(), 48);
+    assert_eq!(*most_at_once, 4, "the fleet's 4 lanes: never more, and used");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backoff_seen_by_one_worker_slows_the_others() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    if !redis_is_there() {
+        return;
+    }
+    let (site, addr) = site().await;
+    let prefix = fresh_prefix();
+    let told = worker_registry(store(&prefix), StoreFailure::FailClosed);
+    let other = worker_registry(store(&prefix), StoreFailure::FailClosed);
+    let told_worker = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(told.clone()).store_errors())
+        .layer(BackoffLayer::new(told.clone()))
+        .service(loopback_client());
+    let answer = told_worker
+        .oneshot(full_request(&format!("http://site.test:{}/503", addr.port())))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 503);
+    // The backoff reaches Redis in the background; give it a moment.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let requests = ["/b1", "/b2"]
+        .map(|path| worker(&other).oneshot(full_request(&format!("http://site.test:{}{path}", addr.port()))));
+    for answer in futures::future::join_all(requests).await {
+        assert_eq!(answer.unwrap().status(), 200);
+    }
+    // One backoff step: the delay doubles to at least `min_delay` (1 s), for
+    // the other worker too, whose own config says 100 ms.
+    let (first, second) = (site.arrival_of("/b1").unwrap(), site.arrival_of("/b2").unwrap());
+    let gap = second.max(first) - second.min(first);
+    assert!(
+        gap >= Duration::from_millis(998),
+        "the other worker's two sends {gap:?} apart after a backoff"
+    );
+    let stats = other.scope_stats("site.test").unwrap();
+    assert_eq!(stats.delay_limited_by, LimitSource::Fleet);
 }
 
 /// A Redis address nothing listens on.

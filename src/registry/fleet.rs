@@ -66,6 +66,24 @@ const LATE_TOLERANCE: Duration = Duration::from_micros(1_500);
 /// too loaded to keep any instant must not starve.
 const MAX_FORFEITS: u8 = 3;
 
+/// How much earlier than a busy answer's retry instant a request asks
+/// again, so that its reservation is in place by that instant rather than
+/// a round trip (and the timer's rounding up to a whole millisecond) after
+/// it: each such lateness would lengthen a gap of the fleet.
+const ASK_AHEAD: Duration = Duration::from_millis(2);
+
+/// Retry waits shorter than this are not shortened: asking ahead must not
+/// turn a short wait into a fast polling loop.
+const ASK_AHEAD_FROM: Duration = Duration::from_millis(10);
+
+fn ask_ahead_of(retry_in: Duration) -> Duration {
+    if retry_in >= ASK_AHEAD_FROM {
+        retry_in - ASK_AHEAD
+    } else {
+        retry_in
+    }
+}
+
 /// Where a request stands with the store.
 pub(crate) struct FleetAdmission {
     /// The name of the lease this request takes (the same on every try).
@@ -161,7 +179,7 @@ impl FleetAdmission {
                                 });
                                 (wait, Then::Send)
                             }
-                            Answer::Busy { retry_in } => (retry_in, Then::AskAgain),
+                            Answer::Busy { retry_in } => (ask_ahead_of(retry_in), Then::AskAgain),
                         };
                         // Counted from the answer, not from the question:
                         // the store's now lies in between, and a deadline
