@@ -5,9 +5,11 @@
 //! have) that crawl `--sites` loopback sites together, every site with
 //! concurrency 1 and a delay of `--delay-ms` (50 ms). The server records
 //! every arrival; the example prints, per site, the combined send rate and
-//! the smallest gap between two arrivals against the configured delay, and
-//! exits non-zero if the fleet broke a limit (a gap below the delay − 2 ms,
-//! or two requests of a site at once).
+//! the smallest gap between two arrivals against the configured delay (and
+//! how far apart those two requests left the client, and the smallest gap
+//! between any two sends, so a short gap can be told apart: the throttle's
+//! or the path's), and exits non-zero if the fleet broke a limit (a gap
+//! below the delay − 2 ms, or two requests of a site at once).
 //!
 //! Then it measures admissions per second through the Redis store (an
 //! in-process inner service, delay 0, lanes to spare: only the store's
@@ -67,10 +69,13 @@ fn settings() -> Result<Settings, String> {
     Ok(settings)
 }
 
-/// What the loopback server saw, per site (the `Host` header).
+/// What the loopback server saw, per site (the `Host` header): arrival
+/// instants with their paths; and when each request left the client, per
+/// site and path.
 #[derive(Default)]
 struct Arrivals {
-    by_site: Mutex<HashMap<String, Vec<Instant>>>,
+    by_site: Mutex<HashMap<String, Vec<(Instant, String)>>>,
+    departures: Mutex<HashMap<(String, String), Instant>>,
     in_flight: Mutex<HashMap<String, usize>>,
     overlaps: AtomicUsize,
 }
@@ -102,7 +107,7 @@ async fn serve(ip: [u8; 4], arrivals: Arc<Arrivals>) -> SocketAddr {
                                 .unwrap()
                                 .entry(site.clone())
                                 .or_default()
-                                .push(Instant::now());
+                                .push((Instant::now(), request.uri().path().to_owned()));
                             let at_once = {
                                 let mut in_flight = arrivals.in_flight.lock().unwrap();
                                 let count = in_flight.entry(site.clone()).or_default();
@@ -172,8 +177,24 @@ async fn crawl(settings: &Settings, url: &str, prefix: &str) -> bool {
             .store(redis_store(url, prefix))
             .build()
             .unwrap();
+        let departures = arrivals.clone();
         let client = ServiceBuilder::new()
             .layer(ThrottleLayer::new(registry).store_errors())
+            // Stamps each send in the poll in which the throttle hands it on.
+            .map_request(move |request: http::Request<Full<Bytes>>| {
+                let site = request
+                    .uri()
+                    .authority()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                let path = request.uri().path().to_owned();
+                departures
+                    .departures
+                    .lock()
+                    .unwrap()
+                    .insert((site, path), Instant::now());
+                request
+            })
             .service(
                 hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                     .build_http::<Full<Bytes>>(),
@@ -212,28 +233,35 @@ async fn crawl(settings: &Settings, url: &str, prefix: &str) -> bool {
     );
     let mut by_site: Vec<_> = arrivals.by_site.lock().unwrap().clone().into_iter().collect();
     by_site.sort();
-    for (site, mut instants) in by_site {
-        instants.sort();
-        let gaps: Vec<Duration> = instants.windows(2).map(|pair| pair[1] - pair[0]).collect();
-        let smallest = gaps.iter().min().copied().unwrap_or_default();
-        if std::env::var("FLEET_DEBUG").is_ok() {
-            let mut indexed: Vec<(Duration, usize)> = gaps.iter().copied().zip(0..).collect();
-            indexed.sort();
-            println!(
-                "    smallest gaps (gap, index): {:?}",
-                &indexed[..5.min(indexed.len())]
-            );
-        }
-        let span = instants.last().unwrap().duration_since(instants[0]).as_secs_f64();
-        let rate = (instants.len() - 1) as f64 / span.max(1e-9);
+    let departures = arrivals.departures.lock().unwrap();
+    for (site, mut seen) in by_site {
+        seen.sort();
+        let sent = |path: &String| departures[&(site.clone(), path.clone())];
+        // Each gap at the server, with the gap between the same two sends:
+        // the difference is the two requests' path lags (client runtime,
+        // kernel, server), which the throttle does not see.
+        let gaps: Vec<(Duration, Duration)> = seen
+            .windows(2)
+            .map(|pair| {
+                let (first, second) = (sent(&pair[0].1), sent(&pair[1].1));
+                (pair[1].0 - pair[0].0, second.max(first) - second.min(first))
+            })
+            .collect();
+        let (smallest, its_sends) = gaps.iter().min().copied().unwrap_or_default();
+        let smallest_sends = gaps.iter().map(|(_, sends)| *sends).min().unwrap_or_default();
+        let span = seen.last().unwrap().0.duration_since(seen[0].0).as_secs_f64();
+        let rate = (seen.len() - 1) as f64 / span.max(1e-9);
         let ok = smallest >= bound;
         kept &= ok;
         println!(
-            "  {site}: {} arrivals, {rate:.1}/s (bound {:.1}/s), smallest gap {:.2} ms (bound {:.2} ms) {}",
-            instants.len(),
+            "  {site}: {} arrivals, {rate:.1}/s (bound {:.1}/s), smallest gap {:.2} ms (bound {:.2} ms; \
+             those two were sent {:.2} ms apart), smallest gap between sends {:.2} ms {}",
+            seen.len(),
             1.0 / settings.delay.as_secs_f64(),
             smallest.as_secs_f64() * 1e3,
             bound.as_secs_f64() * 1e3,
+            its_sends.as_secs_f64() * 1e3,
+            smallest_sends.as_secs_f64() * 1e3,
             if ok { "ok" } else { "BROKEN" }
         );
     }
