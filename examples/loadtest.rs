@@ -11,18 +11,49 @@
 //! arrive. Between the two lie the client's connection pool, connection setup
 //! (here a configurable *handshake cost*, standing in for TCP + TLS), task
 //! scheduling on a loaded client and the kernel. So the server stamps every
-//! request head the moment hyper hands it over (the `service_fn` entry), and
-//! the accept instant of each new connection, with `std::time::Instant`; the
-//! gaps between those stamps are what DESIGN §5 promises about.
+//! request where the site's host first knows of it, and the gaps between those
+//! stamps are what DESIGN §5 promises about.
+//!
+//! That earliest point is the kernel, not the server's code. On Linux every
+//! accepted socket has `SO_TIMESTAMPNS` set, and the server reads it through
+//! `recvmsg` (a small wrapper around the tokio `TcpStream` that hyper reads
+//! from): the kernel hands back, with the bytes, the instant it received them
+//! (on loopback, when the client's `write` reached the loopback device, before
+//! any server code ran). The wrapper keeps the stamp of the first read after
+//! the connection's previous request was handed to the service, that is of the
+//! first segment of the next request head; with HTTP/1 keep-alive and one
+//! request at a time per connection (hyper-util's client does not pipeline)
+//! that is exactly this request's arrival. This *kernel* stamp is the one the
+//! criteria are judged on. A connection with a handshake cost reads its first
+//! request only after it, as if the bytes had come after a TLS handshake, so
+//! that request's kernel stamp is moved to the end of the handshake when it is
+//! earlier.
+//!
+//! Kernel stamps are on `CLOCK_REALTIME`; everything else here is on
+//! `std::time::Instant` (`CLOCK_MONOTONIC`). Each run maps one onto the other
+//! through an offset sampled at its start (`SystemTime::now()` between two
+//! `Instant::now()`, the narrowest of 64 tries: the table prints half that
+//! bracket), and samples it again at its end: the table says how far the
+//! offset moved (a stepped or slewed wall clock would show there). Elsewhere than on
+//! Linux there are no kernel stamps and the head stamps below stand in.
+//!
+//! The server also stamps, with `Instant::now()`, the moment hyper hands it a
+//! request head (the `service_fn` entry), and the accept instant of each new
+//! connection. The server is one current-thread runtime serving every
+//! connection, on a machine it may share with the client, so a *head* stamp
+//! is late by however long the bytes sat in the socket's receive queue while
+//! that thread was busy or descheduled; the kernel stamp is not. Both are
+//! printed: the difference between them is the server's own lag.
 //!
 //! The client stamps too, on the same clock: a small service between the
 //! throttle and the hyper-util client records the instant each request is
 //! handed to hyper-util (the throttle's own departure, give or take a few
 //! microseconds) and adds its frontier number as an `x-seq` header, which the
 //! server reads. So a short gap at a site can be told apart: if the two
-//! requests left the client at least the floor apart, the path (hyper-util's
-//! pool and connection task, the client's runtime, the kernel, the server's
-//! runtime) squeezed them; if they left closer, the scheduler did. The
+//! requests left the client at least the floor apart, the path between the
+//! hand-over and the site's kernel (hyper-util's pool and connection task,
+//! the client's runtime, loopback) squeezed them; if they left closer, the
+//! scheduler did. The
 //! scheduler stamps a send when the request's own future hands it to the
 //! inner service, so the client-side gaps must never be below the floor.
 //! Ours is a second stamp, a few microseconds later in the same poll; but a
@@ -52,15 +83,16 @@
 //! counts for a smoke run; `--check` exits non-zero when any criterion fails.
 //! Each scenario runs once per driving style: `stream` (one
 //! `buffer_unordered` stream on a current-thread runtime, the crawler's main
-//! loop) and `spawn` (one task per request on a two-worker runtime).
+//! loop) and `spawn` (one task per request on a multi-thread runtime with a
+//! worker per core the client has: one when pinned, see `cores`).
 //!
 //! # Reading the table
 //!
 //! - `req/s`: answered requests over the wall time of the run. `bound` is the
 //!   politeness bound `Σ min(c / latency, 1 / delay)` over the sites (`c /
 //!   latency` when the delay is 0), capped by `max_concurrency / latency`.
-//! - `steady req/s`: the server's arrival rate between the instants when 10 %
-//!   and 90 % of all requests had arrived, `0.8 N / (t90 − t10)`; `st/bd` is
+//! - `steady req/s`: the sites' arrival rate (by kernel stamps) between the
+//!   instants when 10 % and 90 % of all requests had arrived, `0.8 N / (t90 − t10)`; `st/bd` is
 //!   its ratio to the bound, and the "≥ 98 % of the bound" criterion of (a)
 //!   is judged on it. The bound is a rate, and a finite run is not one: its
 //!   wall-clock rate also counts the ramp-up (each site's first request, and
@@ -73,30 +105,43 @@
 //!   still printed, not judged. `site/bd` is `Σ (arrivals − 1) / (last −
 //!   first arrival)` over the sites, the pace each site felt, against the
 //!   bound.
-//! - Gaps are between consecutive requests of one site, stamped twice:
-//!   `server` when its server read the request head (the site's view: the
-//!   criteria are on these), `client` when the request was handed to
-//!   hyper-util below the throttle (the scheduler's view). `first` is the gap
-//!   between a site's 1st and 2nd request, the one connection setup distorts;
-//!   `later` are all the others. `floor` is `delay − 2 ms` without jitter,
-//!   `delay × (1 − jitter) − 2 ms` with it; `<floor` counts gaps below it,
-//!   which a polite client never produces.
-//! - `path lag` is, per request matched by `x-seq`, the server's head-read
-//!   instant minus the client's hand-over instant (p50, p99, max). For each
-//!   server gap below the floor, a line tells whether the same two requests
-//!   left the client below the floor too (the scheduler) or at least the
-//!   floor apart (squeezed on the path: the earlier request lagged more).
+//! - Gaps are between consecutive requests of one site, stamped three times:
+//!   `kernel` when the site's kernel received the request's bytes (the site's
+//!   view: the criteria are on these), `head` when its server read the
+//!   request head (kernel plus the server thread's lag), `client` when the
+//!   request was handed to hyper-util below the throttle (the scheduler's
+//!   view). `first` is the gap between a site's 1st and 2nd request, the one
+//!   connection setup distorts; `later` are all the others. `floor` is
+//!   `delay − 2 ms` without jitter, `delay × (1 − jitter) − 2 ms` with it;
+//!   `<floor` counts gaps below it, which a polite client never produces.
+//! - `lag` is, per request matched by `x-seq`, split in two: `client` is the
+//!   kernel receive stamp minus the client's hand-over instant (hyper-util's
+//!   pool and connection task, the client's runtime, loopback), `server` the
+//!   head read minus the kernel stamp (the server thread), `total` their sum
+//!   (p50, p99, max each). For each kernel gap below the floor, a line tells
+//!   whether the same two requests left the client below the floor too (the
+//!   scheduler) or at least the floor apart (squeezed on the client's side
+//!   of the socket). For the head gaps below the floor, a line splits the
+//!   shortfall (departure gap − head gap) into the client's share
+//!   (earlier − later request's client lag) and the server's (the same for
+//!   server lag).
+//! - A line per run says how many arrivals had a kernel stamp (any other,
+//!   and every arrival off Linux, is judged by its head stamp), how closely
+//!   the wall clock was mapped onto `Instant` and how far the mapping moved
+//!   during the run, and counts kernel stamps out of order (after their head
+//!   read, or before their hand-over), which would mean the mapping is off.
 //! - `conns` are connections the server accepted; `setup` is the mean time
 //!   from a connection's accept to its first request head (the handshake
 //!   cost plus scheduling).
 //! - CPU is seconds per 1 000 answered requests: `server` is the server
 //!   thread, `client` everything else in the process.
 //! - Then one PASS/FAIL line per criterion of DESIGN §5, judged on the
-//!   server's stamps, plus per throttled run with a delay "client: no
-//!   departure gap below the floor", which the scheduler guarantees: it
-//!   fails only for gaps below the floor even allowing for the stamp window
-//!   (a scheduler bug, not the path); gaps only measured below it are
-//!   counted in the same line and explained above the verdicts.
+//!   kernel stamps (rates and gaps alike), plus per throttled run with a
+//!   delay "client: no departure gap below the floor", which the scheduler
+//!   guarantees: it fails only for gaps below the floor even allowing for
+//!   the stamp window (a scheduler bug, not the path); gaps only measured
+//!   below it are counted in the same line and explained above the
+//!   verdicts.
 //! - (c) has 10 sites × 200 pages (about 10 s per run) so that "mean gap
 //!   within 2 % of the delay" is tested over ~2 000 gaps: with jitter 0.5
 //!   the standard error of the mean is then about 0.3 ms (0.6 %), where 390
@@ -106,10 +151,10 @@ use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::stream::{self, StreamExt};
 use http_body_util::{BodyExt, Full};
@@ -299,6 +344,8 @@ struct Options {
     names: Vec<String>,
     quick: bool,
     check: bool,
+    /// Whether the server and the client each get a core of their own.
+    pin: bool,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -306,15 +353,17 @@ fn parse_options() -> Result<Options, String> {
         names: Vec::new(),
         quick: false,
         check: false,
+        pin: true,
     };
     for argument in std::env::args().skip(1) {
         match argument.as_str() {
             "--quick" => options.quick = true,
             "--check" => options.check = true,
+            "--no-pin" => options.pin = false,
             "a" | "b" | "c" | "d" | "e" => options.names.push(argument),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; expected [a|b|c|d|e]... [--quick] [--check]"
+                    "unknown argument {other:?}; expected [a|b|c|d|e]... [--quick] [--check] [--no-pin]"
                 ))
             }
         }
@@ -331,7 +380,16 @@ fn main() -> ExitCode {
         }
     };
     print_machine_header();
-    let server = match ServerThread::start() {
+    let pinned = options.pin && cores::pin_current_thread(cores::CLIENT);
+    println!(
+        "cores: {}",
+        if pinned {
+            "the server thread on CPU 1, the client (every other thread) on CPU 0, as a site is another machine"
+        } else {
+            "shared by server and client (--no-pin, or pinning unavailable)"
+        }
+    );
+    let server = match ServerThread::start(pinned) {
         Ok(server) => server,
         Err(error) => {
             eprintln!("cannot start the server thread: {error}");
@@ -354,6 +412,42 @@ fn main() -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// CPU pinning. On a shared 2-core machine the OS scheduler preempts the
+/// server thread and the client's threads for each other, for milliseconds
+/// at a time: a request sits in a socket while the server thread waits for
+/// a core, or between the throttle's send and hyper-util's write while the
+/// client thread does. A real site is another machine, so by default the
+/// server thread gets CPU 1 and the client (the main thread, and every
+/// thread it starts, which inherit its mask) CPU 0. `--no-pin` shares them.
+#[cfg(target_os = "linux")]
+mod cores {
+    use nix::sched::{sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+
+    pub(super) const CLIENT: usize = 0;
+    pub(super) const SERVER: usize = 1;
+
+    /// Pins the calling thread to `cpu`; false when the machine has fewer
+    /// than two CPUs or the kernel refuses.
+    pub(super) fn pin_current_thread(cpu: usize) -> bool {
+        if std::thread::available_parallelism().map_or(0, |cores| cores.get()) < 2 {
+            return false;
+        }
+        let mut set = CpuSet::new();
+        set.set(cpu).is_ok() && sched_setaffinity(Pid::from_raw(0), &set).is_ok()
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod cores {
+    pub(super) const CLIENT: usize = 0;
+    pub(super) const SERVER: usize = 1;
+
+    pub(super) fn pin_current_thread(_cpu: usize) -> bool {
+        false
     }
 }
 
@@ -449,7 +543,7 @@ fn print_scenario_header(scenario: &Scenario) {
 enum Style {
     /// One `buffer_unordered` stream on a current-thread runtime.
     Stream,
-    /// One task per request on a two-worker runtime.
+    /// One task per request on a multi-thread runtime, a worker per client core.
     Spawn,
 }
 
@@ -541,6 +635,7 @@ fn run_once(
                 .jitter(jitter),
         )
         .build()?;
+    let clock = RealtimeClock::sample();
     let departures = Arc::new(DepartureLog::default());
     let stamps = (!scenario.named_sites).then(|| departures.clone());
     let client = load_client(&sites.addressing, scenario.reuses_connections(), stamps);
@@ -557,7 +652,13 @@ fn run_once(
     let rss_after = resident_bytes();
     let scopes = registry.stats().scopes_tracked;
     let departures = std::mem::take(&mut *departures.departures.lock().unwrap());
-    let arrivals = sites.summary(departures, gap_floor(scenario.delay, jitter));
+    let clock_after = RealtimeClock::sample();
+    let arrivals = sites.summary(
+        departures,
+        gap_floor(scenario.delay, jitter),
+        &clock,
+        &clock_after,
+    );
     Ok(RunReport {
         kind,
         style,
@@ -675,8 +776,11 @@ fn drive(
         Style::Stream => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?,
+        // One worker per core the client may use (its affinity mask): two
+        // workers on one pinned core would preempt each other for whole
+        // timeslices, a stall no real client sized to its cores has.
         Style::Spawn => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(std::thread::available_parallelism().map_or(1, |cores| cores.get()))
             .enable_all()
             .build()?,
     };
@@ -892,12 +996,15 @@ struct ServerThread {
 }
 
 impl ServerThread {
-    fn start() -> std::io::Result<Self> {
+    fn start(pinned: bool) -> std::io::Result<Self> {
         let (started_tx, started_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("loadtest-server".to_owned())
             .spawn(move || {
+                if pinned {
+                    cores::pin_current_thread(cores::SERVER);
+                }
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -1008,11 +1115,28 @@ struct ServerBehaviour {
     record: bool,
 }
 
+/// One request as its site saw it.
+#[derive(Clone, Copy)]
+struct Arrival {
+    /// When hyper handed the request head to the service.
+    head: Instant,
+    /// The kernel's receive stamp of the head's first bytes, on
+    /// `CLOCK_REALTIME` (since the Unix epoch); `None` off Linux or when the
+    /// kernel gave none.
+    kernel: Option<Duration>,
+    /// The end of the connection's handshake cost, for its first request:
+    /// the bytes could not have arrived before it had the handshake been real.
+    not_before: Option<Instant>,
+    /// The first request of its connection.
+    first_on_connection: bool,
+    /// The request's `x-seq`, when it had one.
+    seq: Option<u32>,
+}
+
 /// Every request head and connection a listener saw.
 #[derive(Default)]
 struct SiteArrivals {
-    /// Request head instants, with the request's `x-seq` when it had one.
-    heads: Vec<(Instant, Option<u32>)>,
+    heads: Vec<Arrival>,
     /// Accept instant to first request head, per connection.
     setups: Vec<Duration>,
 }
@@ -1023,12 +1147,12 @@ struct ArrivalLog {
 }
 
 impl ArrivalLog {
-    fn record(&self, site: usize, head: Instant, seq: Option<u32>, accepted: Option<Instant>) {
+    fn record(&self, site: usize, arrival: Arrival, accepted: Option<Instant>) {
         let mut sites = self.sites.lock().unwrap();
         let arrivals = &mut sites[site];
-        arrivals.heads.push((head, seq));
+        arrivals.heads.push(arrival);
         if let Some(accepted) = accepted {
-            arrivals.setups.push(head - accepted);
+            arrivals.setups.push(arrival.head - accepted);
         }
     }
 }
@@ -1080,6 +1204,7 @@ fn start_sites(server: &ServerThread, scenario: &Scenario, block: u8) -> std::io
     let mut accept_loops = Vec::with_capacity(listeners.len());
     for (site, listener) in listeners.into_iter().enumerate() {
         listener.set_nonblocking(true)?;
+        receive_stamps::enable_on_listener(&listener);
         let log = log.clone();
         accept_loops.push(server.runtime.spawn(accept_loop(listener, site, behaviour, log)));
     }
@@ -1143,22 +1268,35 @@ async fn serve_connection(
     log: Arc<ArrivalLog>,
 ) {
     let _ = stream.set_nodelay(true);
+    let kernel_stamp = Arc::new(KernelStamp::default());
+    let stream = receive_stamps::wrap(stream, kernel_stamp.clone());
+    let mut handshake_done = None;
     if !behaviour.handshake.is_zero() {
         // Stands in for TCP + TLS setup: the request is read only after it.
         tokio::time::sleep(behaviour.handshake).await;
+        handshake_done = Some(Instant::now());
     }
     let first_request = AtomicBool::new(true);
     let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-        // Stamped before anything else: this is when the site sees the request.
+        // Stamped before anything else: this is when the server code sees the request.
         let head = Instant::now();
+        // Taken whether recorded or not: it lets the next read stamp the next request.
+        let kernel = kernel_stamp.take();
         if behaviour.record {
             let seq = request
                 .headers()
                 .get(SEQ_HEADER)
                 .and_then(|value| value.to_str().ok())
                 .and_then(|text| text.parse().ok());
-            let accept = first_request.swap(false, Ordering::Relaxed).then_some(accepted);
-            log.record(site, head, seq, accept);
+            let first = first_request.swap(false, Ordering::Relaxed);
+            let arrival = Arrival {
+                head,
+                kernel,
+                not_before: handshake_done.filter(|_| first),
+                first_on_connection: first,
+                seq,
+            };
+            log.record(site, arrival, first.then_some(accepted));
         }
         answer_after(behaviour.latency)
     });
@@ -1172,6 +1310,244 @@ async fn answer_after(latency: Duration) -> Result<http::Response<Full<Bytes>>, 
         tokio::time::sleep(latency).await;
     }
     Ok(http::Response::new(Full::new(Bytes::from_static(b"ok"))))
+}
+
+// ---------------------------------------------------------------- kernel stamps
+
+/// The kernel receive stamp of a connection's next request head, in
+/// nanoseconds since the Unix epoch (`CLOCK_REALTIME`); 0 while none is held.
+/// The connection's reads offer stamps; the service takes each one as it gets
+/// the request, which lets the next read stamp the next request.
+#[derive(Default)]
+struct KernelStamp(AtomicU64);
+
+impl KernelStamp {
+    /// Keeps `since_epoch` unless a stamp is already held: the first read
+    /// after the service took the last one carries the first segment of the
+    /// next request head.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    fn offer(&self, since_epoch: Duration) {
+        let nanos = u64::try_from(since_epoch.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let _ = self
+            .0
+            .compare_exchange(0, nanos, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    fn take(&self) -> Option<Duration> {
+        match self.0.swap(0, Ordering::Relaxed) {
+            0 => None,
+            nanos => Some(Duration::from_nanos(nanos)),
+        }
+    }
+}
+
+/// The server's sockets with the kernel's receive stamps (`SO_TIMESTAMPNS`).
+#[cfg(target_os = "linux")]
+mod receive_stamps {
+    use std::io;
+    use std::os::fd::{AsRawFd, RawFd};
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{ready, Context, Poll};
+    use std::time::Duration;
+
+    use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags};
+    use nix::sys::time::TimeSpec;
+    use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+    use tokio::net::TcpStream;
+
+    use super::KernelStamp;
+
+    /// The most one read asks for. Hyper hands over uninitialised buffers,
+    /// which must be zeroed before `recvmsg` may write into them safely;
+    /// request heads here are about 100 bytes, so zeroing the whole buffer
+    /// would cost more than the read.
+    const READ_CHUNK: usize = 4096;
+
+    /// A `TcpStream` whose reads go through `recvmsg` and offer the kernel's
+    /// receive stamp of the bytes read to the connection's [`KernelStamp`].
+    pub(super) struct StampedStream {
+        stream: TcpStream,
+        stamp: Arc<KernelStamp>,
+        /// Room for one `SCM_TIMESTAMPNS` control message, reused.
+        control: Vec<u8>,
+    }
+
+    /// Turns on `SO_TIMESTAMPNS` on a listener, before any client connects.
+    /// Accepted sockets inherit it, and the kernel stamps incoming packets
+    /// only while some socket asks for stamps (and starts a moment after the
+    /// first one does): set on the accepted socket alone, the first request
+    /// of a connection, often in the kernel before the accept, went
+    /// unstamped whenever no other connection was open.
+    pub(super) fn enable_on_listener(listener: &std::net::TcpListener) {
+        let _ = setsockopt(listener, sockopt::ReceiveTimestampns, &true);
+    }
+
+    /// Turns on `SO_TIMESTAMPNS` (again: the listener's is inherited). Should
+    /// the kernel refuse, the stream works all the same and its requests fall
+    /// back to their head stamps.
+    pub(super) fn wrap(stream: TcpStream, stamp: Arc<KernelStamp>) -> StampedStream {
+        let _ = setsockopt(&stream, sockopt::ReceiveTimestampns, &true);
+        StampedStream {
+            stream,
+            stamp,
+            control: nix::cmsg_space!(TimeSpec),
+        }
+    }
+
+    /// One `recvmsg`: the bytes read, and the kernel's stamp of them.
+    fn receive(fd: RawFd, into: &mut [u8], control: &mut [u8]) -> io::Result<(usize, Option<Duration>)> {
+        let mut buffers = [io::IoSliceMut::new(into)];
+        let message = recvmsg::<()>(fd, &mut buffers, Some(control), MsgFlags::empty())?;
+        // For TCP the stamp is of the last segment the read consumed; a
+        // request head here is one segment (one write of the client).
+        let stamp = message
+            .cmsgs()
+            .ok()
+            .into_iter()
+            .flatten()
+            .find_map(|control| match control {
+                ControlMessageOwned::ScmTimestampns(stamp) => Some(Duration::from(stamp)),
+                _ => None,
+            });
+        Ok((message.bytes, stamp))
+    }
+
+    impl AsyncRead for StampedStream {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let this = self.get_mut();
+            if buf.remaining() == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            let fd = this.stream.as_raw_fd();
+            loop {
+                ready!(this.stream.poll_read_ready(cx))?;
+                let want = buf.remaining().min(READ_CHUNK);
+                let into = buf.initialize_unfilled_to(want);
+                let control = &mut this.control;
+                match this
+                    .stream
+                    .try_io(Interest::READABLE, || receive(fd, into, control))
+                {
+                    Ok((read, stamp)) => {
+                        buf.advance(read);
+                        if let (true, Some(stamp)) = (read > 0, stamp) {
+                            this.stamp.offer(stamp);
+                        }
+                        return Poll::Ready(Ok(()));
+                    }
+                    // Readiness was stale (try_io cleared it) or a signal came.
+                    Err(error)
+                        if matches!(
+                            error.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                        ) => {}
+                    Err(error) => return Poll::Ready(Err(error)),
+                }
+            }
+        }
+    }
+
+    impl AsyncWrite for StampedStream {
+        fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        }
+
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            bufs: &[io::IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            self.stream.is_write_vectored()
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        }
+    }
+}
+
+/// No kernel stamps off Linux: the head stamps stand in.
+#[cfg(not(target_os = "linux"))]
+mod receive_stamps {
+    use std::sync::Arc;
+
+    use super::KernelStamp;
+
+    pub(super) type StampedStream = tokio::net::TcpStream;
+
+    pub(super) fn enable_on_listener(_listener: &std::net::TcpListener) {}
+
+    pub(super) fn wrap(stream: tokio::net::TcpStream, _stamp: Arc<KernelStamp>) -> StampedStream {
+        stream
+    }
+}
+
+/// Maps `CLOCK_REALTIME` (the kernel's stamps) onto the `Instant` timeline.
+#[derive(Clone, Copy)]
+struct RealtimeClock {
+    /// An `Instant` and the wall-clock time since the epoch at that instant.
+    instant: Instant,
+    since_epoch: Duration,
+    /// Half the narrowest `Instant` bracket around the `SystemTime` read.
+    uncertainty: Duration,
+}
+
+impl RealtimeClock {
+    fn sample() -> Self {
+        let mut best: Option<RealtimeClock> = None;
+        for _ in 0..64 {
+            let before = Instant::now();
+            let now = SystemTime::now();
+            let after = Instant::now();
+            let half = (after - before) / 2;
+            let Ok(since_epoch) = now.duration_since(SystemTime::UNIX_EPOCH) else {
+                continue;
+            };
+            if best.is_none_or(|best| half < best.uncertainty) {
+                best = Some(RealtimeClock {
+                    instant: before + half,
+                    since_epoch,
+                    uncertainty: half,
+                });
+            }
+        }
+        best.unwrap_or(RealtimeClock {
+            instant: Instant::now(),
+            since_epoch: Duration::ZERO,
+            uncertainty: Duration::MAX,
+        })
+    }
+
+    fn instant(&self, since_epoch: Duration) -> Instant {
+        if since_epoch >= self.since_epoch {
+            self.instant + (since_epoch - self.since_epoch)
+        } else {
+            self.instant
+                .checked_sub(self.since_epoch - since_epoch)
+                .unwrap_or(self.instant)
+        }
+    }
+
+    /// How much the wall clock gained on `Instant` from this sample to
+    /// `later`, in seconds (negative: it lost).
+    fn drift_to(&self, later: &RealtimeClock) -> f64 {
+        let wall = later.since_epoch.as_secs_f64() - self.since_epoch.as_secs_f64();
+        let monotonic = (later.instant - self.instant).as_secs_f64();
+        wall - monotonic
+    }
 }
 
 // ---------------------------------------------------------------- gaps
@@ -1224,18 +1600,89 @@ struct ArrivalSummary {
     /// Arrivals per second between the instants when 10 % and 90 % of all
     /// requests had arrived.
     steady_rate: Option<f64>,
-    /// Server side: gaps between request heads as each site read them.
+    /// Server side, by the kernel's receive stamps (the head stamp where
+    /// there is none): the site's view, which the criteria judge.
     first: Option<GapStats>,
     later: Option<GapStats>,
     all: Option<GapStats>,
+    /// Server side, by the instants hyper handed the heads to the service.
+    head_first: Option<GapStats>,
+    head_later: Option<GapStats>,
     /// Client side: gaps between the instants requests of one site were
     /// handed to hyper-util.
     client_first: Option<GapStats>,
     client_later: Option<GapStats>,
-    path_lag: Option<LagStats>,
+    /// Head read − hand-over, kernel stamp − hand-over, head read − kernel
+    /// stamp.
+    total_lag: Option<LagStats>,
+    client_lag: Option<LagStats>,
+    server_lag: Option<LagStats>,
+    /// Where the kernel-stamped gaps below the floor came from.
     squeezes: Squeezes,
+    /// How the head gaps below the floor split between client and server.
+    head_shortfall: HeadShortfall,
     client_short: ClientShortGaps,
+    stamps: StampCheck,
     floor: Option<Duration>,
+}
+
+/// How far the kernel stamps can be trusted in one run.
+#[derive(Default)]
+struct StampCheck {
+    /// Arrivals with a kernel stamp (the rest fall back to the head stamp).
+    kernel: usize,
+    /// Arrivals without one that were the first request of their connection.
+    unstamped_first: usize,
+    /// Kernel stamps later than the head read, which they cannot be, and
+    /// the largest excess.
+    after_head: usize,
+    after_head_max: Duration,
+    /// Kernel stamps earlier than the client's hand-over (ours comes a few
+    /// microseconds after the scheduler's, and the request is written
+    /// later still), and the largest excess.
+    before_departure: usize,
+    before_departure_max: Duration,
+    /// The realtime-to-`Instant` mapping: its sampling uncertainty, and how
+    /// far it moved between the run's start and end (seconds, signed).
+    clock_uncertainty: Duration,
+    clock_drift: Option<f64>,
+}
+
+/// The head gaps below the floor, split by where the lag came from.
+#[derive(Default)]
+struct HeadShortfall {
+    /// Head gaps below the floor.
+    short: usize,
+    /// Of those, the same two requests' kernel gap was below the floor too.
+    kernel_short: usize,
+    /// Per short head gap whose two requests have departure and kernel
+    /// stamps.
+    splits: Vec<ShortfallSplit>,
+}
+
+/// One head gap below the floor, between requests A (earlier) and B:
+/// `head gap = departure gap + (client lag B − client lag A) + (server lag
+/// B − server lag A)`.
+#[derive(Clone, Copy)]
+struct ShortfallSplit {
+    departure_gap: Duration,
+    head_gap: Duration,
+    client_earlier: Duration,
+    client_later: Duration,
+    server_earlier: Duration,
+    server_later: Duration,
+}
+
+impl ShortfallSplit {
+    /// Seconds the client's side took off the gap (client lag A − B).
+    fn client_share(&self) -> f64 {
+        self.client_earlier.as_secs_f64() - self.client_later.as_secs_f64()
+    }
+
+    /// Seconds the server thread took off the gap (server lag A − B).
+    fn server_share(&self) -> f64 {
+        self.server_earlier.as_secs_f64() - self.server_later.as_secs_f64()
+    }
 }
 
 /// Client-side gaps below the floor, against how late our stamps may be.
@@ -1271,8 +1718,8 @@ impl ClientShortGaps {
     }
 }
 
-/// Path lag: server head-read instant minus client departure instant, over
-/// the requests matched by `x-seq`.
+/// A lag between two stamps of one request, over the requests matched by
+/// `x-seq` that have both stamps.
 struct LagStats {
     matched: usize,
     median: Duration,
@@ -1280,15 +1727,16 @@ struct LagStats {
     max: Duration,
 }
 
-/// Where the server-side gaps below the floor came from, by what the client
-/// stamped for the same two requests.
+/// Where the kernel-stamped gaps below the floor came from, by what the
+/// client stamped for the same two requests.
 #[derive(Default)]
 struct Squeezes {
     /// The two requests also left the client less than the floor apart.
     client_side: usize,
     /// They left at least the floor apart: the path made the gap shorter.
     path_side: usize,
-    /// Path lag of the earlier and of the later request, per path-side gap.
+    /// Client lag (hand-over to kernel stamp) of the earlier and of the
+    /// later request, per path-side gap.
     path_lags: Vec<(Duration, Duration)>,
     /// They reached the site in the other order than they left the client.
     reordered: usize,
@@ -1332,11 +1780,29 @@ fn split_gaps<'a>(
     (gap_stats(first, floor), gap_stats(later, floor))
 }
 
+/// One arrival with its stamps on the `Instant` timeline.
+#[derive(Clone, Copy)]
+struct Seen {
+    /// The kernel stamp, or the head stamp where there is none: the one
+    /// the criteria judge.
+    at: Instant,
+    kernel: Option<Instant>,
+    head: Instant,
+    first_on_connection: bool,
+    seq: Option<u32>,
+}
+
 impl RunningSites {
-    /// Gaps per site between consecutive request heads (server side) and
-    /// between consecutive departures (client side), split into first and
-    /// later gaps, and the path lag between the two.
-    fn summary(&self, departures: Vec<Departure>, floor: Option<Duration>) -> ArrivalSummary {
+    /// Gaps per site between consecutive arrivals (by kernel stamps and by
+    /// head stamps, server side) and between consecutive departures (client
+    /// side), split into first and later gaps, and the lags between them.
+    fn summary(
+        &self,
+        departures: Vec<Departure>,
+        floor: Option<Duration>,
+        clock: &RealtimeClock,
+        clock_after: &RealtimeClock,
+    ) -> ArrivalSummary {
         let sites = std::mem::take(&mut *self.log.sites.lock().unwrap());
         let site_count = sites.len().max(1);
         // Departure instant by seq, and each site's departures in order.
@@ -1363,66 +1829,154 @@ impl RunningSites {
         let departure =
             |seq: Option<u32>| seq.and_then(|seq| departed_at.get(seq as usize).copied().flatten());
 
+        let mut stamps = StampCheck {
+            clock_uncertainty: clock.uncertainty,
+            clock_drift: Some(clock.drift_to(clock_after)),
+            ..StampCheck::default()
+        };
         let (mut setups, mut requests, mut site_rate) = (Vec::new(), 0, None);
-        let (mut all_heads, mut lags, mut squeezes) = (Vec::new(), Vec::new(), Squeezes::default());
+        let (mut all_arrivals, mut squeezes) = (Vec::new(), Squeezes::default());
+        let (mut total_lags, mut client_lags, mut server_lags) = (Vec::new(), Vec::new(), Vec::new());
+        let mut head_shortfall = HeadShortfall::default();
         let mut server_sites: Vec<Vec<Instant>> = Vec::with_capacity(sites.len());
-        for mut site in sites {
+        let mut head_sites: Vec<Vec<Instant>> = Vec::with_capacity(sites.len());
+        for site in sites {
             requests += site.heads.len();
             setups.extend(site.setups);
-            site.heads.sort_unstable_by_key(|(head, _)| *head);
-            if let (Some((earliest, _)), Some((latest, _))) = (site.heads.first(), site.heads.last()) {
-                let span = (*latest - *earliest).as_secs_f64();
-                if span > 0.0 {
-                    *site_rate.get_or_insert(0.0) += (site.heads.len() - 1) as f64 / span;
+            let mut seen: Vec<Seen> = site
+                .heads
+                .iter()
+                .map(|arrival| {
+                    let kernel = arrival.kernel.map(|since_epoch| {
+                        let kernel = clock.instant(since_epoch);
+                        arrival
+                            .not_before
+                            .map_or(kernel, |not_before| kernel.max(not_before))
+                    });
+                    Seen {
+                        at: kernel.unwrap_or(arrival.head),
+                        kernel,
+                        head: arrival.head,
+                        first_on_connection: arrival.first_on_connection,
+                        seq: arrival.seq,
+                    }
+                })
+                .collect();
+            for arrival in &seen {
+                let left = departure(arrival.seq);
+                if let Some(left) = left {
+                    total_lags.push(arrival.head.saturating_duration_since(left));
+                }
+                let Some(kernel) = arrival.kernel else {
+                    stamps.unstamped_first += usize::from(arrival.first_on_connection);
+                    continue;
+                };
+                stamps.kernel += 1;
+                if kernel > arrival.head {
+                    stamps.after_head += 1;
+                    stamps.after_head_max = stamps.after_head_max.max(kernel - arrival.head);
+                }
+                server_lags.push(arrival.head.saturating_duration_since(kernel));
+                if let Some(left) = left {
+                    if kernel < left {
+                        stamps.before_departure += 1;
+                        stamps.before_departure_max = stamps.before_departure_max.max(left - kernel);
+                    }
+                    client_lags.push(kernel.saturating_duration_since(left));
                 }
             }
-            for &(head, seq) in &site.heads {
-                if let Some(departed) = departure(seq) {
-                    lags.push(head.saturating_duration_since(departed));
+
+            // By kernel stamps: the site's view.
+            seen.sort_unstable_by_key(|arrival| arrival.at);
+            if let (Some(earliest), Some(latest)) = (seen.first(), seen.last()) {
+                let span = (latest.at - earliest.at).as_secs_f64();
+                if span > 0.0 {
+                    *site_rate.get_or_insert(0.0) += (seen.len() - 1) as f64 / span;
                 }
             }
             if let Some(floor) = floor {
-                for pair in site.heads.windows(2) {
-                    let ((head_a, seq_a), (head_b, seq_b)) = (pair[0], pair[1]);
-                    if head_b - head_a >= floor {
+                for pair in seen.windows(2) {
+                    let (a, b) = (pair[0], pair[1]);
+                    if b.at - a.at >= floor {
                         continue;
                     }
-                    match (departure(seq_a), departure(seq_b)) {
+                    match (departure(a.seq), departure(b.seq)) {
                         (Some(left_a), Some(left_b)) if left_b < left_a => squeezes.reordered += 1,
                         (Some(left_a), Some(left_b)) if left_b - left_a < floor => squeezes.client_side += 1,
                         (Some(left_a), Some(left_b)) => {
                             squeezes.path_side += 1;
-                            squeezes.path_lags.push((head_a - left_a, head_b - left_b));
+                            squeezes.path_lags.push((
+                                a.at.saturating_duration_since(left_a),
+                                b.at.saturating_duration_since(left_b),
+                            ));
                         }
                         _ => squeezes.unmatched += 1,
                     }
                 }
             }
-            let heads: Vec<Instant> = site.heads.iter().map(|(head, _)| *head).collect();
-            all_heads.extend_from_slice(&heads);
-            server_sites.push(heads);
+            let instants: Vec<Instant> = seen.iter().map(|arrival| arrival.at).collect();
+            all_arrivals.extend_from_slice(&instants);
+            server_sites.push(instants);
+
+            // By head stamps: the server thread's view.
+            seen.sort_unstable_by_key(|arrival| arrival.head);
+            if let Some(floor) = floor {
+                for pair in seen.windows(2) {
+                    let (a, b) = (pair[0], pair[1]);
+                    let head_gap = b.head - a.head;
+                    if head_gap >= floor {
+                        continue;
+                    }
+                    head_shortfall.short += 1;
+                    let (Some(kernel_a), Some(kernel_b)) = (a.kernel, b.kernel) else {
+                        continue;
+                    };
+                    if kernel_b.saturating_duration_since(kernel_a) < floor {
+                        head_shortfall.kernel_short += 1;
+                    }
+                    let (Some(left_a), Some(left_b)) = (departure(a.seq), departure(b.seq)) else {
+                        continue;
+                    };
+                    head_shortfall.splits.push(ShortfallSplit {
+                        departure_gap: left_b.saturating_duration_since(left_a),
+                        head_gap,
+                        client_earlier: kernel_a.saturating_duration_since(left_a),
+                        client_later: kernel_b.saturating_duration_since(left_b),
+                        server_earlier: a.head.saturating_duration_since(kernel_a),
+                        server_later: b.head.saturating_duration_since(kernel_b),
+                    });
+                }
+            }
+            head_sites.push(seen.iter().map(|arrival| arrival.head).collect());
         }
         let mean_setup = (!setups.is_empty()).then(|| setups.iter().sum::<Duration>() / setups.len() as u32);
         let (first, later) = split_gaps(server_sites.iter().map(Vec::as_slice), floor);
         let all_gaps: Vec<Duration> = server_sites
             .iter()
-            .flat_map(|heads| heads.windows(2).map(|pair| pair[1] - pair[0]))
+            .flat_map(|instants| instants.windows(2).map(|pair| pair[1] - pair[0]))
             .collect();
+        let (head_first, head_later) = split_gaps(head_sites.iter().map(Vec::as_slice), floor);
         let (client_first, client_later) = split_gaps(client_sites.iter().map(Vec::as_slice), floor);
         ArrivalSummary {
             requests,
             connections: self.log.connections.load(Ordering::Relaxed),
             mean_setup,
             site_rate,
-            steady_rate: steady_rate(all_heads),
+            steady_rate: steady_rate(all_arrivals),
             first,
             later,
             all: gap_stats(all_gaps, floor),
+            head_first,
+            head_later,
             client_first,
             client_later,
-            path_lag: lag_stats(lags),
+            total_lag: lag_stats(total_lags),
+            client_lag: lag_stats(client_lags),
+            server_lag: lag_stats(server_lags),
             squeezes,
+            head_shortfall,
             client_short,
+            stamps,
             floor,
         }
     }
@@ -1542,7 +2096,10 @@ fn print_gap_table(runs: &[(String, RunReport)]) {
         return;
     }
     println!("\n   gaps between one site's consecutive requests, by where they were stamped:");
-    println!("     server = request head read by the site (the site's view; the criteria are on these)");
+    println!("     kernel = the site's kernel received the bytes, SO_TIMESTAMPNS (the site's view; the criteria are on these)");
+    println!(
+        "     head   = the site's server thread read the request head (kernel + the server thread's lag)"
+    );
     println!("     client = handed to hyper-util below the throttle (the scheduler's view)");
     println!(
         "   {:<14} {:<6} {:<6} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8} {:>7}",
@@ -1552,8 +2109,10 @@ fn print_gap_table(runs: &[(String, RunReport)]) {
         let delay = Some(run.delay).filter(|delay| !delay.is_zero());
         let arrivals = &run.arrivals;
         let rows = [
-            ("server", "first", &arrivals.first),
-            ("server", "later", &arrivals.later),
+            ("kernel", "first", &arrivals.first),
+            ("kernel", "later", &arrivals.later),
+            ("head", "first", &arrivals.head_first),
+            ("head", "later", &arrivals.head_later),
             ("client", "first", &arrivals.client_first),
             ("client", "later", &arrivals.client_later),
         ];
@@ -1577,31 +2136,75 @@ fn print_gap_table(runs: &[(String, RunReport)]) {
             label = "";
         }
     }
-    print_path_lag(runs);
+    print_stamps_and_lags(runs);
 }
 
-/// Path lag per run, and where the server-side gaps below the floor came
-/// from.
-fn print_path_lag(runs: &[(String, RunReport)]) {
-    if runs.iter().all(|(_, run)| run.arrivals.path_lag.is_none()) {
-        return;
-    }
-    println!("\n   path lag = server head read − client hand-over, per request matched by x-seq");
-    println!(
-        "   {:<14} {:>7} {:>8} {:>8} {:>8}",
-        "path lag (ms)", "matched", "p50", "p99", "max"
-    );
+/// Kernel stamp coverage, lags per run, and where the gaps below the floor
+/// came from.
+fn print_stamps_and_lags(runs: &[(String, RunReport)]) {
     for (label, run) in runs {
-        let Some(lag) = &run.arrivals.path_lag else {
+        let (stamps, requests) = (&run.arrivals.stamps, run.arrivals.requests);
+        if requests == 0 {
             continue;
-        };
+        }
         println!(
-            "   {label:<14} {:>7} {:>8} {:>8} {:>8}",
-            lag.matched,
-            millis(lag.median),
-            millis(lag.p99),
-            millis(lag.max)
+            "   {label}: kernel stamps on {} of {requests} arrivals{}{}; realtime → Instant offset sampled to ±{:.2} µs, \
+             moved {} µs over the run; {} kernel stamps after the head read (max {} µs), {} before the client's \
+             hand-over (max {} µs)",
+            stamps.kernel,
+            if stamps.kernel < requests {
+                " (the rest judged by their head stamps)"
+            } else {
+                ""
+            },
+            if stamps.kernel < requests {
+                format!(
+                    "; {} of the unstamped were their connection's first request",
+                    stamps.unstamped_first
+                )
+            } else {
+                String::new()
+            },
+            stamps.clock_uncertainty.as_secs_f64() * 1e6,
+            optional(stamps.clock_drift, |drift| format!("{:+.1}", drift * 1e6)),
+            stamps.after_head,
+            stamps.after_head_max.as_micros(),
+            stamps.before_departure,
+            stamps.before_departure_max.as_micros(),
         );
+    }
+    if runs.iter().any(|(_, run)| run.arrivals.total_lag.is_some()) {
+        println!("\n   lag per request matched by x-seq: client = kernel stamp − hand-over to hyper-util (client runtime,");
+        println!("   hyper-util, loopback); server = head read − kernel stamp (the server thread); total = head read − hand-over");
+        println!(
+            "   {:<14} {:>7} {:>8} {:>8} {:>8}   {:>8} {:>8} {:>8}   {:>8} {:>8} {:>8}",
+            "lag (ms)", "matched", "client", "p99", "max", "server", "p99", "max", "total", "p99", "max"
+        );
+        println!(
+            "   {:<14} {:>7} {:>8} {:>8} {:>8}   {:>8} {:>8} {:>8}   {:>8} {:>8} {:>8}",
+            "", "", "p50", "", "", "p50", "", "", "p50", "", ""
+        );
+        for (label, run) in runs {
+            let Some(total) = &run.arrivals.total_lag else {
+                continue;
+            };
+            let three = |lag: &Option<LagStats>| {
+                lag.as_ref()
+                    .map_or(["-".to_owned(), "-".to_owned(), "-".to_owned()], |lag| {
+                        [millis(lag.median), millis(lag.p99), millis(lag.max)]
+                    })
+            };
+            let [client_p50, client_p99, client_max] = three(&run.arrivals.client_lag);
+            let [server_p50, server_p99, server_max] = three(&run.arrivals.server_lag);
+            println!(
+                "   {label:<14} {:>7} {client_p50:>8} {client_p99:>8} {client_max:>8}   {server_p50:>8} {server_p99:>8} \
+                 {server_max:>8}   {:>8} {:>8} {:>8}",
+                total.matched,
+                millis(total.median),
+                millis(total.p99),
+                millis(total.max)
+            );
+        }
     }
     for (label, run) in runs {
         let short = &run.arrivals.client_short;
@@ -1624,8 +2227,8 @@ fn print_path_lag(runs: &[(String, RunReport)]) {
         }
         let squeezes = &run.arrivals.squeezes;
         let mut text = format!(
-            "   {label}: of the {below} server gaps below the floor, {} left the client below it too, \
-             {} left at least the floor apart and were squeezed on the path",
+            "   {label}: of the {below} kernel gaps below the floor, {} left the client below it too, \
+             {} left at least the floor apart and were squeezed between hand-over and the site's kernel",
             squeezes.client_side, squeezes.path_side
         );
         if !squeezes.path_lags.is_empty() {
@@ -1634,7 +2237,7 @@ fn print_path_lag(runs: &[(String, RunReport)]) {
             let later: Vec<Duration> = squeezes.path_lags.iter().map(|(_, later)| *later).collect();
             let _ = write!(
                 text,
-                " (path lag of the earlier request mean {} ms, max {} ms; of the later one mean {} ms)",
+                " (client lag of the earlier request mean {} ms, max {} ms; of the later one mean {} ms)",
                 millis(earlier.iter().sum::<Duration>() / count),
                 millis(earlier.iter().copied().max().unwrap_or_default()),
                 millis(later.iter().sum::<Duration>() / count),
@@ -1647,6 +2250,56 @@ fn print_path_lag(runs: &[(String, RunReport)]) {
         );
         println!("{text}");
     }
+    for (label, run) in runs {
+        print_head_shortfall(label, &run.arrivals.head_shortfall);
+    }
+}
+
+/// Splits the head gaps below the floor into the client's and the server's
+/// share of the lag that shortened them.
+fn print_head_shortfall(label: &str, shortfall: &HeadShortfall) {
+    if shortfall.short == 0 {
+        return;
+    }
+    let mut text = format!(
+        "   {label}: {} head gaps below the floor, {} of them below it by kernel stamps too",
+        shortfall.short, shortfall.kernel_short
+    );
+    let splits = &shortfall.splits;
+    if splits.is_empty() {
+        println!("{text}");
+        return;
+    }
+    let count = splits.len() as f64;
+    let mean = |value: &dyn Fn(&ShortfallSplit) -> f64| splits.iter().map(value).sum::<f64>() / count * 1e3;
+    let max = |value: &dyn Fn(&ShortfallSplit) -> Duration| {
+        millis(splits.iter().map(value).max().unwrap_or_default())
+    };
+    let server_larger = splits
+        .iter()
+        .filter(|split| split.server_share() > split.client_share())
+        .count();
+    let _ = write!(
+        text,
+        "; of the {} with every stamp: departure gap mean {:.1} ms, head gap mean {:.1} ms, so {:.1} ms short, of \
+         which the client's lag took {:.1} ms (earlier − later request's hand-over → kernel) and the server's \
+         {:.1} ms (earlier − later request's kernel → head read); the server's share was the larger in {server_larger}. \
+         Earlier request: client lag mean {:.1} ms (max {}), server lag mean {:.1} ms (max {}); later request: \
+         client lag mean {:.1} ms, server lag mean {:.1} ms",
+        splits.len(),
+        mean(&|split| split.departure_gap.as_secs_f64()),
+        mean(&|split| split.head_gap.as_secs_f64()),
+        mean(&|split| split.departure_gap.as_secs_f64() - split.head_gap.as_secs_f64()),
+        mean(&ShortfallSplit::client_share),
+        mean(&ShortfallSplit::server_share),
+        mean(&|split| split.client_earlier.as_secs_f64()),
+        max(&|split| split.client_earlier),
+        mean(&|split| split.server_earlier.as_secs_f64()),
+        max(&|split| split.server_earlier),
+        mean(&|split| split.client_later.as_secs_f64()),
+        mean(&|split| split.server_later.as_secs_f64()),
+    );
+    println!("{text}");
 }
 
 fn print_memory(scenario: &Scenario, runs: &[(String, RunReport)]) {
@@ -1732,7 +2385,8 @@ fn spacing_verdict(label: &str, run: &RunReport) -> Verdict {
     Verdict {
         pass: below == 0,
         text: format!(
-            "{label}: no gap below the floor {} ms, first gaps included ({below} below, {first_below} of them first gaps)",
+            "{label}: no gap below the floor {} ms by kernel receive stamps, first gaps included ({below} below, \
+             {first_below} of them first gaps)",
             optional(run.arrivals.floor, millis),
         ),
     }
