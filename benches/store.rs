@@ -17,29 +17,19 @@
 //! cargo bench --bench store --features redis
 //! ```
 
-use std::time::Duration;
-
 use criterion::{criterion_group, criterion_main, Criterion};
 use tower_throttle::store::{MemoryStore, RedisStore, ScopeStore};
-use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+use tower_throttle::{Registry, ThrottleLayer};
 
 #[path = "variants/mod.rs"]
 mod variants;
 
-use variants::{bare, drive, unthrottled_registry, uris};
+use variants::{bare, drive, unthrottled_builder, unthrottled_registry, uris};
 
 /// The unthrottled registry of the overhead bench (delay 0, lanes to
 /// spare), sharing `store`.
 fn registry_with(store: impl ScopeStore) -> Registry {
-    Registry::builder()
-        .max_concurrency(1_000)
-        .default_scope(
-            ScopeConfig::default()
-                .concurrency(1_000)
-                .delay(Duration::ZERO)
-                .delay_per_slot(Duration::ZERO)
-                .jitter(0.0),
-        )
+    unthrottled_builder()
         .store(store)
         .build()
         .expect("a valid config")

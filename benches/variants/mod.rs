@@ -54,17 +54,19 @@ pub fn request(uri: &http::Uri) -> http::Request<()> {
 /// Delay 0 and lanes to spare: the throttle never waits, so what is
 /// measured is pure bookkeeping.
 pub fn unthrottled_registry() -> Registry {
-    Registry::builder()
-        .max_concurrency(1_000)
-        .default_scope(
-            ScopeConfig::default()
-                .concurrency(1_000)
-                .delay(Duration::ZERO)
-                .delay_per_slot(Duration::ZERO)
-                .jitter(0.0),
-        )
-        .build()
-        .unwrap()
+    unthrottled_builder().build().unwrap()
+}
+
+/// The builder of [`unthrottled_registry`], for variants that add to it
+/// (a scope store).
+pub fn unthrottled_builder() -> tower_throttle::RegistryBuilder {
+    Registry::builder().max_concurrency(1_000).default_scope(
+        ScopeConfig::default()
+            .concurrency(1_000)
+            .delay(Duration::ZERO)
+            .delay_per_slot(Duration::ZERO)
+            .jitter(0.0),
+    )
 }
 
 /// Runs `count` requests through `service`, cycling over `uris`, and says
