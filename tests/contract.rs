@@ -387,7 +387,7 @@ mod throttle_waiting {
         let service = ThrottleLayer::new(registry.clone()).layer(mock);
         handle.allow(0);
         // Scope a's request is admitted at once but the inner service is
-        // not ready: it keeps its lane (its departure is postponed).
+        // not ready: it keeps its lane (it has not departed yet).
         let waiting_a = tokio::spawn(service.clone().oneshot(get_in("a.example", "/a1")));
         let waiting_b = tokio::spawn(service.clone().oneshot(get_in("b.example", "/b1")));
         tokio::time::sleep(Duration::from_secs(3)).await;

@@ -985,3 +985,62 @@ async fn an_admitted_request_whose_inner_service_is_not_ready_holds_the_scope_un
     finish_all(launch(&mut service, requests).await).await;
     assert_eq!(recorder.millis(), vec![0, 250, 350]);
 }
+
+/// A lazy inner service, as hyper-util's client and reqwest are: `call`
+/// only builds a future, and the request goes out when that future is
+/// first polled. It records that instant.
+fn lazy_service(
+    recorder: &Recorder,
+) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = Infallible, Future: Send> + Clone + Send
+{
+    let recorder = recorder.clone();
+    tower::service_fn(move |request: http::Request<()>| {
+        let recorder = recorder.clone();
+        async move {
+            recorder.record(&request);
+            Ok::<_, Infallible>(http::Response::new(()))
+        }
+    })
+}
+
+/// The departure is stamped after the hand-over (the inner future's first
+/// poll), not at admission: a request admitted in its own `call` whose
+/// future first runs 30 ms later (a task preempted on a busy machine)
+/// leaves at 130 ms, and the next request of the scope keeps its gap to
+/// that instant, whether it arrived before the departure (and waited for
+/// it) or after.
+#[tokio::test(start_paused = true)]
+async fn a_request_admitted_in_its_call_and_first_polled_30_ms_later_times_the_next_gap_from_then() {
+    for next_arrives_at in [110, 140] {
+        let registry = registry_with(exact(2, ms(100), Duration::ZERO));
+        let recorder = Recorder::new();
+        let mut service = ThrottleLayer::new(registry).layer(lazy_service(&recorder));
+        // Warm the scope: its first request holds it until it ends.
+        finish_all(launch(&mut service, vec![get("https://example.com/a")]).await).await;
+        tokio::time::sleep(ms(100)).await;
+        service.ready().await.unwrap();
+        // Admitted now, at 100 ms (its delay has passed), but not yet sent.
+        let late = service.call(get("https://example.com/b"));
+        let mut next = Vec::new();
+        if next_arrives_at < 130 {
+            tokio::time::sleep(ms(next_arrives_at - 100)).await;
+            next = launch(&mut service, vec![get("https://example.com/c")]).await;
+            tokio::time::sleep(ms(130 - next_arrives_at)).await;
+        } else {
+            tokio::time::sleep(ms(30)).await;
+        }
+        let late = tokio::spawn(late);
+        tokio::task::yield_now().await;
+        if next.is_empty() {
+            tokio::time::sleep(ms(next_arrives_at - 130)).await;
+            next = launch(&mut service, vec![get("https://example.com/c")]).await;
+        }
+        late.await.unwrap().unwrap();
+        finish_all(next).await;
+        assert_eq!(
+            recorder.millis(),
+            vec![0, 130, 230],
+            "the next request arriving at {next_arrives_at} ms"
+        );
+    }
+}

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use super::fleet::HeldLease;
 use super::scheduler::{Outcome, TicketId, TicketPoll};
+use super::time::Stamp;
 use super::Registry;
 use crate::store::{Fleet, LeaseId, Reservation, SharedFacts};
 
@@ -22,12 +23,13 @@ use crate::store::{Fleet, LeaseId, Reservation, SharedFacts};
 /// gives the place back.
 #[derive(Debug)]
 pub(crate) struct QueuePlace {
-    permit: OwnedSemaphorePermit,
+    /// Held for its drop, which gives the place back.
+    _permit: OwnedSemaphorePermit,
 }
 
 impl QueuePlace {
     pub(crate) fn new(permit: OwnedSemaphorePermit) -> Self {
-        QueuePlace { permit }
+        QueuePlace { _permit: permit }
     }
 }
 
@@ -37,15 +39,9 @@ impl QueuePlace {
 pub(crate) struct Ticket {
     registry: Registry,
     id: TicketId,
-    /// The queue place, held until the request is sent.
-    place: Option<OwnedSemaphorePermit>,
-    finished: bool,
-    /// Whether an admission seen by [`poll_send`](Ticket::poll_send) counts
-    /// as the departure (the caller sends in the same poll).
-    departs_on_admission: bool,
-    /// Whether the scheduler knows the request has left (its scopes' next
-    /// gaps run from then).
-    departed: bool,
+    /// Where the request stands: the handle's one record of its admission
+    /// and departure.
+    stage: Stage,
     /// Only the first waiter of a scope keeps a timer, so most tickets never
     /// allocate one.
     timer: Option<Box<WakeTimer>>,
@@ -54,34 +50,51 @@ pub(crate) struct Ticket {
     lease: Option<Box<HeldLease>>,
 }
 
+/// Where a request stands, as its own future knows it. (The queue place
+/// and the departure share the space: a waiting request stays within its
+/// memory budget.)
+#[derive(Debug)]
+enum Stage {
+    /// Waiting for its scopes, holding its queue place.
+    Queued { _place: QueuePlace },
+    /// Admitted, not yet handed to the inner service. `report`: its
+    /// departure must reach the scheduler as soon as it happens (see
+    /// [`TicketPoll::Sent`]).
+    Admitted {
+        report: bool,
+    },
+    /// Handed to the inner service at `at`; `reported`: the scheduler has
+    /// it already (otherwise [`Ticket::finish`] brings it).
+    Departed {
+        at: Stamp,
+        reported: bool,
+    },
+    Finished,
+}
+
 impl fmt::Debug for Ticket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ticket")
             .field("id", &self.id)
-            .field("queued", &self.place.is_some())
-            .field("finished", &self.finished)
+            .field("stage", &self.stage)
             .finish()
     }
 }
 
 impl Ticket {
-    /// The handle of ticket `id`, just enqueued (and `sent` at once or
-    /// not); see [`Registry::enqueue`] for `departs_on_admission`.
-    pub(super) fn new(
-        registry: Registry,
-        id: TicketId,
-        place: QueuePlace,
-        sent: bool,
-        departs_on_admission: bool,
-    ) -> Self {
+    /// The handle of ticket `id`, just enqueued; `admitted`: whether it
+    /// was admitted at once, and then whether its departure must be
+    /// reported as soon as it happens.
+    pub(super) fn new(registry: Registry, id: TicketId, place: QueuePlace, admitted: Option<bool>) -> Self {
+        let stage = match admitted {
+            // A request admitted at once gives its place back now.
+            Some(report) => Stage::Admitted { report },
+            None => Stage::Queued { _place: place },
+        };
         Ticket {
             registry,
             id,
-            // A request sent at once gives its place back now.
-            place: (!sent).then_some(place.permit),
-            finished: false,
-            departs_on_admission,
-            departed: sent && departs_on_admission,
+            stage,
             timer: None,
             lease: None,
         }
@@ -120,9 +133,10 @@ impl Ticket {
         self.lease = Some(Box::new(lease));
     }
 
-    /// Whether the request was sent (it may be handed to the inner service).
+    /// Whether the request was admitted (it may be handed to the inner
+    /// service).
     pub(crate) fn is_sent(&self) -> bool {
-        self.place.is_none()
+        !matches!(self.stage, Stage::Queued { .. })
     }
 
     /// Resolves when the request may be sent.
@@ -131,14 +145,15 @@ impl Ticket {
             return Poll::Ready(());
         }
         loop {
-            let (id, departs) = (self.id, self.departs_on_admission);
-            let polled = self.registry.with_scheduler(|scheduler, now, wake| {
-                scheduler.poll_ticket(id, now, cx.waker(), wake, departs)
-            });
+            let id = self.id;
+            let polled = self
+                .registry
+                .with_scheduler(|scheduler, now, wake| scheduler.poll_ticket(id, now, cx.waker(), wake));
             let timer = match polled {
-                TicketPoll::Sent { departed } => {
-                    self.place = None;
-                    self.departed = departed;
+                TicketPoll::Sent { report_departure } => {
+                    self.stage = Stage::Admitted {
+                        report: report_departure,
+                    };
                     return Poll::Ready(());
                 }
                 TicketPoll::Waiting { timer: None } => return Poll::Pending,
@@ -152,36 +167,28 @@ impl Ticket {
         }
     }
 
-    /// Reports that the request, admitted earlier, is being handed to the
-    /// inner service now: its scopes' next gaps run from this instant. Free
-    /// (no lock) when the scheduler already stamped the admission as the
-    /// departure.
+    /// Records that the inner service has the request now (the caller
+    /// calls this once the hand-over is done): reads the clock, and its
+    /// scopes' next gaps run from that reading. It reaches the scheduler
+    /// under a lock at once only when another request of its scopes may be
+    /// admitted before this one ends; otherwise [`finish`](Self::finish)
+    /// brings it, under the lock it takes anyway. A no-op after the first
+    /// call, and before admission.
     pub(crate) fn depart(&mut self) {
-        if self.departed {
+        let Stage::Admitted { report } = self.stage else {
             return;
+        };
+        let instant = Instant::now();
+        let at = Stamp::of(instant);
+        self.stage = Stage::Departed { at, reported: report };
+        if report {
+            let id = self.id;
+            self.registry
+                .with_scheduler(|scheduler, now, wake| scheduler.depart(id, at, now, wake));
         }
-        self.departed = true;
-        let id = self.id;
-        let now = self.registry.with_scheduler(|scheduler, now, wake| {
-            scheduler.depart(id, now, wake);
-            now
-        });
         if let Some(lease) = &mut self.lease {
-            lease.depart(now);
+            lease.depart(instant);
         }
-    }
-
-    /// Reports that the request, stamped as departing when it was admitted,
-    /// must wait for the inner service first: its scopes hold their next
-    /// gaps until [`depart`](Self::depart).
-    pub(crate) fn postpone_departure(&mut self) {
-        if !self.departed {
-            return;
-        }
-        self.departed = false;
-        let id = self.id;
-        self.registry
-            .with_scheduler(|scheduler, _now, _wake| scheduler.postpone_departure(id));
     }
 
     /// Marks the request answered (or failed, or abandoned): frees what it
@@ -190,14 +197,17 @@ impl Ticket {
         if let (Some(lease), Some(fleet)) = (self.lease.take(), self.registry.fleet()) {
             fleet.in_background(fleet.store.release(lease.release(Instant::now())));
         }
-        if self.finished {
-            return;
-        }
-        self.finished = true;
+        let stage = std::mem::replace(&mut self.stage, Stage::Finished);
+        let departed_at = match stage {
+            Stage::Finished => return,
+            Stage::Departed { at, reported: false } => Some(at),
+            _ => None,
+        };
         let id = self.id;
         self.registry
-            .with_scheduler(|scheduler, now, wake| scheduler.finish(id, outcome, now, wake));
-        self.place = None;
+            .with_scheduler(|scheduler, now, wake| scheduler.finish(id, outcome, departed_at, now, wake));
+        // A queued ticket's place goes back now, once it left its queues.
+        drop(stage);
     }
 }
 

@@ -151,9 +151,6 @@ impl FleetAdmission {
         loop {
             match &mut self.step {
                 Step::Ask => {
-                    // The request has not left yet: the local scopes' next
-                    // gaps must run from when it does.
-                    ticket.postpone_departure();
                     let reservation = ticket.fleet_reservation(self.lease);
                     self.terms = reservation
                         .scopes

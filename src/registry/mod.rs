@@ -74,15 +74,24 @@
 //!
 //! # Send instants: departure, not admission
 //!
-//! A request's send instant is when its own future hands it to the inner
-//! service. Admission and departure are the same instant when a request is
-//! admitted in its own poll (the common case, and the fast path: no extra
-//! lock). A waiter admitted by another task's event (a completion, a
-//! timer) departs only when its own task runs, which on a busy runtime can
-//! be milliseconds later; until it does, a scope with a delay admits
-//! nothing else, and its departure moves the scope's and the lane's last
-//! send to that instant. So a late departure can never be followed by an
-//! on-time one closer than the delay.
+//! A request's send instant is its *departure*: a clock reading its own
+//! future takes once the inner service has the request (after the inner
+//! future's first poll; see the [`throttle`](crate::throttle) module docs),
+//! never the admission instant. Admission takes a lane and starts the
+//! scope's and the lane's gaps from `now`; the departure moves them to the
+//! later instant. Between the two, the request is *undeparted* and a scope
+//! with a delay admits nothing else, so a late departure (a task preempted
+//! between admission and hand-over, a waiter admitted by another task's
+//! event whose own task runs later) can never be followed by an on-time
+//! one closer than the delay.
+//!
+//! The departure reaches the scheduler under a lock of its own only when
+//! the scheduler said at admission that it must (`TicketPoll::Sent`): the
+//! scope has a delay and more than one lane, so another request could be
+//! admitted before this one ends. Otherwise nothing can be admitted in
+//! between (the only lane is busy, or no gap depends on it), and the
+//! instant rides with the completion (`Scheduler::finish`), which takes the
+//! lock anyway: one lock round trip fewer per request.
 //!
 //! # Cold start
 //!
@@ -499,22 +508,12 @@ impl Registry {
         PollSemaphore::new(self.shared.queue_places.clone())
     }
 
-    /// Queues a request, which consumes its queue place, and sends it at
-    /// once if nothing is ahead of it and every limit allows.
-    /// `departs_on_admission`: the caller hands the request to the inner
-    /// service in the same poll that sees it admitted (a response future);
-    /// otherwise (a fixed-scope `poll_ready`, whose `call` comes later) it
-    /// reports the departure with [`Ticket::depart`].
-    pub(crate) fn enqueue(
-        &self,
-        place: QueuePlace,
-        scopes: &Scopes,
-        priority: Priority,
-        departs_on_admission: bool,
-    ) -> Ticket {
-        let (id, sent) = self.with_scheduler(|scheduler, now, wake| {
-            scheduler.enqueue(scopes, priority.0, now, wake, departs_on_admission)
-        });
-        Ticket::new(self.clone(), id, place, sent, departs_on_admission)
+    /// Queues a request, which consumes its queue place, and admits it at
+    /// once if nothing is ahead of it and every limit allows. Whoever hands
+    /// it to the inner service then reports that with [`Ticket::depart`].
+    pub(crate) fn enqueue(&self, place: QueuePlace, scopes: &Scopes, priority: Priority) -> Ticket {
+        let (id, admitted) =
+            self.with_scheduler(|scheduler, now, wake| scheduler.enqueue(scopes, priority.0, now, wake));
+        Ticket::new(self.clone(), id, place, admitted)
     }
 }

@@ -153,10 +153,6 @@ pub(crate) struct Scheduler {
     rng: fastrand::Rng,
     dirty: Vec<ScopeId>,
     passed: Vec<TicketId>,
-    /// The ticket whose own future is calling into the scheduler and will
-    /// hand its request to the inner service at once if it is admitted now.
-    /// Any other ticket admitted meanwhile leaves later, when its task runs.
-    departing: Option<TicketId>,
     eviction: Eviction,
     /// Requests in the scopes' queues.
     waiting: usize,
@@ -193,7 +189,6 @@ impl Scheduler {
             rng,
             dirty: Vec::new(),
             passed: Vec::new(),
-            departing: None,
             eviction: Eviction::new(DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES),
             waiting: 0,
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
@@ -276,17 +271,16 @@ impl Scheduler {
         id
     }
 
-    /// Queues a request for `scopes`; sends it at once when nothing is
-    /// ahead of it and every limit allows. `departs_if_sent`: the caller
-    /// hands the request to the inner service at once if it is sent now.
+    /// Queues a request for `scopes`; admits it at once when nothing is
+    /// ahead of it and every limit allows, and then says what to do with
+    /// its departure (as [`TicketPoll::Sent`]); `None` while it waits.
     pub(crate) fn enqueue(
         &mut self,
         scopes: &Scopes,
         priority: i32,
         now: Instant,
         wake: &mut WakeList,
-        departs_if_sent: bool,
-    ) -> (TicketId, bool) {
+    ) -> (TicketId, Option<bool>) {
         self.evict_expired(now);
         let ids: Vec<(ScopeId, f64)>;
         let seats = if scopes.len() == 1 {
@@ -322,13 +316,9 @@ impl Scheduler {
             in_global_queue: false,
             waiting: false,
             enqueued_at: now,
-            sent_at: None,
-            departed: false,
         });
-        self.departing = departs_if_sent.then_some(id);
         if self.try_send_directly(id, now, wake) {
-            self.departing = None;
-            return (id, true);
+            return (id, self.report_departure(id));
         }
         let ticket = &mut self.tickets[id];
         ticket.waiting = true;
@@ -338,16 +328,25 @@ impl Scheduler {
         }
         self.count_waiter();
         self.run_dispatch(now, wake);
-        self.departing = None;
-        let sent = self.tickets[id].status == Status::InFlight;
-        if !sent {
+        let admitted = self.report_departure(id);
+        if admitted.is_none() {
             tracing::debug!(
                 target: "tower_throttle",
                 scopes = ?scopes,
                 "request waits for its scopes to allow it"
             );
         }
-        (id, sent)
+        (id, admitted)
+    }
+
+    /// For an admitted ticket, whether its departure must be reported as
+    /// soon as it happens; `None` while it waits.
+    fn report_departure(&self, id: TicketId) -> Option<bool> {
+        match self.tickets[id].status {
+            Status::Queued => None,
+            Status::Admitted { report_departure } => Some(report_departure),
+            Status::Departed(_) => Some(false),
+        }
     }
 
     /// The fast path: every scope has an empty queue and allows a send now.
@@ -379,32 +378,23 @@ impl Scheduler {
     }
 
     /// Polls a waiting ticket: runs the timers it keeps, and says whether it
-    /// was sent or how long to sleep. `departs_if_sent` as for
-    /// [`enqueue`](Self::enqueue).
+    /// was sent or how long to sleep.
     pub(crate) fn poll_ticket(
         &mut self,
         id: TicketId,
         now: Instant,
         waker: &Waker,
         wake: &mut WakeList,
-        departs_if_sent: bool,
     ) -> TicketPoll {
-        let ticket = &self.tickets[id];
-        if ticket.status == Status::InFlight {
-            return TicketPoll::Sent {
-                departed: ticket.departed,
-            };
+        if let Some(report_departure) = self.report_departure(id) {
+            return TicketPoll::Sent { report_departure };
         }
-        self.departing = departs_if_sent.then_some(id);
         self.fire_due_timers(id, now);
         self.run_dispatch(now, wake);
-        self.departing = None;
-        let ticket = &mut self.tickets[id];
-        if ticket.status == Status::InFlight {
-            return TicketPoll::Sent {
-                departed: ticket.departed,
-            };
+        if let Some(report_departure) = self.report_departure(id) {
+            return TicketPoll::Sent { report_departure };
         }
+        let ticket = &mut self.tickets[id];
         match &ticket.waker {
             Some(known) if known.will_wake(waker) => {}
             _ => ticket.waker = Some(waker.clone()),
@@ -440,49 +430,72 @@ impl Scheduler {
 
     /// Marks a request finished (response or error): frees its lanes and
     /// its global permit, and lets the next waiters go. A ticket still
-    /// waiting just leaves its queues. A response feeds each scope's
-    /// latency average and AutoThrottle.
-    pub(crate) fn finish(&mut self, id: TicketId, outcome: Outcome, now: Instant, wake: &mut WakeList) {
+    /// waiting just leaves its queues. `departed_at`: when the request was
+    /// handed to the inner service, if it was and that was not reported
+    /// yet (it is applied first, as [`depart`](Self::depart) would have). A
+    /// response feeds each scope's latency average and AutoThrottle.
+    pub(crate) fn finish(
+        &mut self,
+        id: TicketId,
+        outcome: Outcome,
+        departed_at: Option<Stamp>,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
         let ticket = self.tickets.remove(id);
-        match ticket.status {
-            Status::InFlight => {
-                if let (
-                    Outcome::Response {
-                        status,
-                        adjust_autothrottle,
-                    },
-                    Some(sent),
-                ) = (outcome, ticket.sent_at)
-                {
-                    let latency = now.saturating_duration_since(sent);
-                    for seat in &ticket.seats {
-                        self.scopes[seat.scope]
-                            .state
-                            .observe_latency(latency, status, adjust_autothrottle);
-                    }
-                }
-                self.release_lanes(&ticket, now, wake);
+        let departed_at = match (ticket.status, departed_at) {
+            (Status::Queued, _) => {
+                self.leave_queues(id, &ticket, now, wake);
+                None
             }
-            Status::Queued => self.leave_queues(id, &ticket, now, wake),
+            (Status::Departed(at), _) => Some(at),
+            (Status::Admitted { .. }, Some(at)) => {
+                for seat in &ticket.seats {
+                    self.scopes[seat.scope].state.depart(seat.lane, at);
+                }
+                Some(at)
+            }
+            // Admitted but never handed over (dropped, or the inner
+            // service failed to get ready): it leaves its scopes'
+            // undeparted count as its lanes are released.
+            (Status::Admitted { .. }, None) => None,
+        };
+        if ticket.status.is_in_flight() {
+            if let (
+                Outcome::Response {
+                    status,
+                    adjust_autothrottle,
+                },
+                Some(sent),
+            ) = (outcome, departed_at)
+            {
+                let latency = Stamp::of(now).since(sent);
+                for seat in &ticket.seats {
+                    self.scopes[seat.scope]
+                        .state
+                        .observe_latency(latency, status, adjust_autothrottle);
+                }
+            }
+            self.release_lanes(&ticket, departed_at.is_some(), now, wake);
         }
         for seat in &ticket.seats {
             self.note_if_idle(seat.scope, now);
         }
     }
 
-    /// Stamps the departure of ticket `id`, admitted earlier, at `now`:
-    /// its scopes' next gaps run from now if that is later than its
-    /// admission, and the scopes it held back look at their waiters again.
-    pub(crate) fn depart(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) {
+    /// Records that admitted ticket `id` was handed to the inner service
+    /// at `at` (a clock reading taken after the hand-over, before this
+    /// lock): its scopes' next gaps run from then, and the scopes it held
+    /// back look at their waiters again, at `now`.
+    pub(crate) fn depart(&mut self, id: TicketId, at: Stamp, now: Instant, wake: &mut WakeList) {
         let ticket = &mut self.tickets[id];
-        if ticket.departed || ticket.status != Status::InFlight {
+        if !matches!(ticket.status, Status::Admitted { .. }) {
             return;
         }
-        ticket.departed = true;
-        ticket.sent_at = Some(now);
+        ticket.status = Status::Departed(at);
         for seat in &ticket.seats {
             let scope = &mut self.scopes[seat.scope];
-            scope.state.depart(seat.lane, now);
+            scope.state.depart(seat.lane, at);
             if scope.has_waiters() {
                 self.dirty.push(seat.scope);
             }
@@ -490,23 +503,12 @@ impl Scheduler {
         self.run_dispatch(now, wake);
     }
 
-    /// Ticket `id`, stamped as departing when it was admitted, leaves later
-    /// after all: its scopes wait for [`depart`](Self::depart).
-    pub(crate) fn postpone_departure(&mut self, id: TicketId) {
-        let ticket = &mut self.tickets[id];
-        if !ticket.departed {
-            return;
-        }
-        ticket.departed = false;
-        for seat in &ticket.seats {
-            self.scopes[seat.scope].state.postpone_departure();
-        }
-    }
-
-    fn release_lanes(&mut self, ticket: &TicketState, now: Instant, wake: &mut WakeList) {
+    /// Frees the lanes of a finished ticket; `departed`: whether its
+    /// departure was recorded (else it leaves the undeparted counts now).
+    fn release_lanes(&mut self, ticket: &TicketState, departed: bool, now: Instant, wake: &mut WakeList) {
         for seat in &ticket.seats {
             let scope = &mut self.scopes[seat.scope];
-            scope.state.release_lane(seat.lane, ticket.departed, now);
+            scope.state.release_lane(seat.lane, departed, now);
             if scope.has_waiters() {
                 self.dirty.push(seat.scope);
             }
@@ -627,21 +629,22 @@ impl Scheduler {
         wake: &mut WakeList,
         chosen: Option<(usize, Effective)>,
     ) {
-        let departs_now = self.departing == Some(id);
         let ticket = &mut self.tickets[id];
+        let mut report_departure = false;
         for seat in ticket.seats.iter_mut() {
             let scope = &mut self.scopes[seat.scope];
-            seat.lane = scope.state.take_lane(
+            let taken = scope.state.take_lane(
                 now,
                 chosen,
                 self.max_concurrency,
                 &mut self.rng,
                 Sending {
                     enqueued_at: ticket.enqueued_at,
-                    departs_now,
                     cost: seat.cost,
                 },
             );
+            seat.lane = taken.lane;
+            report_departure |= taken.others_may_follow;
             self.metrics.sent(&scope.state.key);
             if scope.remove_waiter(&ticket.order) {
                 self.dirty.push(seat.scope);
@@ -655,9 +658,7 @@ impl Scheduler {
             ticket.waiting = false;
             self.waiting -= 1;
         }
-        ticket.status = Status::InFlight;
-        ticket.sent_at = Some(now);
-        ticket.departed = departs_now;
+        ticket.status = Status::Admitted { report_departure };
         if let Some(waker) = ticket.waker.take() {
             wake.push(waker);
         }

@@ -73,8 +73,8 @@ pub(crate) struct LastSend {
 impl LastSend {
     /// Moves the send to `at` when it happened later than stamped (the
     /// request left after its admission); the jitter draw stays.
-    fn departed_at(&mut self, at: Instant) {
-        self.at = self.at.max(Stamp::of(at));
+    fn departed_at(&mut self, at: Stamp) {
+        self.at = self.at.max(at);
     }
 
     /// When the next send may go after this one, `gap` later with the
@@ -168,8 +168,9 @@ pub(crate) struct ScopeState {
     pub(crate) lanes: SmallVec<[Lane; 1]>,
     pub(crate) last_send: Option<LastSend>,
     pub(crate) in_flight: u32,
-    /// Requests admitted whose own future has not yet handed them to the
-    /// inner service: the scope's next gap cannot start before they leave.
+    /// Requests admitted whose departure (the hand-over to the inner
+    /// service) is not recorded yet: the scope's next gap cannot start
+    /// before they leave.
     pub(crate) undeparted: u32,
     /// Whether a request of the scope has ended (answered or failed). Until
     /// then the scope is cold: its first connection is still being set up.
@@ -194,11 +195,21 @@ struct Pace {
 pub(crate) struct Sending {
     /// When it was queued (for the debug event).
     pub(crate) enqueued_at: Instant,
-    /// Whether it leaves now (admitted in its own poll), or reports its
-    /// departure later.
-    pub(crate) departs_now: bool,
     /// Its expected quota cost in this scope.
     pub(crate) cost: f64,
+}
+
+/// The lane [`ScopeState::take_lane`] gave a request, and what its
+/// departure means to the scope.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TakenLane {
+    pub(crate) lane: usize,
+    /// Whether another request of the scope may be admitted before this one
+    /// ends, and would have to time its gap from this one's departure: the
+    /// scope has a delay and more than one lane. Otherwise nothing is
+    /// admitted before this request ends (its only lane is busy, or no gap
+    /// depends on it), so its departure can wait for the end.
+    pub(crate) others_may_follow: bool,
 }
 
 /// What a scope's own limits say about its next send.
@@ -479,8 +490,8 @@ impl ScopeState {
     /// Takes a lane for `sending` at `now`: the one `chosen` by the caller
     /// under this same lock (when no backoff may have changed since), or the
     /// one the scope's limits give now. Starts the lane's and the scope's
-    /// delays with fresh jitter draws and counts the request in flight.
-    /// Returns the lane.
+    /// delays with fresh jitter draws (from `now`, moved to the departure
+    /// once it is known) and counts the request in flight and undeparted.
     // Inline: this and `observe_latency` were part of the scheduler's send
     // and finish paths before they moved here, and are on every request.
     #[inline]
@@ -491,12 +502,8 @@ impl ScopeState {
         max_concurrency: u32,
         rng: &mut fastrand::Rng,
         sending: Sending,
-    ) -> usize {
-        let Sending {
-            enqueued_at,
-            departs_now,
-            cost,
-        } = sending;
+    ) -> TakenLane {
+        let Sending { enqueued_at, cost } = sending;
         if let Some(extra) = self.extra.as_deref_mut() {
             if let (Some(rampup), Some(config)) = (extra.rampup.as_mut(), self.config.get_rampup()) {
                 rampup.roll(now, config);
@@ -545,9 +552,7 @@ impl ScopeState {
         self.last_send = Some(scope_send);
         self.spend_quota(cost, now);
         self.in_flight += 1;
-        if !departs_now {
-            self.undeparted += 1;
-        }
+        self.undeparted += 1;
         self.sent += 1;
         tracing::debug!(
             target: "tower_throttle",
@@ -557,27 +562,24 @@ impl ScopeState {
             next_send_in_ms = scale(effective.delay, effective.jitter.factor(scope_send.draw)).as_millis() as u64,
             "request sent"
         );
-        lane
+        let has_gap = !effective.delay.is_zero() || !effective.delay_floor.is_zero();
+        TakenLane {
+            lane,
+            others_may_follow: has_gap && effective.concurrency > 1,
+        }
     }
 
-    /// Stamps the departure at `now` of a request admitted earlier on
+    /// Records the departure at `at` of a request admitted earlier on
     /// `lane`: the lane's and the scope's next gaps run from the later of
     /// admission and departure.
-    pub(crate) fn depart(&mut self, lane: usize, now: Instant) {
+    pub(crate) fn depart(&mut self, lane: usize, at: Stamp) {
         if let Some(lane) = self.lanes.get_mut(lane) {
-            lane.last_send.departed_at(now);
+            lane.last_send.departed_at(at);
         }
         if let Some(last_send) = &mut self.last_send {
-            last_send.departed_at(now);
+            last_send.departed_at(at);
         }
         self.undeparted -= 1;
-    }
-
-    /// A request stamped as departed at admission will leave later after
-    /// all (the inner service was not ready): hold the scope's next gap
-    /// until it does.
-    pub(crate) fn postpone_departure(&mut self) {
-        self.undeparted += 1;
     }
 
     /// Frees `lane` (taken by [`take_lane`](Self::take_lane)) when its
@@ -594,7 +596,7 @@ impl ScopeState {
         if !self.warm {
             self.warm = true;
             if let Some(last_send) = &mut self.last_send {
-                last_send.departed_at(now);
+                last_send.departed_at(Stamp::of(now));
             }
         }
     }

@@ -6,6 +6,8 @@ use std::task::Waker;
 
 use tokio::time::Instant;
 
+use super::time::Stamp;
+
 /// Index of a scope in the scheduler.
 pub(crate) type ScopeId = usize;
 /// Index of a ticket in the scheduler.
@@ -70,10 +72,26 @@ impl<'a> IntoIterator for &'a Seats {
     }
 }
 
+/// Where a ticket stands in the scheduler: the one record of whether its
+/// request was admitted and whether it has left.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub(crate) enum Status {
+    /// Waiting for its scopes.
     Queued,
-    InFlight,
+    /// Admitted (a lane taken in each scope, counted in flight), not yet
+    /// known to have left: its scopes count it as *undeparted*.
+    /// `report_departure`: whether its own future must report the
+    /// departure as soon as it happens (see [`TicketPoll::Sent`]).
+    Admitted { report_departure: bool },
+    /// Handed to the inner service at this instant.
+    Departed(Stamp),
+}
+
+impl Status {
+    /// Whether the request was admitted (and not yet finished).
+    pub(crate) fn is_in_flight(self) -> bool {
+        !matches!(self, Status::Queued)
+    }
 }
 
 #[derive(Debug)]
@@ -91,12 +109,6 @@ pub(crate) struct TicketState {
     /// Whether it is in its scopes' queues (counted among the waiting).
     pub(crate) waiting: bool,
     pub(crate) enqueued_at: Instant,
-    /// When the request left: stamped at admission, moved to its departure
-    /// when its own future hands it to the inner service later.
-    pub(crate) sent_at: Option<Instant>,
-    /// Whether the request has been handed to the inner service (or is
-    /// being handed to it in the very poll that admitted it).
-    pub(crate) departed: bool,
 }
 
 /// How a sent request ended.
@@ -111,10 +123,14 @@ pub(crate) enum Outcome {
 /// The result of polling a ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TicketPoll {
-    /// The request may be sent now (it is counted in flight). `departed`:
-    /// whether the scheduler stamped it as leaving now (it was admitted in
-    /// this very poll); if not, the caller reports its departure.
-    Sent { departed: bool },
+    /// The request may be sent now (it is counted in flight). The caller
+    /// reads the clock once the inner service has it (the departure) and
+    /// gives that instant to the scheduler: at once, under a lock of its
+    /// own, when `report_departure` (another request of one of its scopes
+    /// could be admitted before this one ends, and must time its gap from
+    /// this departure); otherwise with [`finish`](super::Scheduler::finish),
+    /// which it takes anyway.
+    Sent { report_departure: bool },
     /// Still waiting; keep a timer until this instant, if any.
     Waiting { timer: Option<Instant> },
 }

@@ -112,6 +112,11 @@ impl Stamp {
         Stamp(NonZeroU64::new(later).unwrap_or(self.0))
     }
 
+    /// The time from `earlier` to this stamp (zero if `earlier` is later).
+    pub(crate) fn since(self, earlier: Stamp) -> Duration {
+        Duration::from_nanos(self.0.get().saturating_sub(earlier.0.get()))
+    }
+
     /// The stamp `secs` whole seconds after the origin.
     pub(crate) fn from_coarse_secs(secs: u32) -> Stamp {
         let biased = STAMP_BIAS + u64::from(secs) * 1_000_000_000;

@@ -166,15 +166,10 @@ where
                             this.state.set(State::Done);
                             return Poll::Ready(Err(M::inner(error)));
                         }
-                        Poll::Pending => {
-                            // Not leaving yet: the scopes' next gaps must
-                            // run from when it does.
-                            this.ticket.postpone_departure();
-                            return Poll::Pending;
-                        }
+                        // Not leaving yet: the scopes' next gaps run from
+                        // its departure, whenever that comes.
+                        Poll::Pending => return Poll::Pending,
                     }
-                    // The send instant is now, when the request leaves.
-                    this.ticket.depart();
                     let Parked {
                         mut service,
                         mut request,
@@ -186,7 +181,11 @@ where
                     this.state.set(State::Calling { future });
                 }
                 StateProj::Calling { future } => {
-                    let output = match future.poll(cx) {
+                    let polled = future.poll(cx);
+                    // The hand-over is the inner future's first poll: see
+                    // the module docs of `throttle`. Free after the first.
+                    this.ticket.depart();
+                    let output = match polled {
                         Poll::Ready(output) => output,
                         Poll::Pending => return Poll::Pending,
                     };

@@ -26,6 +26,25 @@
 //! Dropping a response future at any point (waiting, in flight) releases
 //! everything it held: its queue place, its lanes, its global permit.
 //!
+//! # The send instant is the hand-over
+//!
+//! A scope's delay runs between *departures*: the instants its requests
+//! were handed to the inner service, read from the clock after the
+//! hand-over, never the instant the scheduler admitted them. The hand-over
+//! is the **first poll of the inner service's future**, not the return of
+//! its `call`: hyper-util's client and reqwest do nothing in `call` but
+//! build a future, and the request reaches a pooled connection (or starts
+//! opening one) when that future is first polled. A response future
+//! created by `Throttle::call` may be polled much later than the call (a
+//! spawned task waiting for a worker thread on a busy machine); stamping
+//! at `call` would time the scope's next gap from an instant before the
+//! request really left. Until a request's departure is recorded, a scope
+//! with a delay admits nothing else. The cost is one clock reading per
+//! request; the departure reaches the registry under its lock at once
+//! only when the scope has a delay and more than one lane (another request
+//! could be admitted before this one ends), and otherwise rides with the
+//! request's completion, which takes that lock anyway.
+//!
 //! The resolved [`Scopes`](crate::Scopes) are inserted into the request's
 //! extensions, so inner layers report feedback to the same scopes.
 //!

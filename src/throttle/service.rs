@@ -131,9 +131,9 @@ impl<S, M> Throttle<S, M> {
                 Poll::Ready(place) => place,
                 Poll::Pending => return Poll::Pending,
             };
-            // `call` may come later than the admission: it reports the
-            // departure itself.
-            self.reserved = Reserved::Ticket(self.registry.enqueue(place, &scopes, Priority(0), false));
+            // `call` may come later than the admission: the departure is
+            // recorded once the inner service has the request.
+            self.reserved = Reserved::Ticket(self.registry.enqueue(place, &scopes, Priority(0)));
         }
         match &mut self.reserved {
             Reserved::Ticket(ticket) => ticket.poll_send(cx),
@@ -183,12 +183,9 @@ where
                     .get::<Priority>()
                     .copied()
                     .unwrap_or_default();
-                self.registry.enqueue(place, &scopes, priority, true)
+                self.registry.enqueue(place, &scopes, priority)
             }
-            Reserved::Ticket(mut ticket) => {
-                ticket.depart();
-                ticket
-            }
+            Reserved::Ticket(ticket) => ticket,
             Reserved::Nothing => panic!("poll_ready must be called first"),
         };
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();

@@ -28,10 +28,11 @@ fn scheduler(default: ScopeConfig, max_concurrency: u32) -> Scheduler {
     )
 }
 
-/// A ticket sent in the poll that asked, so already on its way.
-const SENT: TicketPoll = TicketPoll::Sent { departed: true };
-/// A ticket another event admitted: it reports its own departure.
-const ADMITTED_EARLIER: TicketPoll = TicketPoll::Sent { departed: false };
+/// An admitted ticket, as [`Driver::poll`] reports it (it hands the
+/// request over at once).
+const SENT: TicketPoll = TicketPoll::Sent {
+    report_departure: false,
+};
 
 /// A test driver: the scheduler plus the wakers each call collected.
 struct Driver {
@@ -47,22 +48,37 @@ impl Driver {
         }
     }
 
-    /// Queues a request; says whether it was sent at once.
+    /// Queues a request; says whether it was sent at once (and then hands
+    /// it over at once, as a response future does).
     fn enqueue(&mut self, scopes: impl Into<Scopes>, priority: i32, now: Instant) -> (TicketId, bool) {
         self.woken.clear();
-        self.scheduler
-            .enqueue(&scopes.into(), priority, now, &mut self.woken, true)
+        let (id, admitted) = self
+            .scheduler
+            .enqueue(&scopes.into(), priority, now, &mut self.woken);
+        if admitted.is_some() {
+            self.scheduler.depart(id, Stamp::of(now), now, &mut self.woken);
+        }
+        (id, admitted.is_some())
     }
 
+    /// Polls a ticket; an admitted one is handed over at once.
     fn poll(&mut self, id: TicketId, now: Instant) -> TicketPoll {
         self.woken.clear();
-        self.scheduler
-            .poll_ticket(id, now, Waker::noop(), &mut self.woken, true)
+        match self
+            .scheduler
+            .poll_ticket(id, now, Waker::noop(), &mut self.woken)
+        {
+            TicketPoll::Sent { .. } => {
+                self.scheduler.depart(id, Stamp::of(now), now, &mut self.woken);
+                SENT
+            }
+            waiting => waiting,
+        }
     }
 
     fn finish(&mut self, id: TicketId, outcome: Outcome, now: Instant) {
         self.woken.clear();
-        self.scheduler.finish(id, outcome, now, &mut self.woken);
+        self.scheduler.finish(id, outcome, None, now, &mut self.woken);
     }
 
     /// The lane ticket `id` took in its first scope.
@@ -137,7 +153,7 @@ fn finishing_releases_the_lane_and_wakes_the_next_waiter() {
     d.finish(a, ANSWERED, t0 + ms(50));
     assert_eq!(d.woken.len(), 1, "the waiter is woken once");
     assert_eq!(d.in_flight("site"), 1, "B took the freed lane");
-    assert_eq!(d.poll(b, t0 + ms(50)), ADMITTED_EARLIER);
+    assert_eq!(d.poll(b, t0 + ms(50)), SENT);
     assert_eq!(d.lane(b), 0);
     // The latency of A (send to answer) feeds the average.
     assert_eq!(
@@ -173,7 +189,7 @@ fn multi_scope_admission_is_all_or_nothing() {
     assert_eq!((d.in_flight("a"), d.in_flight("b")), (1, 0));
 
     d.finish(z, ANSWERED, t0 + ms(3));
-    assert_eq!(d.poll(y, t0 + ms(3)), ADMITTED_EARLIER);
+    assert_eq!(d.poll(y, t0 + ms(3)), SENT);
     assert_eq!((d.in_flight("a"), d.in_flight("b")), (1, 1));
     assert_eq!(d.scheduler.in_flight(), 1);
 }
@@ -193,11 +209,11 @@ fn global_max_concurrency_queues_waiters_in_arrival_order() {
     assert_eq!(d.poll(c, t0), waiting(None));
 
     d.finish(a, ANSWERED, t0 + ms(10));
-    assert_eq!(d.poll(b, t0 + ms(10)), ADMITTED_EARLIER, "B is older than C");
+    assert_eq!(d.poll(b, t0 + ms(10)), SENT, "B is older than C");
     assert_eq!(d.poll(c, t0 + ms(10)), waiting(None));
 
     d.finish(b, ANSWERED, t0 + ms(20));
-    assert_eq!(d.poll(c, t0 + ms(20)), ADMITTED_EARLIER);
+    assert_eq!(d.poll(c, t0 + ms(20)), SENT);
     assert_eq!(d.scheduler.in_flight(), 1);
 }
 
@@ -233,7 +249,7 @@ fn passes_by_the_global_queue_count_towards_the_bypass_bound() {
         let (y, sent) = d.enqueue("a", 0, now);
         assert!(!sent);
         d.finish(in_flight, ANSWERED, now);
-        if d.poll(y, now) != ADMITTED_EARLIER {
+        if d.poll(y, now) != SENT {
             break;
         }
         passes += 1;
@@ -268,7 +284,7 @@ fn priority_orders_waiters_within_a_scope() {
     let (high, _) = d.enqueue("site", 5, t0 + ms(1));
     d.finish(a, ANSWERED, t0 + ms(2));
     assert_eq!(d.poll(low, t0 + ms(2)), waiting(None));
-    assert_eq!(d.poll(high, t0 + ms(2)), ADMITTED_EARLIER);
+    assert_eq!(d.poll(high, t0 + ms(2)), SENT);
 }
 
 /// A waiter that leaves (its future dropped) hands the scope's timer to
@@ -311,14 +327,69 @@ fn the_next_gap_runs_from_a_late_departure() {
     // C's arrival at 100 ms admits B, whose task has not run yet.
     let (c, sent) = d.enqueue("site", 0, t0 + ms(100));
     assert!(!sent);
-    assert_eq!(d.scheduler.tickets[b].status, Status::InFlight);
+    assert_eq!(
+        d.scheduler.tickets[b].status,
+        Status::Admitted {
+            report_departure: true
+        }
+    );
     // Until B leaves, C has no gap to count from: no timer.
     assert_eq!(d.poll(c, t0 + ms(120)), waiting(None));
     let mut wake = WakeList::new();
-    d.scheduler.depart(b, t0 + ms(140), &mut wake);
-    assert_eq!(d.scheduler.tickets[b].sent_at, Some(t0 + ms(140)));
+    d.scheduler
+        .depart(b, Stamp::of(t0 + ms(140)), t0 + ms(141), &mut wake);
+    assert_eq!(
+        d.scheduler.tickets[b].status,
+        Status::Departed(Stamp::of(t0 + ms(140)))
+    );
     assert_eq!(d.poll(c, t0 + ms(140)), waiting(Some(t0 + ms(240))));
     assert_eq!(d.poll(c, t0 + ms(240)), SENT);
+}
+
+/// A departure the ticket's handle carries to `finish` (its scope has one
+/// lane, so nothing could be admitted before the end anyway) times the
+/// next gap just as an early report would: from the hand-over, not from
+/// the admission.
+#[test]
+fn a_departure_carried_by_finish_times_the_next_gap() {
+    let mut d = Driver::new(scheduler(free(1).delay(ms(100)), 16));
+    let t0 = tokio::time::Instant::now();
+    let (a, _) = d.enqueue("site", 0, t0);
+    d.finish(a, ANSWERED, t0);
+    let (b, admitted) = d.scheduler.enqueue(&"site".into(), 0, t0 + ms(100), &mut d.woken);
+    assert_eq!(admitted, Some(false), "one lane: the departure waits for the end");
+    let mut wake = WakeList::new();
+    d.scheduler.finish(
+        b,
+        ANSWERED,
+        Some(Stamp::of(t0 + ms(130))),
+        t0 + ms(150),
+        &mut wake,
+    );
+    let (c, sent) = d.enqueue("site", 0, t0 + ms(150));
+    assert!(!sent);
+    assert_eq!(d.poll(c, t0 + ms(150)), waiting(Some(t0 + ms(230))));
+    assert_eq!(d.poll(c, t0 + ms(230)), SENT);
+}
+
+/// Only a scope that could admit another request before this one ends
+/// (a delay, and more than one lane) needs the departure at once.
+#[test]
+fn the_departure_is_reported_at_once_only_where_a_gap_depends_on_it() {
+    let t0 = tokio::time::Instant::now();
+    for (config, expected) in [
+        (free(2).delay(ms(100)), true),
+        (free(1).delay(ms(100)), false),
+        (free(8), false),
+        (free(8).delay_per_slot(ms(100)), false),
+    ] {
+        let mut d = Driver::new(scheduler(config.clone(), 16));
+        // Warm the scope: its first request holds it until it ends.
+        let (a, _) = d.enqueue("site", 0, t0);
+        d.finish(a, ANSWERED, t0);
+        let (_, admitted) = d.scheduler.enqueue(&"site".into(), 0, t0 + ms(500), &mut d.woken);
+        assert_eq!(admitted, Some(expected), "{config:?}");
+    }
 }
 
 /// Replays `arrivals` (offset in ms, cost) against one scope with quota
@@ -353,10 +424,7 @@ fn replay_quota(quota: f64, window: Duration, arrivals: &[(u64, f64)]) -> (Vec<(
             next_timer = None;
             for (id, cost) in std::mem::take(&mut waiting) {
                 match d.poll(id, now) {
-                    TicketPoll::Sent { departed } => {
-                        if !departed {
-                            d.scheduler.depart(id, now, &mut d.woken);
-                        }
+                    TicketPoll::Sent { .. } => {
                         sends.push((now, cost));
                         d.finish(id, ANSWERED, now);
                         progress = true;
