@@ -76,15 +76,32 @@
 //! # Running it
 //!
 //! ```text
-//! cargo run --release --example loadtest -- [scenario...] [--quick] [--check]
+//! cargo run --release --example loadtest -- [scenario...] [--quick] [--check] [--no-pin] [--busy N]
 //! ```
 //!
 //! Scenarios are named `a` to `e` (all by default); `--quick` shrinks the
-//! counts for a smoke run; `--check` exits non-zero when any criterion fails.
+//! counts for a smoke run; `--check` exits non-zero when any criterion fails;
+//! `--no-pin` lets the server and the client share the cores (see `cores`).
 //! Each scenario runs once per driving style: `stream` (one
 //! `buffer_unordered` stream on a current-thread runtime, the crawler's main
 //! loop) and `spawn` (one task per request on a multi-thread runtime with a
 //! worker per core the client has: one when pinned, see `cores`).
+//!
+//! `--busy N` makes the machine busy, as a client host with other work on it
+//! is: N more threads spin (a `black_box` loop) beside the client and the
+//! server for the whole run, pinned to no CPU (they are started before the
+//! main thread pins itself, so they keep the process's own affinity). The OS
+//! then preempts the client's and the server's threads for them, for
+//! timeslices, at any point of their work: between the scheduler's admission
+//! of a request and its hand-over to hyper-util (issue 21), with a request
+//! written but not yet read, and so on. With `--no-pin` they share both cores
+//! with everything else; pinned, they compete with the client on its core
+//! and with the server on its. Their CPU is counted in neither the client's
+//! nor the server's column. The header says how many run (0 by default).
+//! Compare the kernel gaps with and without it: the share at or above the
+//! floor (printed for (a)) and, for the short ones, whether they left the
+//! client short (the scheduler, or its stamp window) or were squeezed on the
+//! path, and the client's and the server's share of each shortfall.
 //!
 //! # Reading the table
 //!
@@ -114,6 +131,13 @@
 //!   connection setup distorts; `later` are all the others. `floor` is
 //!   `delay − 2 ms` without jitter, `delay × (1 − jitter) − 2 ms` with it;
 //!   `<floor` counts gaps below it, which a polite client never produces.
+//!   `p0.1%` and `p1%` are the gaps that 0.1 % and 1 % of the gaps are
+//!   shorter than (nearest rank).
+//! - For scenario (a), a line per run then sums up the site's view over all
+//!   its kernel-stamped gaps, first and later together: the minimum, p0.1 %,
+//!   p1 %, and the share of gaps at or above the floor (`d − 2 ms` without
+//!   jitter, `d × (1 − jitter) − 2 ms` with it), the figure to watch with
+//!   `--busy`.
 //! - `lag` is, per request matched by `x-seq`, split in two: `client` is the
 //!   kernel receive stamp minus the client's hand-over instant (hyper-util's
 //!   pool and connection task, the client's runtime, loopback), `server` the
@@ -346,6 +370,8 @@ struct Options {
     check: bool,
     /// Whether the server and the client each get a core of their own.
     pin: bool,
+    /// Threads that spin beside the client and the server for the whole run.
+    busy: usize,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -354,21 +380,32 @@ fn parse_options() -> Result<Options, String> {
         quick: false,
         check: false,
         pin: true,
+        busy: 0,
     };
-    for argument in std::env::args().skip(1) {
+    let mut arguments = std::env::args().skip(1);
+    while let Some(argument) = arguments.next() {
         match argument.as_str() {
             "--quick" => options.quick = true,
             "--check" => options.check = true,
             "--no-pin" => options.pin = false,
+            "--busy" => options.busy = busy_count(arguments.next())?,
             "a" | "b" | "c" | "d" | "e" => options.names.push(argument),
-            other => {
-                return Err(format!(
-                    "unknown argument {other:?}; expected [a|b|c|d|e]... [--quick] [--check] [--no-pin]"
-                ))
-            }
+            other => match other.strip_prefix("--busy=") {
+                Some(count) => options.busy = busy_count(Some(count.to_owned()))?,
+                None => return Err(format!("unknown argument {other:?}; {USAGE}")),
+            },
         }
     }
     Ok(options)
+}
+
+const USAGE: &str = "expected [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N]";
+
+fn busy_count(count: Option<String>) -> Result<usize, String> {
+    let count = count.ok_or_else(|| format!("--busy needs a thread count; {USAGE}"))?;
+    count
+        .parse()
+        .map_err(|_| format!("--busy needs a thread count, not {count:?}; {USAGE}"))
 }
 
 fn main() -> ExitCode {
@@ -379,7 +416,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    print_machine_header();
+    // Before any pinning: the busy threads keep the process's own affinity.
+    let busy = BusyThreads::start(options.busy);
+    print_machine_header(&busy);
     let pinned = options.pin && cores::pin_current_thread(cores::CLIENT);
     println!(
         "cores: {}",
@@ -389,6 +428,13 @@ fn main() -> ExitCode {
             "shared by server and client (--no-pin, or pinning unavailable)"
         }
     );
+    if busy.count() > 0 {
+        println!(
+            "busy: {} thread(s) spinning for the whole run on any core (not pinned), preempting the client and the \
+             server; their CPU is left out of both columns",
+            busy.count()
+        );
+    }
     let server = match ServerThread::start(pinned) {
         Ok(server) => server,
         Err(error) => {
@@ -401,13 +447,15 @@ fn main() -> ExitCode {
     let mut failures = 0;
     for scenario in scenarios(options.quick) {
         if options.names.is_empty() || options.names.iter().any(|name| name == scenario.name) {
-            failures += run_scenario(&server, &scenario, &mut blocks);
+            failures += run_scenario(&server, &busy, &scenario, &mut blocks);
         }
     }
     println!(
         "\nall scenarios: {:.1} s, {failures} criterion(s) failed",
         started.elapsed().as_secs_f64()
     );
+    // Dropped here: the server thread first (declared last), then the busy
+    // threads.
     if options.check && failures > 0 {
         ExitCode::FAILURE
     } else {
@@ -451,23 +499,106 @@ mod cores {
     }
 }
 
-fn print_machine_header() {
+fn print_machine_header(busy: &BusyThreads) {
     let cores = std::thread::available_parallelism().map_or(0, |cores| cores.get());
     let command: Vec<String> = std::env::args().collect();
     println!("tower-throttle loadtest: politeness as the server sees it");
     println!("command: {}", command.join(" "));
     println!(
-        "cores: {cores}; open-file limit: {}; clock ticks/s: {}; CPU: server = its thread, client = rest of the process",
+        "cores: {cores}; busy threads: {}; open-file limit: {}; clock ticks/s: {}; CPU: server = its thread, \
+         client = rest of the process{}",
+        busy.count(),
         open_file_limit().map_or("unknown".to_owned(), |limit| limit.to_string()),
         clock_ticks_per_second(),
+        if busy.count() > 0 {
+            " but the busy threads"
+        } else {
+            ""
+        },
     );
+}
+
+/// Threads that spin beside the client and the server (`--busy N`), so the
+/// OS preempts their threads as on a busy machine. Started before the main
+/// thread pins itself, so they are not pinned: they run on any CPU the
+/// process may use.
+struct BusyThreads {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    /// Their kernel thread ids, so their CPU time can be left out of the
+    /// client's.
+    thread_ids: Vec<u32>,
+}
+
+impl BusyThreads {
+    fn start(count: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ids_tx, ids_rx) = std::sync::mpsc::channel();
+        let threads = (0..count)
+            .filter_map(|index| {
+                let (stop, ids_tx) = (stop.clone(), ids_tx.clone());
+                std::thread::Builder::new()
+                    .name(format!("loadtest-busy-{index}"))
+                    .spawn(move || {
+                        let _ = ids_tx.send(current_thread_id());
+                        drop(ids_tx);
+                        let mut spins = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            for _ in 0..10_000 {
+                                spins = std::hint::black_box(spins.wrapping_add(1));
+                            }
+                        }
+                        std::hint::black_box(spins);
+                    })
+                    .map_err(|error| eprintln!("cannot start busy thread {index}: {error}"))
+                    .ok()
+            })
+            .collect::<Vec<_>>();
+        drop(ids_tx);
+        let thread_ids = ids_rx.iter().flatten().collect();
+        BusyThreads {
+            stop,
+            threads,
+            thread_ids,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Their CPU time so far, in seconds; `None` when a thread's can't be
+    /// read.
+    fn cpu_seconds(&self) -> Option<f64> {
+        if self.thread_ids.len() < self.threads.len() {
+            return None;
+        }
+        self.thread_ids
+            .iter()
+            .map(|id| cpu_seconds_of(&format!("/proc/self/task/{id}/stat")))
+            .sum()
+    }
+}
+
+impl Drop for BusyThreads {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
 }
 
 // ---------------------------------------------------------------- scenarios
 
 /// Runs every (style, jitter) of a scenario, prints its tables, and returns
 /// how many criteria failed.
-fn run_scenario(server: &ServerThread, scenario: &Scenario, blocks: &mut AddressBlocks) -> usize {
+fn run_scenario(
+    server: &ServerThread,
+    busy: &BusyThreads,
+    scenario: &Scenario,
+    blocks: &mut AddressBlocks,
+) -> usize {
     print_scenario_header(scenario);
     let mut runs = Vec::new();
     for style in [Style::Stream, Style::Spawn] {
@@ -478,11 +609,11 @@ fn run_scenario(server: &ServerThread, scenario: &Scenario, blocks: &mut Address
             }
             for kind in kinds {
                 let label = run_label(style, kind, jitter);
-                match run_once(server, scenario, blocks.next(), style, kind, jitter) {
+                match run_once(server, busy, scenario, blocks.next(), style, kind, jitter) {
                     Ok(report) => runs.push((label, report)),
                     Err(error) => {
                         println!("  {label}: could not run: {error}");
-                        runs.push((label, RunReport::failed(scenario, style, kind)));
+                        runs.push((label, RunReport::failed(scenario, style, kind, jitter)));
                     }
                 }
             }
@@ -490,6 +621,9 @@ fn run_scenario(server: &ServerThread, scenario: &Scenario, blocks: &mut Address
     }
     print_throughput_table(scenario, &runs);
     print_gap_table(&runs);
+    if scenario.goal == Goal::BoundAndSpacing {
+        print_site_gap_summary(&runs);
+    }
     print_memory(scenario, &runs);
     let verdicts = verdicts(scenario, &runs);
     for verdict in &verdicts {
@@ -571,6 +705,7 @@ struct RunReport {
     kind: Kind,
     style: Style,
     delay: Duration,
+    jitter: f64,
     outcome: Outcome,
     arrivals: ArrivalSummary,
     client_cpu: Option<f64>,
@@ -581,11 +716,12 @@ struct RunReport {
 }
 
 impl RunReport {
-    fn failed(scenario: &Scenario, style: Style, kind: Kind) -> Self {
+    fn failed(scenario: &Scenario, style: Style, kind: Kind, jitter: f64) -> Self {
         RunReport {
             kind,
             style,
             delay: scenario.delay,
+            jitter,
             outcome: Outcome {
                 requests: scenario.requests(),
                 answered: 0,
@@ -615,6 +751,7 @@ impl RunReport {
 
 fn run_once(
     server: &ServerThread,
+    busy: &BusyThreads,
     scenario: &Scenario,
     block: u8,
     style: Style,
@@ -623,7 +760,7 @@ fn run_once(
 ) -> Result<RunReport, BoxError> {
     let sites = start_sites(server, scenario, block)?;
     let rss_before = resident_bytes();
-    let cpu_before = CpuSample::take(server);
+    let cpu_before = CpuSample::take(server, busy);
     let registry = Registry::builder()
         .max_concurrency(scenario.max_concurrency)
         .max_queued(MAX_QUEUED)
@@ -648,7 +785,7 @@ fn run_once(
     };
     let requests = round_robin_requests(scenario, sites.addressing.clone());
     let outcome = drive(style, target, requests, scenario.requests())?;
-    let cpu_after = CpuSample::take(server);
+    let cpu_after = CpuSample::take(server, busy);
     let rss_after = resident_bytes();
     let scopes = registry.stats().scopes_tracked;
     let departures = std::mem::take(&mut *departures.departures.lock().unwrap());
@@ -663,6 +800,7 @@ fn run_once(
         kind,
         style,
         delay: scenario.delay,
+        jitter,
         outcome,
         arrivals,
         client_cpu: cpu_after.client_since(&cpu_before),
@@ -1557,6 +1695,7 @@ struct GapStats {
     count: usize,
     min: Duration,
     p0_1: Duration,
+    p1: Duration,
     mean: Duration,
     /// Standard error of the mean: how far the mean may stray by chance.
     mean_error: Duration,
@@ -1576,6 +1715,7 @@ fn gap_stats(mut gaps: Vec<Duration>, floor: Option<Duration>) -> Option<GapStat
         count,
         min: gaps[0],
         p0_1: gaps[(count - 1) / 1000],
+        p1: gaps[(count - 1) / 100],
         mean: Duration::from_secs_f64(mean),
         mean_error: Duration::from_secs_f64((variance / count as f64).sqrt()),
         below_floor: floor.map_or(0, |floor| gaps.iter().take_while(|gap| **gap < floor).count()),
@@ -2102,8 +2242,19 @@ fn print_gap_table(runs: &[(String, RunReport)]) {
     );
     println!("     client = handed to hyper-util below the throttle (the scheduler's view)");
     println!(
-        "   {:<14} {:<6} {:<6} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8} {:>7}",
-        "gaps (ms)", "stamp", "kind", "n", "min", "p0.1%", "mean", "±s.e.", "mean/d", "floor", "<floor"
+        "   {:<14} {:<6} {:<6} {:>7} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8} {:>7}",
+        "gaps (ms)",
+        "stamp",
+        "kind",
+        "n",
+        "min",
+        "p0.1%",
+        "p1%",
+        "mean",
+        "±s.e.",
+        "mean/d",
+        "floor",
+        "<floor"
     );
     for (label, run) in runs {
         let delay = Some(run.delay).filter(|delay| !delay.is_zero());
@@ -2120,10 +2271,11 @@ fn print_gap_table(runs: &[(String, RunReport)]) {
         for (stamp, kind, stats) in rows {
             let Some(stats) = stats else { continue };
             println!(
-                "   {label:<14} {stamp:<6} {kind:<6} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8} {:>7}",
+                "   {label:<14} {stamp:<6} {kind:<6} {:>7} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8} {:>7}",
                 stats.count,
                 millis(stats.min),
                 millis(stats.p0_1),
+                millis(stats.p1),
                 millis(stats.mean),
                 millis(stats.mean_error),
                 optional(delay, |delay| format!(
@@ -2252,6 +2404,39 @@ fn print_stamps_and_lags(runs: &[(String, RunReport)]) {
     }
     for (label, run) in runs {
         print_head_shortfall(label, &run.arrivals.head_shortfall);
+    }
+}
+
+/// The site's view of each run in one line: every kernel-stamped gap (first
+/// and later together), its minimum, p0.1 % and p1 %, and the share at or
+/// above the floor.
+fn print_site_gap_summary(runs: &[(String, RunReport)]) {
+    let mut header = false;
+    for (label, run) in runs {
+        let (Some(all), Some(floor)) = (&run.arrivals.all, run.arrivals.floor) else {
+            continue;
+        };
+        if !header {
+            println!("\n   the site's view, all gaps by kernel receive stamps (first and later):");
+            header = true;
+        }
+        let rule = if run.jitter > 0.0 {
+            format!("d × (1 − {}) − 2 ms", run.jitter)
+        } else {
+            "d − 2 ms".to_owned()
+        };
+        let at_or_above = all.count - all.below_floor;
+        println!(
+            "   {label:<14} min {} ms, p0.1 % {} ms, p1 % {} ms; {:.2} % of gaps ≥ {rule} = {} ms ({at_or_above} of \
+             {}, {} below)",
+            millis(all.min),
+            millis(all.p0_1),
+            millis(all.p1),
+            100.0 * at_or_above as f64 / all.count as f64,
+            millis(floor),
+            all.count,
+            all.below_floor,
+        );
     }
 }
 
@@ -2457,17 +2642,19 @@ fn bare_verdict(label: &str, run: &RunReport, runs: &[(String, RunReport)]) -> O
 
 // ---------------------------------------------------------------- /proc
 
-/// Process and server-thread CPU time at one instant.
+/// Process, server-thread and busy-thread CPU time at one instant.
 struct CpuSample {
     process: Option<f64>,
     server: Option<f64>,
+    busy: Option<f64>,
 }
 
 impl CpuSample {
-    fn take(server: &ServerThread) -> Self {
+    fn take(server: &ServerThread, busy: &BusyThreads) -> Self {
         CpuSample {
             process: cpu_seconds_of("/proc/self/stat"),
             server: server.cpu_seconds(),
+            busy: busy.cpu_seconds(),
         }
     }
 
@@ -2475,8 +2662,10 @@ impl CpuSample {
         Some(self.server? - before.server?)
     }
 
+    /// The process less the server thread and the busy threads.
     fn client_since(&self, before: &CpuSample) -> Option<f64> {
-        Some(self.process? - before.process? - self.server_since(before)?)
+        let busy = self.busy? - before.busy?;
+        Some(self.process? - before.process? - self.server_since(before)? - busy)
     }
 }
 
