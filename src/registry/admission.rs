@@ -56,7 +56,9 @@ pub(crate) struct Ticket {
 #[derive(Debug)]
 enum Stage {
     /// Waiting for its scopes, holding its queue place.
-    Queued { _place: QueuePlace },
+    Queued {
+        _place: QueuePlace,
+    },
     /// Admitted, not yet handed to the inner service. `report`: its
     /// departure must reach the scheduler as soon as it happens (see
     /// [`TicketPoll::Sent`]).
