@@ -32,7 +32,7 @@
 //!   heap bytes that building one request allocates (measured by building
 //!   one the same way). What remains is the throttle's own cost per waiter:
 //!   the ticket in the scheduler, the queue entry, the `Scopes` extension
-//!   the throttle inserts (shown apart with `record_scopes(false)`).
+//!   the throttle inserts with `record_scopes(true)` (shown apart).
 //! - **CPU while waiting**: utime + stime from `/proc/self/stat` (clock
 //!   ticks, usually 10 ms each) over 2 s of `tokio::time::sleep` with the
 //!   100 000 waiters pending.
@@ -310,7 +310,7 @@ fn main() {
         verdict: verdict(scope_bytes <= BUDGET_BYTES),
     });
 
-    let waiting = runtime.block_on(waiting_requests(true, true));
+    let waiting = runtime.block_on(waiting_requests(false, true));
     println!(
         "  waiting: {} queued in the scope; {:.1} bytes and {:.2} live blocks per waiter in all",
         waiting.queued, waiting.gross, waiting.blocks,
@@ -326,10 +326,10 @@ fn main() {
         verdict: verdict(waiting.net() <= BUDGET_BYTES),
     });
 
-    let unrecorded = runtime.block_on(waiting_requests(false, false));
+    let recorded = runtime.block_on(waiting_requests(true, false));
     rows.push(Row {
-        figure: "  same, record_scopes(false)".to_string(),
-        measured: format!("{:.1}", unrecorded.net()),
+        figure: "  same, record_scopes(true)".to_string(),
+        measured: format!("{:.1}", recorded.net()),
         budget: "(info)",
         verdict: "",
     });

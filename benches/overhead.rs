@@ -67,9 +67,9 @@ fn overhead(c: &mut Criterion) {
         b.iter_custom(|iters| runtime.block_on(drive(&mut service, &one, iters)));
     });
 
-    group.bench_function("throttle/1_scope_unrecorded", |b| {
-        // `record_scopes(false)`: no `Scopes` extension inserted.
-        let layer = ThrottleLayer::new(unthrottled_registry()).record_scopes(false);
+    group.bench_function("throttle/1_scope_recorded", |b| {
+        // `record_scopes(true)`: the `Scopes` extension inserted too.
+        let layer = ThrottleLayer::new(unthrottled_registry()).record_scopes(true);
         let mut service = layer.layer_service(bare());
         b.iter_custom(|iters| runtime.block_on(drive(&mut service, &one, iters)));
     });

@@ -591,6 +591,7 @@ async fn the_fetch_carries_the_user_agent_the_scopes_and_a_top_priority() {
     type Seen = (Option<String>, Option<Priority>, Option<Scopes>);
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let log = seen.clone();
+    let inner_registry = registry.clone();
     let layer = RobotsDelayLayer::new(registry.clone()).user_agent("mybot/1.0");
     let client = client(&registry, layer, &site, move |request, _| {
         log.lock().unwrap().push((
@@ -599,7 +600,8 @@ async fn the_fetch_carries_the_user_agent_the_scopes_and_a_top_priority() {
                 .get(http::header::USER_AGENT)
                 .map(|value| value.to_str().unwrap().to_owned()),
             request.extensions().get::<Priority>().copied(),
-            request.extensions().get::<Scopes>().cloned(),
+            // The scopes an inner layer reports to.
+            Some(inner_registry.scopes_of(request)),
         ));
         status(404)
     });

@@ -76,12 +76,13 @@ async fn parallel_requests_with_cancellations_keep_every_limit_and_release_every
         .unwrap();
     let limits = Limits::default();
     let inner_limits = limits.clone();
+    let inner_registry = registry.clone();
     let inner = tower::service_fn(move |request: http::Request<()>| {
         let limits = inner_limits.clone();
-        let scopes: Vec<String> = request
-            .extensions()
-            .get::<Scopes>()
-            .unwrap()
+        // The scopes the throttle hands over with the request, as an inner
+        // layer reads them (on whichever worker thread the call runs).
+        let scopes: Vec<String> = inner_registry
+            .scopes_of(&request)
             .iter()
             .map(|(scope, _)| scope.to_string())
             .collect();

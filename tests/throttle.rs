@@ -109,11 +109,14 @@ struct InFlightTracker {
     rng: Arc<Mutex<fastrand::Rng>>,
     sends: Arc<Mutex<Vec<(String, Instant)>>>,
     max_latency_ms: u64,
+    /// Where the scopes of each request are read, as an inner layer does.
+    registry: Registry,
 }
 
 impl InFlightTracker {
-    fn new(seed: u64, max_latency_ms: u64) -> Self {
+    fn new(registry: &Registry, seed: u64, max_latency_ms: u64) -> Self {
         InFlightTracker {
+            registry: registry.clone(),
             counts: Arc::default(),
             rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(seed))),
             sends: Arc::default(),
@@ -145,10 +148,10 @@ impl Service<http::Request<()>> for InFlightTracker {
     }
 
     fn call(&mut self, request: http::Request<()>) -> Self::Future {
-        let scopes: Vec<String> = request
-            .extensions()
-            .get::<Scopes>()
-            .expect("Throttle inserts the scopes")
+        // The scopes the throttle is handing over with the request.
+        let scopes: Vec<String> = self
+            .registry
+            .scopes_of(&request)
             .iter()
             .map(|(scope, _)| scope.to_string())
             .collect();
@@ -183,7 +186,7 @@ async fn no_two_sends_of_a_scope_are_closer_than_its_delay_over_random_arrivals(
         .max_concurrency(8)
         .build()
         .unwrap();
-    let tracker = InFlightTracker::new(1, 400);
+    let tracker = InFlightTracker::new(&registry, 1, 400);
     let mut service = ThrottleLayer::new(registry.clone()).layer(tracker.clone());
     let mut rng = fastrand::Rng::with_seed(42);
     let hosts = ["a.example", "b.example", "c.example", "d.example"];
@@ -225,7 +228,7 @@ async fn toscrape_parent_and_subdomain_limits_hold_together_without_deadlock() {
         .scope("quotes.toscrape.com", exact(16, Duration::ZERO, Duration::ZERO))
         .build()
         .unwrap();
-    let tracker = InFlightTracker::new(7, 50);
+    let tracker = InFlightTracker::new(&registry, 7, 50);
     let mut service = ThrottleLayer::new(registry.clone()).layer(tracker.clone());
     let mut rng = fastrand::Rng::with_seed(3);
     let mut requests = Vec::new();
@@ -572,7 +575,7 @@ async fn dropping_a_fixed_scope_service_after_poll_ready_releases_its_admission(
 }
 
 #[tokio::test(start_paused = true)]
-async fn throttle_records_the_resolved_scopes_for_inner_layers() {
+async fn throttle_records_the_resolved_scopes_in_the_extensions_when_asked() {
     let registry = Registry::default();
     let seen: Arc<Mutex<Option<Scopes>>> = Arc::default();
     let seen_inner = seen.clone();
@@ -580,7 +583,7 @@ async fn throttle_records_the_resolved_scopes_for_inner_layers() {
         *seen_inner.lock().unwrap() = request.extensions().get::<Scopes>().cloned();
         async { Ok::<_, Infallible>(http::Response::new(())) }
     });
-    let service = ThrottleLayer::new(registry).layer(inner);
+    let service = ThrottleLayer::new(registry).record_scopes(true).layer(inner);
     service
         .oneshot(get("https://Books.ToScrape.com:8080/x"))
         .await
@@ -676,6 +679,37 @@ async fn robots_yields_only_to_the_limits_a_scope_config_sets() {
     );
 }
 
+/// Without the extension (the default), an inner layer's `call` learns the
+/// scopes the throttle decided through `Registry::scopes_of`, even when
+/// the resolver would say otherwise (a fixed scope), whether the request
+/// was sent at once or waited; outside that call nothing is handed over.
+#[tokio::test(start_paused = true)]
+async fn inner_layers_learn_the_throttles_scopes_during_its_call_without_an_extension() {
+    let registry = registry_with(exact(1, ms(100), Duration::ZERO));
+    let seen: Arc<Mutex<Vec<(Scopes, bool)>>> = Arc::default();
+    let (seen_inner, inner_registry) = (seen.clone(), registry.clone());
+    let inner = tower::service_fn(move |request: http::Request<()>| {
+        let has_extension = request.extensions().get::<Scopes>().is_some();
+        seen_inner
+            .lock()
+            .unwrap()
+            .push((inner_registry.scopes_of(&request), has_extension));
+        async { Ok::<_, Infallible>(http::Response::new(())) }
+    });
+    let mut service = ThrottleLayer::new(registry.clone())
+        .fixed_scope("api")
+        .layer(inner);
+    let requests = (0..2).map(|i| get(&format!("https://example.com/{i}"))).collect();
+    finish_all(launch(&mut service, requests).await).await;
+    let api = (Scopes::from("api"), false);
+    assert_eq!(*seen.lock().unwrap(), vec![api.clone(), api]);
+    assert_eq!(
+        registry.scopes_of(&get("https://example.com/")),
+        Scopes::from("example.com"),
+        "outside the throttle's call, the resolver answers"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn without_recorded_scopes_inner_layers_resolve_the_same_scopes_themselves() {
     let registry = registry_with(exact(1, Duration::ZERO, Duration::ZERO));
@@ -712,7 +746,7 @@ async fn host_and_parents_resolver_applies_the_toscrape_limits_by_itself() {
         .scope("quotes.toscrape.com", exact(16, Duration::ZERO, Duration::ZERO))
         .build()
         .unwrap();
-    let tracker = InFlightTracker::new(11, 50);
+    let tracker = InFlightTracker::new(&registry, 11, 50);
     let mut service = ThrottleLayer::new(registry.clone()).layer(tracker.clone());
     let hosts = ["books.toscrape.com", "quotes.toscrape.com", "toscrape.com"];
     let requests = (0..600)

@@ -8,7 +8,6 @@ use super::future::ResponseFuture;
 use super::layer::Shared;
 use super::BackoffLayer;
 use crate::registry::Registry;
-use crate::scope::Scopes;
 
 /// Reports backoff feedback for each response and error of the inner
 /// service; see the [module docs](crate::backoff). Responses and errors
@@ -80,10 +79,9 @@ where
     }
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
-        let scopes = match request.extensions().get::<Scopes>() {
-            Some(scopes) => scopes.clone(),
-            None => self.shared.registry.scopes_of(&request),
-        };
+        // Read before the request moves into the inner service: the scopes
+        // a throttle above is handing over, or what the resolver says.
+        let scopes = self.shared.registry.scopes_of(&request);
         ResponseFuture::new(self.inner.call(request), scopes, self.shared.clone())
     }
 }

@@ -198,7 +198,7 @@ use tokio::time::Instant;
 use tokio_util::sync::PollSemaphore;
 
 use crate::error::ConfigError;
-use crate::scope::{Priority, RequestHead, Scope, ScopeResolver, Scopes};
+use crate::scope::{handover, Priority, RequestHead, Scope, ScopeResolver, Scopes};
 use crate::store::Fleet;
 pub(crate) use admission::{QueuePlace, Ticket};
 pub(crate) use fleet::FleetAdmission;
@@ -488,12 +488,33 @@ impl Registry {
     }
 
     /// The scopes `request` is throttled by: its [`Scopes`] extension if it
-    /// has one, otherwise what the resolver says.
+    /// has one; else, called from an inner layer's `call` while a
+    /// [`Throttle`](crate::Throttle) of this registry hands the request over,
+    /// the scopes that throttle decided; otherwise what the resolver says.
+    /// Inner layers call this in their `call` to report to the right scopes
+    /// (see [`ThrottleLayer::record_scopes`](crate::ThrottleLayer::record_scopes)).
     pub fn scopes_of<B>(&self, request: &http::Request<B>) -> Scopes {
+        if let Some(scopes) = request.extensions().get::<Scopes>() {
+            return scopes.clone();
+        }
+        handover::being_handed_over(self.id())
+            .unwrap_or_else(|| self.shared.resolver.resolve(&RequestHead::of(request)))
+    }
+
+    /// The scopes a throttle resolves for `request`: its [`Scopes`]
+    /// extension, or what the resolver says (never a scope being handed
+    /// over: that is another request's).
+    pub(crate) fn resolve<B>(&self, request: &http::Request<B>) -> Scopes {
         match request.extensions().get::<Scopes>() {
             Some(scopes) => scopes.clone(),
             None => self.shared.resolver.resolve(&RequestHead::of(request)),
         }
+    }
+
+    /// This registry's identity (shared by its clones), to tell it from
+    /// another registry's.
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.shared) as usize
     }
 
     /// Whether some scope may run a custom manager: the feedback layers

@@ -460,6 +460,8 @@ impl Scheduler {
             // undeparted count as its lanes are released.
             (Status::Admitted { .. }, None) => None,
         };
+        // One conversion for everything below that keeps an instant.
+        let now_stamp = Stamp::of(now);
         if ticket.status.is_in_flight() {
             if let (
                 Outcome::Response {
@@ -469,7 +471,7 @@ impl Scheduler {
                 Some(sent),
             ) = (outcome, departed_at)
             {
-                let latency = Stamp::of(now).since(sent);
+                let latency = now_stamp.since(sent);
                 for seat in &ticket.seats {
                     self.scopes[seat.scope]
                         .state
@@ -479,7 +481,7 @@ impl Scheduler {
             self.release_lanes(&ticket, departed_at.is_some(), now, wake);
         }
         for seat in &ticket.seats {
-            self.note_if_idle(seat.scope, now);
+            self.note_if_idle(seat.scope, now_stamp);
         }
     }
 

@@ -74,7 +74,7 @@ where
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
         // Read before the request is moved into the inner service: the
-        // `Scopes` extension Throttle inserted, or what the resolver says.
+        // scopes a throttle above is handing over, or what the resolver says.
         let scopes = self.registry.scopes_of(&request);
         let observer = Observer::new(self.registry.clone(), scopes, self.settings);
         ResponseFuture::new(self.inner.call(request), observer)

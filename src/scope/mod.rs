@@ -21,6 +21,7 @@
 //! extensions, so layers inside it (backoff, rate-limit headers) report their
 //! feedback to the same scopes.
 
+pub(crate) mod handover;
 mod ready_made;
 mod resolver;
 

@@ -11,7 +11,7 @@ use tower_service::Service;
 
 use super::errors::{ErrorMode, InnerErrors};
 use crate::registry::{FleetAdmission, Outcome, Ticket};
-use crate::scope::Scopes;
+use crate::scope::{handover, Scopes};
 
 pin_project! {
     /// Waits for the request's turn (in the registry, then in its scope
@@ -52,13 +52,11 @@ pin_project! {
 }
 
 /// A request waiting for its turn, with the handle that will send it and
-/// the scopes to record in its extensions when it leaves (recorded then,
-/// not before: an extension map costs three allocations, which a waiting
-/// request has no need to hold).
+/// the scopes it goes with.
 struct Parked<S, Req> {
     service: S,
     request: Req,
-    scopes: Option<Scopes>,
+    scopes: HandingOver,
     /// Its reservation in the registry's store, when there is one (boxed:
     /// a waiting request without a store pays 8 bytes for it).
     fleet: Option<Box<FleetAdmission>>,
@@ -68,12 +66,12 @@ impl<S, ReqBody, M> ResponseFuture<S, http::Request<ReqBody>, M>
 where
     S: Service<http::Request<ReqBody>>,
 {
-    /// `readied` is the handle `Throttle::poll_ready` readied; `scopes`,
-    /// when given, go into the request's extensions as it is sent.
+    /// `readied` is the handle `Throttle::poll_ready` readied; `scopes`
+    /// are handed over with the request.
     pub(crate) fn new(
-        mut readied: S,
-        mut request: http::Request<ReqBody>,
-        scopes: Option<Scopes>,
+        readied: S,
+        request: http::Request<ReqBody>,
+        scopes: HandingOver,
         ticket: Ticket,
         adjust_autothrottle: bool,
     ) -> Self
@@ -85,9 +83,8 @@ where
         // store, the store has its say first.
         let fleet = ticket.has_fleet().then(|| Box::new(FleetAdmission::new()));
         let state = if ticket.is_sent() && fleet.is_none() {
-            record(&mut request, scopes);
             State::Calling {
-                future: readied.call(request),
+                future: scopes.call(readied, request),
             }
         } else {
             // Give the readiness back while the request waits: a clone is
@@ -113,9 +110,28 @@ where
     }
 }
 
-fn record<B>(request: &mut http::Request<B>, scopes: Option<Scopes>) {
-    if let Some(scopes) = scopes {
-        request.extensions_mut().insert(scopes);
+/// The scopes the throttle decided for a request, handed to the inner
+/// layers with it: through the hand-over slot (see
+/// [`handover`](crate::scope::handover)) during the call, and in the
+/// request's extensions too when `record` (see
+/// [`ThrottleLayer::record_scopes`](super::ThrottleLayer::record_scopes)).
+#[derive(Debug)]
+pub(crate) struct HandingOver {
+    pub(crate) registry: usize,
+    pub(crate) scopes: Scopes,
+    pub(crate) record: bool,
+}
+
+impl HandingOver {
+    /// Calls `service` with `request`, the scopes handed over with it.
+    fn call<S, B>(self, mut service: S, mut request: http::Request<B>) -> S::Future
+    where
+        S: Service<http::Request<B>>,
+    {
+        if self.record {
+            request.extensions_mut().insert(self.scopes.clone());
+        }
+        handover::handing_over(self.registry, self.scopes, || service.call(request))
     }
 }
 
@@ -171,13 +187,12 @@ where
                         Poll::Pending => return Poll::Pending,
                     }
                     let Parked {
-                        mut service,
-                        mut request,
+                        service,
+                        request,
                         scopes,
                         fleet: _,
                     } = *waiting.take().expect("checked above");
-                    record(&mut request, scopes);
-                    let future = service.call(request);
+                    let future = scopes.call(service, request);
                     this.state.set(State::Calling { future });
                 }
                 StateProj::Calling { future } => {

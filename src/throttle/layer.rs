@@ -44,7 +44,7 @@ impl ThrottleLayer {
         ThrottleLayer {
             registry,
             fixed: None,
-            record_scopes: true,
+            record_scopes: false,
             mode: PhantomData,
         }
     }
@@ -74,13 +74,17 @@ impl<M> ThrottleLayer<M> {
     }
 
     /// Whether to insert the request's resolved [`Scopes`] into its
-    /// extensions (default: yes). Inner layers (backoff, rate-limit headers)
-    /// read them to report feedback to the right scopes. Without them they
-    /// resolve the scopes again through the registry, which gives the same
-    /// answer unless the scopes came from [`fixed_scope`](Self::fixed_scope).
-    /// Turning it off saves about a quarter of Throttle's per-request cost
-    /// (http's extension map allocates on first insert) when nothing inside
-    /// needs them.
+    /// extensions too (default: no). Inner layers learn the throttle's
+    /// scopes without it: [`Registry::scopes_of`](crate::Registry::scopes_of)
+    /// called in their `call` returns the scopes this throttle is handing
+    /// over (see [`scope::handover`](crate::scope)), which is what the
+    /// crate's backoff and rate-limit layers do. Turn it on when an inner
+    /// layer reads the extension itself, or calls its inner service later
+    /// from another task (behind a `tower::buffer::Buffer`) and must still
+    /// report to scopes the resolver cannot reproduce (a
+    /// [`fixed_scope`](Self::fixed_scope)). It costs about a fifth of
+    /// Throttle's per-request work: http's extension map allocates three
+    /// times on first insert.
     pub fn record_scopes(mut self, record: bool) -> Self {
         self.record_scopes = record;
         self

@@ -45,8 +45,12 @@
 //! could be admitted before this one ends), and otherwise rides with the
 //! request's completion, which takes that lock anyway.
 //!
-//! The resolved [`Scopes`](crate::Scopes) are inserted into the request's
-//! extensions, so inner layers report feedback to the same scopes.
+//! Inner layers report to the scopes the throttle decided: while it calls
+//! its inner service, [`Registry::scopes_of`](crate::Registry::scopes_of),
+//! called from an inner layer's `call`, returns them (a thread-local slot
+//! set for the duration of that call, tagged with the registry; nothing is
+//! allocated). [`ThrottleLayer::record_scopes`] also writes them into the
+//! request's extensions, for layers that read them later or elsewhere.
 //!
 //! ```
 //! use std::time::Duration;

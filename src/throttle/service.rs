@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 use tower_service::Service;
 
 use super::errors::{ErrorMode, InnerErrors};
-use super::future::ResponseFuture;
+use super::future::{HandingOver, ResponseFuture};
 use tokio_util::sync::PollSemaphore;
 
 use crate::registry::{QueuePlace, Registry, Ticket};
@@ -92,7 +92,7 @@ impl<S, M> Throttle<S, M> {
             registry,
             places,
             fixed,
-            record_scopes: true,
+            record_scopes: false,
             reserved: Reserved::Nothing,
             mode: PhantomData,
         }
@@ -174,7 +174,7 @@ where
         let already_recorded = given.is_some() && self.fixed.is_none();
         let scopes = match (&self.fixed, given) {
             (Some(scopes), _) | (None, Some(scopes)) => scopes.clone(),
-            (None, None) => self.registry.scopes_of(&request),
+            (None, None) => self.registry.resolve(&request),
         };
         let ticket = match reserved {
             Reserved::Place(place) => {
@@ -189,9 +189,14 @@ where
             Reserved::Nothing => panic!("poll_ready must be called first"),
         };
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
-        let to_record = (self.record_scopes && !already_recorded).then_some(scopes);
+        let record = self.record_scopes && !already_recorded;
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(inner, request, to_record, ticket, adjust_autothrottle)
+        let handing_over = HandingOver {
+            registry: self.registry.id(),
+            scopes,
+            record,
+        };
+        ResponseFuture::new(inner, request, handing_over, ticket, adjust_autothrottle)
     }
 }

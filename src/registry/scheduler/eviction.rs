@@ -58,10 +58,10 @@ struct Candidate {
 impl Candidate {
     /// `None` for an id beyond `u32` (four billion scopes in memory at once
     /// is beyond any machine); such a scope is simply never evicted.
-    fn new(id: ScopeId, now: Instant) -> Option<Self> {
+    fn new(id: ScopeId, now: Stamp) -> Option<Self> {
         Some(Candidate {
             id: u32::try_from(id).ok()?,
-            joined_secs: Stamp::of(now).coarse_secs(),
+            joined_secs: now.coarse_secs(),
         })
     }
 
@@ -111,7 +111,7 @@ impl Eviction {
 
 impl Scheduler {
     /// Notes that scope `id` may have become idle at `now`.
-    pub(super) fn note_if_idle(&mut self, id: ScopeId, now: Instant) {
+    pub(super) fn note_if_idle(&mut self, id: ScopeId, now: Stamp) {
         let Some(scope) = self.scopes.get_mut(id) else {
             return;
         };
@@ -122,7 +122,7 @@ impl Scheduler {
         // no waiter storage.
         scope.waiters = None;
         if scope.idle_since.is_none() {
-            scope.idle_since = Some(Stamp::of(now));
+            scope.idle_since = Some(now);
         }
         if !scope.evictable {
             if let Some(candidate) = Candidate::new(id, now) {
@@ -191,7 +191,7 @@ impl Scheduler {
             // Looked at again one `idle_ttl` from now at the earliest (or
             // under pressure), so a scope kept for its state costs one look
             // per `idle_ttl`, not one per request.
-            if let Some(candidate) = Candidate::new(id, now) {
+            if let Some(candidate) = Candidate::new(id, Stamp::of(now)) {
                 self.eviction.push(candidate);
             }
             return;

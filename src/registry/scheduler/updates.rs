@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::{Scheduler, ScopeEntry, ScopeId, WakeList};
 use crate::registry::config::ScopeConfig;
 use crate::registry::feedback::{AnnouncedLimits, Feedback};
+use crate::registry::time::Stamp;
 use crate::scope::Scope;
 
 impl Scheduler {
@@ -17,7 +18,7 @@ impl Scheduler {
     /// created by an update, with nothing queued, is idle from the start).
     fn scope_for_update(&mut self, key: &Scope, now: Instant) -> ScopeId {
         let id = self.scope_id(key, now);
-        self.note_if_idle(id, now);
+        self.note_if_idle(id, Stamp::of(now));
         id
     }
 
