@@ -175,10 +175,11 @@ impl Ticket {
     /// under a lock at once only when another request of its scopes may be
     /// admitted before this one ends; otherwise [`finish`](Self::finish)
     /// brings it, under the lock it takes anyway. A no-op after the first
-    /// call, and before admission.
-    pub(crate) fn depart(&mut self) {
+    /// call, and before admission. Returns the clock reading it took, if
+    /// it took one.
+    pub(crate) fn depart(&mut self) -> Option<Instant> {
         let Stage::Admitted { report } = self.stage else {
-            return;
+            return None;
         };
         let instant = Instant::now();
         let at = Stamp::of(instant);
@@ -191,23 +192,35 @@ impl Ticket {
         if let Some(lease) = &mut self.lease {
             lease.depart(instant);
         }
+        Some(instant)
     }
 
     /// Marks the request answered (or failed, or abandoned): frees what it
     /// holds and feeds latency to the registry.
     pub(crate) fn finish(&mut self, outcome: Outcome) {
+        self.finish_at(outcome, None);
+    }
+
+    /// [`finish`](Self::finish), at `ended` when the caller read the clock
+    /// after the request ended (the inner future answered in the very poll
+    /// that handed the request over, and [`depart`](Self::depart)'s reading
+    /// came after the answer: it serves for both).
+    pub(crate) fn finish_at(&mut self, outcome: Outcome, ended: Option<Instant>) {
         if let (Some(lease), Some(fleet)) = (self.lease.take(), self.registry.fleet()) {
             fleet.in_background(fleet.store.release(lease.release(Instant::now())));
         }
         let stage = std::mem::replace(&mut self.stage, Stage::Finished);
-        let departed_at = match stage {
+        let (departed_at, departure) = match stage {
             Stage::Finished => return,
-            Stage::Departed { at, reported: false } => Some(at),
-            _ => None,
+            Stage::Departed { at, reported } => ((!reported).then_some(at), Some(at)),
+            _ => (None, None),
         };
+        // `ended` is the departure's reading: its stamp too.
+        let ended_stamp = ended.and(departure);
         let id = self.id;
-        self.registry
-            .with_scheduler(|scheduler, now, wake| scheduler.finish(id, outcome, departed_at, now, wake));
+        self.registry.with_scheduler_at(ended, |scheduler, now, wake| {
+            scheduler.finish(id, outcome, departed_at, (now, ended_stamp), wake)
+        });
         // A queued ticket's place goes back now, once it left its queues.
         drop(stage);
     }

@@ -297,11 +297,22 @@ impl Registry {
     /// is released keeps a woken task that runs at once on another thread
     /// from contending for it; this is the one place that does it.
     fn with_scheduler<T>(&self, act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T) -> T {
+        self.with_scheduler_at(None, act)
+    }
+
+    /// [`with_scheduler`](Self::with_scheduler) at `now` when the caller
+    /// has just read the clock (an instant read before the lock is at most
+    /// a little early, which only makes the scheduler's checks stricter).
+    fn with_scheduler_at<T>(
+        &self,
+        now: Option<Instant>,
+        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
+    ) -> T {
         // Empty until something is woken: no allocation on the common path.
         let mut wake = WakeList::new();
         let result = {
             let mut scheduler = self.scheduler();
-            let result = act(&mut scheduler, Instant::now(), &mut wake);
+            let result = act(&mut scheduler, now.unwrap_or_else(Instant::now), &mut wake);
             scheduler.report_levels();
             result
         };

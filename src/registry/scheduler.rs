@@ -434,12 +434,13 @@ impl Scheduler {
     /// handed to the inner service, if it was and that was not reported
     /// yet (it is applied first, as [`depart`](Self::depart) would have). A
     /// response feeds each scope's latency average and AutoThrottle.
+    /// `now_stamp`: the stamp of `now`, when the caller has it.
     pub(crate) fn finish(
         &mut self,
         id: TicketId,
         outcome: Outcome,
         departed_at: Option<Stamp>,
-        now: Instant,
+        (now, now_stamp): (Instant, Option<Stamp>),
         wake: &mut WakeList,
     ) {
         let ticket = self.tickets.remove(id);
@@ -460,8 +461,9 @@ impl Scheduler {
             // undeparted count as its lanes are released.
             (Status::Admitted { .. }, None) => None,
         };
-        // One conversion for everything below that keeps an instant.
-        let now_stamp = Stamp::of(now);
+        // One conversion for everything below that keeps an instant (none
+        // when the caller has it).
+        let now_stamp = now_stamp.unwrap_or_else(|| Stamp::of(now));
         if ticket.status.is_in_flight() {
             if let (
                 Outcome::Response {
@@ -675,11 +677,24 @@ impl Scheduler {
             (Some(at), Some(&first)) => Some((first, at)),
             _ => None,
         };
-        if scope.timer_owner() == owner {
+        let previous = scope.timer_owner();
+        if previous == owner {
             return;
         }
         scope.set_timer_owner(owner);
-        if let Some((first, _)) = owner {
+        // The same waiter with a later instant needs no wake-up: its timer
+        // fires at the earlier one, and it learns the new one then. That is
+        // the common case of a departure, which only ever moves a scope's
+        // next send later; not waking anyone there keeps the departing
+        // task from waking a task right after it handed its request over,
+        // which on tokio would take the run-queue slot (the LIFO slot) its
+        // connection task was just given and delay the request's bytes.
+        let needs_wake = match (previous, owner) {
+            (Some((before, earlier)), Some((first, at))) => before != first || at < earlier,
+            (None, Some(_)) => true,
+            (_, None) => false,
+        };
+        if let (true, Some((first, _))) = (needs_wake, owner) {
             if let Some(waker) = &self.tickets[first].waker {
                 wake.push(waker.clone());
             }

@@ -406,7 +406,7 @@ impl ScopeState {
     /// What the scope's limits say about sending, now, a request that costs
     /// `cost` in it.
     pub(crate) fn check(&self, now: Instant, effective: &Effective, cost: f64) -> ScopeCheck {
-        if self.in_flight >= effective.concurrency || self.waits_for_an_earlier_request(effective) {
+        if self.in_flight >= effective.concurrency {
             return ScopeCheck::Full;
         }
         let mut now_stamp = NowStamp::new(now);
@@ -436,8 +436,14 @@ impl ScopeState {
                     .flatten()
                     .filter(|&relief| relief > now)
                     .min();
+                // While an earlier request has not left (or a cold scope's
+                // first has not ended), the instant is a lower bound, from
+                // its admission: the waiter looks again then. Keeping a
+                // timer meanwhile means the departure, which can only move
+                // the instant later, has nobody to wake.
                 ScopeCheck::Until(relief.map_or(at, |relief| relief.min(at)))
             }
+            None if self.waits_for_an_earlier_request(effective) => ScopeCheck::Full,
             None => ScopeCheck::Ready { lane },
         }
     }

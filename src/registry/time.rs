@@ -82,10 +82,10 @@ impl Stamp {
     /// The stamp of `instant`.
     pub(crate) fn of(instant: Instant) -> Stamp {
         let origin = stamp_origin(instant);
-        let biased = if instant >= origin {
-            STAMP_BIAS.saturating_add(nanos_saturating(instant - origin))
-        } else {
-            STAMP_BIAS.saturating_sub(nanos_saturating(origin - instant))
+        // One subtraction on the common path (an instant after the origin).
+        let biased = match instant.checked_duration_since(origin) {
+            Some(since) => STAMP_BIAS.saturating_add(nanos_saturating(since)),
+            None => STAMP_BIAS.saturating_sub(nanos_saturating(origin - instant)),
         };
         Stamp(NonZeroU64::new(biased).unwrap_or(NonZeroU64::MIN))
     }

@@ -199,7 +199,7 @@ where
                     let polled = future.poll(cx);
                     // The hand-over is the inner future's first poll: see
                     // the module docs of `throttle`. Free after the first.
-                    this.ticket.depart();
+                    let departed = this.ticket.depart();
                     let output = match polled {
                         Poll::Ready(output) => output,
                         Poll::Pending => return Poll::Pending,
@@ -211,7 +211,7 @@ where
                         },
                         Err(_) => Outcome::NoResponse,
                     };
-                    this.ticket.finish(outcome);
+                    this.ticket.finish_at(outcome, departed);
                     this.state.set(State::Done);
                     return Poll::Ready(output.map_err(M::inner));
                 }

@@ -78,7 +78,8 @@ impl Driver {
 
     fn finish(&mut self, id: TicketId, outcome: Outcome, now: Instant) {
         self.woken.clear();
-        self.scheduler.finish(id, outcome, None, now, &mut self.woken);
+        self.scheduler
+            .finish(id, outcome, None, (now, None), &mut self.woken);
     }
 
     /// The lane ticket `id` took in its first scope.
@@ -333,11 +334,13 @@ fn the_next_gap_runs_from_a_late_departure() {
             report_departure: true
         }
     );
-    // Until B leaves, C has no gap to count from: no timer.
-    assert_eq!(d.poll(c, t0 + ms(120)), waiting(None));
+    // Until B leaves, C's gap runs from B's admission at the earliest: a
+    // timer for then, which B's departure only moves later.
+    assert_eq!(d.poll(c, t0 + ms(120)), waiting(Some(t0 + ms(200))));
     let mut wake = WakeList::new();
     d.scheduler
         .depart(b, Stamp::of(t0 + ms(140)), t0 + ms(141), &mut wake);
+    assert!(wake.is_empty(), "C keeps its earlier timer: nobody to wake");
     assert_eq!(
         d.scheduler.tickets[b].status,
         Status::Departed(Stamp::of(t0 + ms(140)))
@@ -363,7 +366,7 @@ fn a_departure_carried_by_finish_times_the_next_gap() {
         b,
         ANSWERED,
         Some(Stamp::of(t0 + ms(130))),
-        t0 + ms(150),
+        (t0 + ms(150), None),
         &mut wake,
     );
     let (c, sent) = d.enqueue("site", 0, t0 + ms(150));
