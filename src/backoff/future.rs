@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::classify::{error_kind, ErrorView, ResponseHead};
 use super::judged::Judged;
 use super::layer::Shared;
-use crate::registry::Feedback;
+use crate::registry::{Feedback, ScopeConfig, ScopeReport};
 use crate::scope::Scopes;
 
 pin_project! {
@@ -66,8 +66,9 @@ where
                     .cost_header
                     .as_ref()
                     .and_then(|name| header_cost(&head, name));
-                registry.feedback_each(this.scopes, |config| {
-                    let feedback = with_facts((shared.on_response)(&head, config), head.status, latency);
+                let mut judge = |config: &ScopeConfig| {
+                    let backoff = config.get_backoff();
+                    let feedback = with_facts((shared.on_response)(&head, backoff), head.status, latency);
                     let feedback = match (feedback.actual_cost(), cost_from_header) {
                         (None, Some(cost)) => feedback.with_actual_cost(cost),
                         _ => feedback,
@@ -75,8 +76,23 @@ where
                     if verdict.is_none_or(|kept| !kept.is_backoff() && feedback.is_backoff()) {
                         verdict = Some(feedback);
                     }
-                    feedback
-                });
+                    ScopeReport::new().feedback(feedback)
+                };
+                if shared.custom_on_response {
+                    // The user's hook runs outside the lock: it may call
+                    // the registry.
+                    let reports: Vec<ScopeReport> = registry
+                        .configs_of(this.scopes)
+                        .iter()
+                        .map(|config| judge(config))
+                        .collect();
+                    let mut reports = reports.into_iter();
+                    registry.report(this.scopes, |_, _| reports.next().unwrap_or_default());
+                } else {
+                    // The built-in rule is a pure function of the head and
+                    // the config: judged under the one lock that applies it.
+                    registry.report(this.scopes, |_, config| judge(config));
+                }
                 if let Some(feedback) = verdict {
                     response.extensions_mut().insert(Judged::new(feedback));
                 }
@@ -90,7 +106,9 @@ where
                 if let (None, Some(latency)) = (feedback.latency(), latency) {
                     feedback = feedback.with_latency(latency);
                 }
-                shared.registry.feedback_each(this.scopes, |_| feedback);
+                shared
+                    .registry
+                    .report(this.scopes, |_, _| ScopeReport::new().feedback(feedback));
             }
         }
         Poll::Ready(output)

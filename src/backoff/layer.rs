@@ -18,6 +18,10 @@ pub(crate) struct Shared {
     pub(crate) cost_header: Option<HeaderName>,
     pub(crate) on_response: Arc<ResponseHook>,
     pub(crate) on_error: Arc<ErrorHook>,
+    /// Whether `on_response` is the user's: it then runs outside the
+    /// registry's lock (it may call the registry), at the price of a
+    /// second lock per response to read the scopes' configs.
+    pub(crate) custom_on_response: bool,
 }
 
 /// Applies [`Backoff`] to a service; see the [module docs](crate::backoff).
@@ -63,6 +67,7 @@ impl BackoffLayer {
                 cost_header: None,
                 on_response: Arc::new(default_response_feedback),
                 on_error: Arc::new(default_error_feedback),
+                custom_on_response: false,
             }),
         }
     }
@@ -74,7 +79,10 @@ impl BackoffLayer {
     where
         F: Fn(&ResponseHead<'_>, &BackoffConfig) -> Feedback + Send + Sync + 'static,
     {
-        self.rebuild(|shared| shared.on_response = Arc::new(hook))
+        self.rebuild(|shared| {
+            shared.on_response = Arc::new(hook);
+            shared.custom_on_response = true;
+        })
     }
 
     /// Reads each response's actual cost from header `name` (for example
@@ -128,6 +136,7 @@ impl BackoffLayer {
             cost_header: self.shared.cost_header.clone(),
             on_response: self.shared.on_response.clone(),
             on_error: self.shared.on_error.clone(),
+            custom_on_response: self.shared.custom_on_response,
         };
         change(&mut shared);
         BackoffLayer {

@@ -299,6 +299,8 @@ impl RegistryBuilder {
         Ok(Registry {
             shared: Arc::new(Shared {
                 custom_managers: AtomicBool::new(custom_managers),
+                #[cfg(debug_assertions)]
+                locks: std::sync::atomic::AtomicU64::new(0),
                 scheduler: Mutex::new(scheduler),
                 resolver: self.resolver,
                 max_queued: self.max_queued,

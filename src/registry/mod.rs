@@ -145,8 +145,8 @@
 //!   [scope store](crate::store), after local admission;
 //!   `scheduler/fleet.rs`: the terms of its reservation and the shared
 //!   facts the answer brings back;
-//! - `admission.rs`: what a throttled request holds (queue place, `Ticket`)
-//!   and the timer that wakes the first waiter of a scope;
+//! - `report.rs`: [`Registry::report`], what one response says about each
+//!   of its scopes, judged and applied under one lock;
 //! - [`manager`]: the [`ScopeManager`] trait, its factory and the
 //!   built-in backoff as one ([`manager::ExponentialBackoff`]);
 //! - `builder.rs`: [`RegistryBuilder`]; `config.rs`, `backoff.rs`,
@@ -167,6 +167,7 @@ mod fleet;
 pub mod manager;
 pub mod metrics;
 mod rampup;
+mod report;
 mod scheduler;
 mod scope_state;
 mod stats;
@@ -183,6 +184,7 @@ pub use config::{ScopeConfig, DEFAULT_QUOTA_WINDOW};
 pub use feedback::{AnnouncedLimits, ErrorKind, Feedback, FeedbackKind};
 pub use manager::{BaseLimits, ManagerFeedback, ManagerLimits, ScopeManager};
 pub use rampup::RampupConfig;
+pub use report::ScopeReport;
 pub use scope_state::LimitSource;
 pub use stats::{QuotaStats, ScopeStats, Stats};
 pub(crate) use time::saturating_add;
@@ -253,6 +255,10 @@ struct Shared {
     /// cleared): only then do feedback layers measure what managers alone
     /// use, such as latency.
     custom_managers: AtomicBool,
+    /// Times the scheduler's lock was taken, counted in debug builds only
+    /// (tests check the locking per request with it).
+    #[cfg(debug_assertions)]
+    locks: std::sync::atomic::AtomicU64,
 }
 
 impl fmt::Debug for Registry {
@@ -283,7 +289,20 @@ impl Registry {
         RegistryBuilder::default()
     }
 
+    /// How many times the registry's lock has been taken, in debug builds
+    /// (`None` in release builds, which do not count): how tests check the
+    /// locks a request costs. Not a stable API.
+    #[doc(hidden)]
+    pub fn debug_lock_count(&self) -> Option<u64> {
+        #[cfg(debug_assertions)]
+        return Some(self.shared.locks.load(Ordering::Relaxed));
+        #[cfg(not(debug_assertions))]
+        None
+    }
+
     fn scheduler(&self) -> MutexGuard<'_, Scheduler> {
+        #[cfg(debug_assertions)]
+        self.shared.locks.fetch_add(1, Ordering::Relaxed);
         // The scheduler never panics while holding the lock, but if a
         // tracing subscriber did, its state is still consistent.
         self.shared

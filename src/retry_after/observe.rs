@@ -12,7 +12,7 @@ use crate::parse::rate_limit_headers::{
     parse_delta_seconds, parse_ratelimit, parse_ratelimit_policy, parse_remaining, parse_retry_after,
     parse_x_ratelimit_reset, RateLimitHeaders, RateLimitPolicyItem,
 };
-use crate::registry::{AnnouncedLimits, Feedback, Registry, MAX_CONFIG_DELAY};
+use crate::registry::{AnnouncedLimits, Feedback, Registry, ScopeReport, MAX_CONFIG_DELAY};
 use crate::scope::Scopes;
 
 /// The layer's options, copied into every service and response future.
@@ -169,15 +169,20 @@ impl Observer {
         } else {
             None
         };
-        if let (true, Some(remaining)) = (self.settings.remaining_quota, parsed.remaining) {
-            // Only scopes with a quota of their own take it up.
-            let feedback = Feedback::ignore().with_remaining_quota(remaining as f64);
-            self.registry.feedback(&self.scopes, feedback);
-        }
+        // Only scopes with a quota of their own take the remaining quota up.
+        let quota_feedback = match (self.settings.remaining_quota, parsed.remaining) {
+            (true, Some(remaining)) => Some(Feedback::ignore().with_remaining_quota(remaining as f64)),
+            _ => None,
+        };
         let may_hold = parsed.retry_after.is_some() || parsed.reset.is_some();
-        for (scope, _) in self.scopes.iter() {
+        // Everything, for every scope, under one lock of the registry.
+        self.registry.report(&self.scopes, |scope, config| {
+            let mut report = ScopeReport::new();
+            if let Some(feedback) = quota_feedback {
+                report = report.feedback(feedback);
+            }
             if may_hold {
-                let backoff_status = self.registry.is_backoff_status(scope.as_str(), status.as_u16());
+                let backoff_status = config.get_backoff().is_backoff_status(status.as_u16());
                 let hold = hold_of(status, backoff_status, &parsed, self.settings.redirect_max_delay);
                 if let Some((hold, source)) = hold {
                     tracing::debug!(
@@ -188,7 +193,7 @@ impl Observer {
                         hold_ms = hold.as_millis() as u64,
                         "the response asks to hold the scope"
                     );
-                    self.registry.hold(scope.clone(), hold);
+                    report = report.hold(hold);
                 }
                 if parsed.retry_after.is_some()
                     && hold.is_none_or(|(_, source)| source != HoldSource::RetryAfter)
@@ -212,12 +217,13 @@ impl Observer {
                     "pacing the scope to the announced quota"
                 );
                 let until = now + span.min(MAX_CONFIG_DELAY);
-                self.registry.set_pacing(scope.clone(), Some((delay, until)));
+                report = report.pacing(delay, until);
             }
             if let Some(limits) = &limits {
-                self.registry.set_announced_limits(scope.clone(), limits.clone());
+                report = report.announced(limits.clone());
             }
-        }
+            report
+        });
     }
 }
 

@@ -1,0 +1,174 @@
+//! One report per response: what a response (or an error) says about each
+//! of its request's scopes, judged and applied under one lock of the
+//! registry. The backoff and rate-limit layers report through it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::feedback::{AnnouncedLimits, Feedback, FeedbackKind};
+use super::time::saturating_add;
+use super::{Registry, ScopeConfig};
+use crate::scope::{Scope, Scopes};
+use crate::store::Fleet;
+
+/// What one response says about one of its request's scopes: the answer of
+/// a [`Registry::report`] judge for that scope. Everything is optional; an
+/// empty report changes nothing.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::registry::ScopeReport;
+/// use tower_throttle::Feedback;
+///
+/// let report = ScopeReport::new()
+///     .feedback(Feedback::backoff())
+///     .hold(Duration::from_secs(30));
+/// assert!(!report.is_empty());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ScopeReport {
+    feedback: Option<Feedback>,
+    hold: Option<Duration>,
+    pacing: Option<(Duration, Instant)>,
+    announced: Option<AnnouncedLimits>,
+}
+
+impl ScopeReport {
+    /// A report that says nothing yet.
+    pub fn new() -> Self {
+        ScopeReport::default()
+    }
+
+    /// Backoff, success or quota feedback, as [`Registry::feedback`]
+    /// applies it.
+    pub fn feedback(mut self, feedback: Feedback) -> Self {
+        self.feedback = Some(feedback);
+        self
+    }
+
+    /// A hold from now, as [`Registry::hold`] applies it (capped at the
+    /// scope's backoff `max_delay`, never shortening a longer hold).
+    pub fn hold(mut self, duration: Duration) -> Self {
+        self.hold = Some(duration);
+        self
+    }
+
+    /// At least `delay` between sends until `until`, as
+    /// [`Registry::set_pacing`] applies it.
+    pub fn pacing(mut self, delay: Duration, until: Instant) -> Self {
+        self.pacing = Some((delay, until));
+        self
+    }
+
+    /// What the server announced about the scope's limits, for
+    /// [`ScopeStats::announced`](super::ScopeStats::announced).
+    pub fn announced(mut self, limits: AnnouncedLimits) -> Self {
+        self.announced = Some(limits);
+        self
+    }
+
+    /// Whether the report says nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == ScopeReport::default()
+    }
+}
+
+/// A fact for the fleet's store, written once the lock is released.
+enum SharedWrite {
+    Backoff(Scope, Duration, Duration),
+    Hold(Scope, Duration),
+}
+
+impl Registry {
+    /// The configs of `scopes`, in their order, read under one lock.
+    pub(crate) fn configs_of(&self, scopes: &Scopes) -> Vec<Arc<ScopeConfig>> {
+        let scheduler = self.scheduler();
+        scopes
+            .iter()
+            .map(|(scope, _)| scheduler.config_arc(scope.as_str()))
+            .collect()
+    }
+
+    /// Applies what one response (or error) says about its request's
+    /// `scopes`, all under **one** lock of the registry: `judge` is asked,
+    /// scope by scope with that scope's config, for a [`ScopeReport`], and
+    /// each report is applied at once (feedback as
+    /// [`feedback`](Self::feedback), then the hold, the pacing and the
+    /// announced limits). This is the call the backoff and rate-limit
+    /// layers make, one per response each; with a
+    /// [scope store](crate::store), backoff delays and holds are written to
+    /// the store afterwards, in the background.
+    ///
+    /// `judge` runs under the registry's lock: it must not call the
+    /// registry (that would deadlock). Decide from the scope, its config
+    /// and what you read from the response before the call.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::registry::ScopeReport;
+    /// use tower_throttle::{Feedback, Registry, Scopes};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let registry = Registry::default();
+    /// let status = http::StatusCode::SERVICE_UNAVAILABLE;
+    /// registry.report(&Scopes::from(["api", "users"]), |_scope, config| {
+    ///     if config.get_backoff().is_backoff_status(status.as_u16()) {
+    ///         ScopeReport::new()
+    ///             .feedback(Feedback::backoff().with_status(status))
+    ///             .hold(Duration::from_secs(5))
+    ///     } else {
+    ///         ScopeReport::new()
+    ///     }
+    /// });
+    /// assert_eq!(registry.scope_stats("api").unwrap().backoff_level, 1);
+    /// # }
+    /// ```
+    pub fn report(&self, scopes: &Scopes, mut judge: impl FnMut(&Scope, &ScopeConfig) -> ScopeReport) {
+        let fleet: Option<&Arc<Fleet>> = self.fleet();
+        let mut shared_writes = Vec::new();
+        self.with_scheduler(|scheduler, now, wake| {
+            for (scope, expected_cost) in scopes.iter() {
+                let config = scheduler.config_arc(scope.as_str());
+                let report = judge(scope, &config);
+                if let Some(feedback) = report.feedback {
+                    let tells_manager =
+                        config.has_custom_manager() && feedback.kind() != FeedbackKind::Ignore;
+                    if feedback.says_something() || tells_manager {
+                        scheduler.feedback(scope, feedback, expected_cost, now, wake);
+                        if let (Some(_), true, Some((delay, left))) =
+                            (fleet, feedback.is_backoff(), scheduler.backoff_left(scope, now))
+                        {
+                            shared_writes.push(SharedWrite::Backoff(scope.clone(), delay, left));
+                        }
+                    }
+                }
+                if let Some(hold) = report.hold {
+                    scheduler.hold(scope, saturating_add(now, hold), now, wake);
+                    if let (Some(_), Some(left)) = (fleet, scheduler.hold_left(scope, now)) {
+                        shared_writes.push(SharedWrite::Hold(scope.clone(), left));
+                    }
+                }
+                if let Some(pacing) = report.pacing {
+                    scheduler.set_pacing(scope, Some(pacing), now, wake);
+                }
+                if let Some(limits) = report.announced {
+                    scheduler.set_announced_limits(scope, limits, now);
+                }
+            }
+        });
+        if let Some(fleet) = fleet {
+            for write in shared_writes {
+                match write {
+                    SharedWrite::Backoff(scope, delay, left) => {
+                        fleet.in_background(fleet.store.backoff(scope, delay, left));
+                    }
+                    SharedWrite::Hold(scope, left) => fleet.in_background(fleet.store.hold(scope, left)),
+                }
+            }
+        }
+    }
+}
