@@ -102,6 +102,11 @@ impl Ticket {
         }
     }
 
+    /// The identity of the registry the ticket is in.
+    pub(crate) fn registry_id(&self) -> usize {
+        self.registry.id()
+    }
+
     /// Whether the registry shares its scopes through a store.
     pub(crate) fn has_fleet(&self) -> bool {
         self.registry.fleet().is_some()

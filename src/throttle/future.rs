@@ -27,6 +27,9 @@ pin_project! {
         state: State<S, Req, S::Future>,
         ticket: Ticket,
         adjust_autothrottle: bool,
+        // Whether the scopes also go into the request's extensions (kept
+        // here, where padding has room, not in the parked request).
+        record_scopes: bool,
         mode: PhantomData<fn() -> M>,
     }
 }
@@ -56,7 +59,7 @@ pin_project! {
 struct Parked<S, Req> {
     service: S,
     request: Req,
-    scopes: HandingOver,
+    scopes: Scopes,
     /// Its reservation in the registry's store, when there is one (boxed:
     /// a waiting request without a store pays 8 bytes for it).
     fleet: Option<Box<FleetAdmission>>,
@@ -82,6 +85,7 @@ where
         // call starts now and the waiting state is never entered. With a
         // store, the store has its say first.
         let fleet = ticket.has_fleet().then(|| Box::new(FleetAdmission::new()));
+        let record_scopes = scopes.record;
         let state = if ticket.is_sent() && fleet.is_none() {
             State::Calling {
                 future: scopes.call(readied, request),
@@ -96,7 +100,7 @@ where
                 waiting: Some(Box::new(Parked {
                     service: unreadied,
                     request,
-                    scopes,
+                    scopes: scopes.scopes,
                     fleet,
                 })),
             }
@@ -105,6 +109,7 @@ where
             state,
             ticket,
             adjust_autothrottle,
+            record_scopes,
             mode: PhantomData,
         }
     }
@@ -192,7 +197,12 @@ where
                         scopes,
                         fleet: _,
                     } = *waiting.take().expect("checked above");
-                    let future = scopes.call(service, request);
+                    let handing_over = HandingOver {
+                        registry: this.ticket.registry_id(),
+                        scopes,
+                        record: *this.record_scopes,
+                    };
+                    let future = handing_over.call(service, request);
                     this.state.set(State::Calling { future });
                 }
                 StateProj::Calling { future } => {
