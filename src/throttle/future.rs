@@ -247,3 +247,25 @@ where
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A waiting request's memory is budgeted at 256 bytes beyond its
+    /// body (DESIGN §5, `cargo bench --bench memory`: 246.2). What the
+    /// parked request keeps beside the request and the inner service's
+    /// handle is part of it: its scopes and the store pointer, nothing
+    /// more (parking the whole hand-over, registry identity and record
+    /// flag included, took the bench to 262.2).
+    #[test]
+    fn a_parked_request_keeps_only_its_scopes_and_store_pointer_beside_it() {
+        let beside =
+            std::mem::size_of::<Parked<(), http::Request<()>>>() - std::mem::size_of::<http::Request<()>>();
+        assert_eq!(
+            beside,
+            std::mem::size_of::<Scopes>() + std::mem::size_of::<Option<Box<FleetAdmission>>>()
+        );
+        assert!(beside <= 40, "{beside} bytes");
+    }
+}
