@@ -1,6 +1,7 @@
 //! One report per response: each feedback layer reports what a response
 //! says about all of its request's scopes under one lock of the registry,
-//! counted with the registry's debug lock counter (debug builds only).
+//! counted with the registry's debug lock counter (debug builds only);
+//! and the departure takes a lock of its own only where a gap depends on it.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -11,11 +12,15 @@ use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, ScopeConfig, Scope
 /// One lane and no delay: the departure rides with the completion, so the
 /// throttle itself takes two locks per request (admission, completion).
 fn registry() -> Registry {
+    registry_with(1, Duration::ZERO)
+}
+
+fn registry_with(lanes: u32, delay: Duration) -> Registry {
     Registry::builder()
         .default_scope(
             ScopeConfig::default()
-                .concurrency(1)
-                .delay(Duration::ZERO)
+                .concurrency(lanes)
+                .delay(delay)
                 .delay_per_slot(Duration::ZERO)
                 .jitter(0.0),
         )
@@ -31,7 +36,16 @@ async fn locks_for(
     status: u16,
     headers: &[(&'static str, &'static str)],
 ) -> Option<(u64, Registry)> {
-    let registry = registry();
+    locks_through(registry(), scopes, status, headers).await
+}
+
+/// [`locks_for`] through `registry`.
+async fn locks_through(
+    registry: Registry,
+    scopes: &[&str],
+    status: u16,
+    headers: &[(&'static str, &'static str)],
+) -> Option<(u64, Registry)> {
     let response = {
         let mut builder = http::Response::builder().status(status);
         for (name, value) in headers {
@@ -101,5 +115,25 @@ async fn a_throttled_response_costs_one_lock_per_reporting_layer_whatever_it_say
                 assert!(stats.announced.is_some(), "{scope}: announced limits recorded");
             }
         }
+    }
+}
+
+/// The departure takes a lock of its own only where another request of the
+/// scope could be admitted before this one ends (a delay and more than one
+/// lane); elsewhere it rides with the completion.
+#[tokio::test(start_paused = true)]
+async fn the_departure_takes_a_lock_of_its_own_only_where_a_gap_depends_on_it() {
+    let delay = Duration::from_millis(100);
+    for (lanes, delay, expected) in [
+        (1, Duration::ZERO, 3),
+        (1, delay, 3),
+        (4, Duration::ZERO, 3),
+        (4, delay, 4),
+    ] {
+        let Some((locks, _)) = locks_through(registry_with(lanes, delay), &["a"], 200, &[]).await else {
+            eprintln!("a release build does not count locks: nothing to check");
+            return;
+        };
+        assert_eq!(locks, expected, "{lanes} lanes, delay {delay:?}");
     }
 }
