@@ -15,9 +15,12 @@
 //! [rampup](crate::RampupConfig) hands its backoff feedback to rampup
 //! instead.
 //!
-//! The request's scopes are the [`Scopes`](crate::Scopes) extension that
-//! [`Throttle`](crate::Throttle) inserted, so put this layer *inside*
-//! Throttle; used alone, it resolves them through the registry.
+//! The request's scopes are the ones [`Throttle`](crate::Throttle)
+//! decided, which it hands over while it calls this layer
+//! ([`Registry::scopes_of`](crate::Registry::scopes_of)), so put this layer
+//! *inside* Throttle; used alone, it resolves them through the registry.
+//! Whatever a response says reaches the registry under one lock, for all
+//! of the request's scopes ([`Registry::report`](crate::Registry::report)).
 //!
 //! Classification is a hook: [`BackoffLayer::on_response`] and
 //! [`BackoffLayer::on_error`] take functions returning a

@@ -43,11 +43,14 @@
 //!
 //! Inside [`Throttle`](crate::Throttle):
 //! `ServiceBuilder::new().layer(ThrottleLayer::new(r.clone())).layer(RetryAfterLayer::new(r.clone()))`.
-//! It reads the scopes Throttle resolved (the [`Scopes`](crate::Scopes)
-//! extension) when the request is called, and reports the response before
+//! It reads the scopes Throttle decided when the request is called
+//! ([`Registry::scopes_of`](crate::Registry::scopes_of), which returns the
+//! scopes Throttle is handing over), and reports the response before
 //! Throttle frees the request's lane, so the next waiter of the scope
-//! already sees the hold. Without a Throttle outside it, it resolves the
-//! scopes itself with the registry's resolver.
+//! already sees the hold: holds, pacing and announced limits of every scope
+//! under one lock of the registry
+//! ([`Registry::report`](crate::Registry::report)). Without a Throttle
+//! outside it, it resolves the scopes itself with the registry's resolver.
 //!
 //! # Redirects
 //!
