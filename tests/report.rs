@@ -1,7 +1,8 @@
 //! One report per response: each feedback layer reports what a response
 //! says about all of its request's scopes under one lock of the registry,
-//! counted with the registry's debug lock counter (debug builds only);
-//! and the departure takes a lock of its own only where a gap depends on it.
+//! and none when it says nothing (a plain success); the departure takes a
+//! lock of its own only where a gap depends on it. Locks are counted with
+//! the registry's debug lock counter (debug builds only).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -78,21 +79,21 @@ type Case = (
 );
 
 #[tokio::test(start_paused = true)]
-async fn a_throttled_response_costs_one_lock_per_reporting_layer_whatever_it_says_and_however_many_scopes() {
+async fn a_response_costs_at_most_one_lock_per_reporting_layer_and_none_when_it_says_nothing() {
     const LIMITED: &[(&str, &str)] = &[
         ("retry-after", "5"),
         ("ratelimit", "\"default\";r=0;t=30"),
         ("ratelimit-policy", "\"default\";q=100;w=60"),
     ];
     let cases: [Case; 4] = [
-        // Admission, Backoff's report, completion (RetryAfter has no
-        // header to read and takes no lock).
-        (&["a"], 200, &[], 3),
-        (&["a", "b", "c"], 200, &[], 3),
+        // Admission and completion: a 200 is a backoff status in no
+        // config, so Backoff knows it is success everywhere without the
+        // lock, and RetryAfter has no header to read.
+        (&["a"], 200, &[], 2),
+        (&["a", "b", "c"], 200, &[], 2),
         // Admission, Backoff's report (backoff in each scope), RetryAfter's
         // report (holds, announced limits in each scope), completion. The
-        // code before `Registry::report` took 5, 7 and 17 for the last
-        // three cases: Backoff a lock per scope for its config and one for
+        // code before this change took 3, 5, 7 and 17 for these four cases: Backoff a lock per scope for its config and one for
         // its feedback, RetryAfter one per scope for the backoff status,
         // the hold and the announced limits.
         (&["a"], 429, LIMITED, 4),
@@ -125,10 +126,10 @@ async fn a_throttled_response_costs_one_lock_per_reporting_layer_whatever_it_say
 async fn the_departure_takes_a_lock_of_its_own_only_where_a_gap_depends_on_it() {
     let delay = Duration::from_millis(100);
     for (lanes, delay, expected) in [
-        (1, Duration::ZERO, 3),
-        (1, delay, 3),
-        (4, Duration::ZERO, 3),
-        (4, delay, 4),
+        (1, Duration::ZERO, 2),
+        (1, delay, 2),
+        (4, Duration::ZERO, 2),
+        (4, delay, 3),
     ] {
         let Some((locks, _)) = locks_through(registry_with(lanes, delay), &["a"], 200, &[]).await else {
             eprintln!("a release build does not count locks: nothing to check");
@@ -136,4 +137,28 @@ async fn the_departure_takes_a_lock_of_its_own_only_where_a_gap_depends_on_it() 
         };
         assert_eq!(locks, expected, "{lanes} lanes, delay {delay:?}");
     }
+}
+
+/// A status that some scope's config counts as backoff (here, set at
+/// runtime) is judged under the lock again, and backs that scope off.
+#[tokio::test(start_paused = true)]
+async fn a_status_made_a_backoff_status_at_runtime_is_judged_under_the_lock() {
+    let registry = registry();
+    registry
+        .set_scope(
+            "strict",
+            ScopeConfig::default()
+                .concurrency(1)
+                .delay(Duration::ZERO)
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0)
+                .backoff(tower_throttle::BackoffConfig::default().http_codes([200])),
+        )
+        .unwrap();
+    let Some((locks, registry)) = locks_through(registry, &["strict"], 200, &[]).await else {
+        eprintln!("a release build does not count locks: nothing to check");
+        return;
+    };
+    assert_eq!(locks, 3, "admission, Backoff's report, completion");
+    assert_eq!(registry.scope_stats("strict").unwrap().backoff_level, 1);
 }

@@ -78,7 +78,15 @@ where
                     }
                     ScopeReport::new().feedback(feedback)
                 };
-                if shared.custom_on_response {
+                let surely_success = !shared.custom_on_response
+                    && cost_from_header.is_none()
+                    && !registry.has_custom_managers()
+                    && !registry.may_back_off_on(head.status.as_u16());
+                if surely_success {
+                    // The built-in rule says success in every scope, which
+                    // changes nothing in the registry: no lock to take.
+                    verdict = Some(with_facts(Feedback::success(), head.status, latency));
+                } else if shared.custom_on_response {
                     // The user's hook runs outside the lock: it may call
                     // the registry.
                     let reports: Vec<ScopeReport> = registry

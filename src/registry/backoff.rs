@@ -120,6 +120,11 @@ impl BackoffConfig {
         self.http_codes.contains(&status)
     }
 
+    /// The backoff statuses.
+    pub(crate) fn codes(&self) -> &[u16] {
+        &self.http_codes
+    }
+
     /// The largest delay backoff sets (and the cap of every hold).
     pub fn get_max_delay(&self) -> Duration {
         self.max_delay

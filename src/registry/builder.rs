@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 use super::config::{self, ScopeConfig};
 use super::manager::{ManagerFactory, ScopeManager};
 use super::metrics;
+use super::report::BackoffStatuses;
 use super::scheduler::{Scheduler, DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
 use super::{Registry, Shared, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_QUEUED};
 use crate::error::ConfigError;
@@ -284,6 +285,9 @@ impl RegistryBuilder {
             self.max_concurrency,
         );
         let settings = self.global_settings();
+        let backoff_statuses = BackoffStatuses::of(
+            std::iter::once(&self.default_scope).chain(self.scopes.iter().map(|(_, config)| config)),
+        );
         let custom_managers = self.default_scope.has_custom_manager()
             || self.scopes.iter().any(|(_, config)| config.has_custom_manager());
         let rng = match self.seed {
@@ -301,6 +305,7 @@ impl RegistryBuilder {
                 custom_managers: AtomicBool::new(custom_managers),
                 #[cfg(debug_assertions)]
                 locks: std::sync::atomic::AtomicU64::new(0),
+                backoff_statuses,
                 scheduler: Mutex::new(scheduler),
                 resolver: self.resolver,
                 max_queued: self.max_queued,

@@ -259,6 +259,8 @@ struct Shared {
     /// (tests check the locking per request with it).
     #[cfg(debug_assertions)]
     locks: std::sync::atomic::AtomicU64,
+    /// Every backoff status of every scope config, read without the lock.
+    backoff_statuses: report::BackoffStatuses,
 }
 
 impl fmt::Debug for Registry {
@@ -354,6 +356,9 @@ impl Registry {
         if config.has_custom_manager() {
             self.shared.custom_managers.store(true, Ordering::Relaxed);
         }
+        // Before the config takes effect: a response judged by it must not
+        // skip the lock.
+        self.shared.backoff_statuses.add(&config);
         self.with_scheduler(|scheduler, now, wake| {
             config::warn_about_settings_without_effect(key.as_str(), &config, scheduler.max_concurrency());
             scheduler.set_scope(key, config, now, wake)

@@ -2,6 +2,7 @@
 //! of its request's scopes, judged and applied under one lock of the
 //! registry. The backoff and rate-limit layers report through it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,6 +77,45 @@ impl ScopeReport {
     }
 }
 
+/// Every status that is a backoff status in some scope's config (codes are
+/// 100–599): a response with any other status is success feedback in every
+/// scope, which the built-in backoff rule can say without looking at a
+/// config, so without taking the registry's lock. Codes are only ever
+/// added: a code no config has any more costs a lock, never a wrong answer.
+#[derive(Debug)]
+pub(crate) struct BackoffStatuses {
+    bits: [AtomicU64; 10],
+}
+
+impl BackoffStatuses {
+    /// The backoff statuses of `configs`.
+    pub(crate) fn of<'a>(configs: impl IntoIterator<Item = &'a ScopeConfig>) -> Self {
+        let statuses = BackoffStatuses {
+            bits: Default::default(),
+        };
+        for config in configs {
+            statuses.add(config);
+        }
+        statuses
+    }
+
+    /// Adds `config`'s backoff statuses.
+    pub(crate) fn add(&self, config: &ScopeConfig) {
+        for &code in config.get_backoff().codes() {
+            if let Some(word) = self.bits.get(usize::from(code / 64)) {
+                word.fetch_or(1 << (code % 64), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether `status` is a backoff status in some config.
+    pub(crate) fn may_contain(&self, status: u16) -> bool {
+        self.bits
+            .get(usize::from(status / 64))
+            .is_none_or(|word| word.load(Ordering::Relaxed) & (1 << (status % 64)) != 0)
+    }
+}
+
 /// A fact for the fleet's store, written once the lock is released.
 enum SharedWrite {
     Backoff(Scope, Duration, Duration),
@@ -83,6 +123,12 @@ enum SharedWrite {
 }
 
 impl Registry {
+    /// Whether `status` may be a backoff status in one of the registry's
+    /// scope configs (if not, it is success in every scope).
+    pub(crate) fn may_back_off_on(&self, status: u16) -> bool {
+        self.shared.backoff_statuses.may_contain(status)
+    }
+
     /// The configs of `scopes`, in their order, read under one lock.
     pub(crate) fn configs_of(&self, scopes: &Scopes) -> Vec<Arc<ScopeConfig>> {
         let scheduler = self.scheduler();
