@@ -86,12 +86,21 @@
 //! one closer than the delay.
 //!
 //! The departure reaches the scheduler under a lock of its own only when
-//! the scheduler said at admission that it must (`TicketPoll::Sent`): the
-//! scope has a delay and more than one lane, so another request could be
-//! admitted before this one ends. Otherwise nothing can be admitted in
-//! between (the only lane is busy, or no gap depends on it), and the
-//! instant rides with the completion (`Scheduler::finish`), which takes the
-//! lock anyway: one lock round trip fewer per request.
+//! the scheduler said at admission that it must: the scope has a delay and
+//! more than one lane, so another request could be admitted before this
+//! one ends. Otherwise nothing can be admitted in between (the only lane
+//! is busy, or no gap depends on it), and the instant rides with the
+//! completion, which takes the lock anyway: one lock round trip fewer per
+//! request.
+//!
+//! A departure wakes nobody in the common case. A waiter held by an
+//! undeparted request keeps a timer for the earliest instant its gap
+//! allows (counted from the earlier request's admission, a lower bound the
+//! departure can only move later), and a waiter is woken to re-aim its
+//! timer only when the instant moves earlier. The departing task runs
+//! right after the inner client's first poll woke its connection task; a
+//! wake-up of its own there would take that connection task's place in
+//! tokio's run queue (the LIFO slot) and hold the request's bytes back.
 //!
 //! # Cold start
 //!
