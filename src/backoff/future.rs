@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::classify::{error_kind, ErrorView, ResponseHead};
 use super::judged::Judged;
 use super::layer::Shared;
-use crate::registry::{Feedback, ScopeConfig, ScopeReport};
+use crate::registry::{BackoffConfig, Feedback, ScopeReport};
 use crate::scope::Scopes;
 
 pin_project! {
@@ -66,8 +66,7 @@ where
                     .cost_header
                     .as_ref()
                     .and_then(|name| header_cost(&head, name));
-                let mut judge = |config: &ScopeConfig| {
-                    let backoff = config.get_backoff();
+                let mut judge = |backoff: &BackoffConfig| {
                     let feedback = with_facts((shared.on_response)(&head, backoff), head.status, latency);
                     let feedback = match (feedback.actual_cost(), cost_from_header) {
                         (None, Some(cost)) => feedback.with_actual_cost(cost),
@@ -76,7 +75,7 @@ where
                     if verdict.is_none_or(|kept| !kept.is_backoff() && feedback.is_backoff()) {
                         verdict = Some(feedback);
                     }
-                    ScopeReport::new().feedback(feedback)
+                    feedback
                 };
                 let surely_success = !shared.custom_on_response
                     && cost_from_header.is_none()
@@ -89,17 +88,13 @@ where
                 } else if shared.custom_on_response {
                     // The user's hook runs outside the lock: it may call
                     // the registry.
-                    let reports: Vec<ScopeReport> = registry
-                        .configs_of(this.scopes)
-                        .iter()
-                        .map(|config| judge(config))
-                        .collect();
-                    let mut reports = reports.into_iter();
-                    registry.report(this.scopes, |_, _| reports.next().unwrap_or_default());
+                    registry.feedback_each(this.scopes, judge);
                 } else {
                     // The built-in rule is a pure function of the head and
                     // the config: judged under the one lock that applies it.
-                    registry.report(this.scopes, |_, config| judge(config));
+                    registry.report(this.scopes, |_, config| {
+                        ScopeReport::new().feedback(judge(config.get_backoff()))
+                    });
                 }
                 if let Some(feedback) = verdict {
                     response.extensions_mut().insert(Judged::new(feedback));

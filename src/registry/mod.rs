@@ -410,29 +410,26 @@ impl Registry {
     /// [scope store](crate::store), a backoff step's delay is written to the
     /// store too (in the background), for the fleet's other workers.
     pub fn feedback(&self, scopes: &Scopes, feedback: Feedback) {
-        self.feedback_each(scopes, |_| feedback);
+        self.report(scopes, |_, _| ScopeReport::new().feedback(feedback));
     }
 
     /// Like [`feedback`](Self::feedback), with the feedback decided per
     /// scope from that scope's backoff settings (its `http_codes` may
-    /// differ). `decide` runs outside the registry's lock.
+    /// differ). `decide` runs outside the registry's lock (it may call the
+    /// registry): one lock reads the scopes' configs, one applies what
+    /// `decide` said, as [`report`](Self::report) does.
     pub fn feedback_each(&self, scopes: &Scopes, mut decide: impl FnMut(&BackoffConfig) -> Feedback) {
-        for (scope, expected_cost) in scopes.iter() {
-            let config = self.scheduler().config_arc(scope.as_str());
-            let feedback = decide(config.get_backoff());
-            let tells_manager = config.has_custom_manager() && feedback.kind() != FeedbackKind::Ignore;
-            if feedback.says_something() || tells_manager {
-                let backoff = self.with_scheduler(|scheduler, now, wake| {
-                    scheduler.feedback(scope, feedback, expected_cost, now, wake);
-                    scheduler.backoff_left(scope, now)
-                });
-                if let (Some(fleet), Some((delay, left)), true) =
-                    (self.fleet(), backoff, feedback.is_backoff())
-                {
-                    fleet.in_background(fleet.store.backoff(scope.clone(), delay, left));
-                }
-            }
-        }
+        let decided: Vec<Feedback> = self
+            .configs_of(scopes)
+            .iter()
+            .map(|config| decide(config.get_backoff()))
+            .collect();
+        let mut decided = decided.into_iter();
+        self.report(scopes, |_, _| {
+            decided
+                .next()
+                .map_or_else(ScopeReport::new, |feedback| ScopeReport::new().feedback(feedback))
+        });
     }
 
     /// Records the robots.txt Crawl-delay that applies to scope `key`

@@ -70,11 +70,12 @@ where
     S: Service<http::Request<ReqBody>>,
 {
     /// `readied` is the handle `Throttle::poll_ready` readied; `scopes`
-    /// are handed over with the request.
+    /// are handed over with the request (and `record`ed in its extensions
+    /// too when asked: see [`hand_over`]).
     pub(crate) fn new(
         readied: S,
         request: http::Request<ReqBody>,
-        scopes: HandingOver,
+        (scopes, record_scopes): (Scopes, bool),
         ticket: Ticket,
         adjust_autothrottle: bool,
     ) -> Self
@@ -85,10 +86,9 @@ where
         // call starts now and the waiting state is never entered. With a
         // store, the store has its say first.
         let fleet = ticket.has_fleet().then(|| Box::new(FleetAdmission::new()));
-        let record_scopes = scopes.record;
         let state = if ticket.is_sent() && fleet.is_none() {
             State::Calling {
-                future: scopes.call(readied, request),
+                future: hand_over(readied, request, ticket.registry_id(), scopes, record_scopes),
             }
         } else {
             // Give the readiness back while the request waits: a clone is
@@ -100,7 +100,7 @@ where
                 waiting: Some(Box::new(Parked {
                     service: unreadied,
                     request,
-                    scopes: scopes.scopes,
+                    scopes,
                     fleet,
                 })),
             }
@@ -115,29 +115,25 @@ where
     }
 }
 
-/// The scopes the throttle decided for a request, handed to the inner
-/// layers with it: through the hand-over slot (see
-/// [`handover`](crate::scope::handover)) during the call, and in the
-/// request's extensions too when `record` (see
+/// Calls `service` with `request` and the `scopes` the throttle of
+/// registry `registry` decided for it, handed to the inner layers through
+/// the hand-over slot (see [`handover`](crate::scope::handover)) during the
+/// call, and in the request's extensions too when `record` (see
 /// [`ThrottleLayer::record_scopes`](super::ThrottleLayer::record_scopes)).
-#[derive(Debug)]
-pub(crate) struct HandingOver {
-    pub(crate) registry: usize,
-    pub(crate) scopes: Scopes,
-    pub(crate) record: bool,
-}
-
-impl HandingOver {
-    /// Calls `service` with `request`, the scopes handed over with it.
-    fn call<S, B>(self, mut service: S, mut request: http::Request<B>) -> S::Future
-    where
-        S: Service<http::Request<B>>,
-    {
-        if self.record {
-            request.extensions_mut().insert(self.scopes.clone());
-        }
-        handover::handing_over(self.registry, self.scopes, || service.call(request))
+fn hand_over<S, B>(
+    mut service: S,
+    mut request: http::Request<B>,
+    registry: usize,
+    scopes: Scopes,
+    record: bool,
+) -> S::Future
+where
+    S: Service<http::Request<B>>,
+{
+    if record {
+        request.extensions_mut().insert(scopes.clone());
     }
+    handover::handing_over(registry, scopes, || service.call(request))
 }
 
 impl<S, M, ReqBody, ResBody> Future for ResponseFuture<S, http::Request<ReqBody>, M>
@@ -197,12 +193,8 @@ where
                         scopes,
                         fleet: _,
                     } = *waiting.take().expect("checked above");
-                    let handing_over = HandingOver {
-                        registry: this.ticket.registry_id(),
-                        scopes,
-                        record: *this.record_scopes,
-                    };
-                    let future = handing_over.call(service, request);
+                    let registry = this.ticket.registry_id();
+                    let future = hand_over(service, request, registry, scopes, *this.record_scopes);
                     this.state.set(State::Calling { future });
                 }
                 StateProj::Calling { future } => {

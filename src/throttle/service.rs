@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 use tower_service::Service;
 
 use super::errors::{ErrorMode, InnerErrors};
-use super::future::{HandingOver, ResponseFuture};
+use super::future::ResponseFuture;
 use tokio_util::sync::PollSemaphore;
 
 use crate::registry::{QueuePlace, Registry, Ticket};
@@ -192,11 +192,6 @@ where
         let record = self.record_scopes && !already_recorded;
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let handing_over = HandingOver {
-            registry: self.registry.id(),
-            scopes,
-            record,
-        };
-        ResponseFuture::new(inner, request, handing_over, ticket, adjust_autothrottle)
+        ResponseFuture::new(inner, request, (scopes, record), ticket, adjust_autothrottle)
     }
 }
