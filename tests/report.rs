@@ -1,8 +1,10 @@
-//! One report per response: each feedback layer reports what a response
-//! says about all of its request's scopes under one lock of the registry,
-//! and none when it says nothing (a plain success); the departure takes a
-//! lock of its own only where a gap depends on it. Locks are counted with
-//! the registry's debug lock counter (debug builds only).
+//! One report per response: the feedback layers inside a throttle leave
+//! what a response says about its request's scopes for the lock the
+//! throttle's completion takes, so a response costs that one lock however
+//! many layers have something to say (and a layer outside a throttle one
+//! of its own); the departure takes a lock of its own only where a gap
+//! depends on it. Locks are counted with the registry's debug lock counter
+//! (debug builds only).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -79,7 +81,7 @@ type Case = (
 );
 
 #[tokio::test(start_paused = true)]
-async fn a_response_costs_at_most_one_lock_per_reporting_layer_and_none_when_it_says_nothing() {
+async fn a_response_costs_the_completions_lock_whatever_its_layers_report() {
     const LIMITED: &[(&str, &str)] = &[
         ("retry-after", "5"),
         ("ratelimit", "\"default\";r=0;t=30"),
@@ -91,13 +93,13 @@ async fn a_response_costs_at_most_one_lock_per_reporting_layer_and_none_when_it_
         // lock, and RetryAfter has no header to read.
         (&["a"], 200, &[], 2),
         (&["a", "b", "c"], 200, &[], 2),
-        // Admission, Backoff's report (backoff in each scope), RetryAfter's
-        // report (holds, announced limits in each scope), completion. The
-        // code before this change took 3, 5, 7 and 17 for these four cases: Backoff a lock per scope for its config and one for
-        // its feedback, RetryAfter one per scope for the backoff status,
-        // the hold and the announced limits.
-        (&["a"], 429, LIMITED, 4),
-        (&["a", "b", "c"], 429, LIMITED, 4),
+        // Admission and completion: Backoff's report (backoff in each
+        // scope) and RetryAfter's (holds, announced limits in each scope)
+        // are applied under the completion's lock. Earlier code took 3, 5,
+        // 7 and 17 locks for these four cases (a lock per scope and
+        // question), then 2, 2, 4 and 4 (one per reporting layer).
+        (&["a"], 429, LIMITED, 2),
+        (&["a", "b", "c"], 429, LIMITED, 2),
     ];
     for (scopes, status, headers, expected) in cases {
         let Some((locks, registry)) = locks_for(scopes, status, headers).await else {
@@ -140,9 +142,9 @@ async fn the_departure_takes_a_lock_of_its_own_only_where_a_gap_depends_on_it() 
 }
 
 /// A status that some scope's config counts as backoff (here, set at
-/// runtime) is judged under the lock again, and backs that scope off.
+/// runtime) is reported again, and backs that scope off.
 #[tokio::test(start_paused = true)]
-async fn a_status_made_a_backoff_status_at_runtime_is_judged_under_the_lock() {
+async fn a_status_made_a_backoff_status_at_runtime_is_reported_under_the_completions_lock() {
     let registry = registry();
     registry
         .set_scope(
@@ -159,6 +161,94 @@ async fn a_status_made_a_backoff_status_at_runtime_is_judged_under_the_lock() {
         eprintln!("a release build does not count locks: nothing to check");
         return;
     };
-    assert_eq!(locks, 3, "admission, Backoff's report, completion");
+    assert_eq!(locks, 2, "admission, completion with Backoff's report");
     assert_eq!(registry.scope_stats("strict").unwrap().backoff_level, 1);
+}
+
+/// A feedback layer outside the throttle finds no completion to leave its
+/// report for (the throttle's future is done when the layer's ends): it
+/// applies the report under a lock of its own.
+#[tokio::test(start_paused = true)]
+async fn a_layer_outside_the_throttle_reports_under_a_lock_of_its_own() {
+    let registry = registry();
+    let inner = tower::service_fn(|_request: http::Request<()>| async {
+        Ok::<_, Infallible>(http::Response::builder().status(503).body(()).unwrap())
+    });
+    let client = ServiceBuilder::new()
+        .layer(BackoffLayer::new(registry.clone()))
+        .layer(ThrottleLayer::new(registry.clone()).record_scopes(true))
+        .service(inner);
+    let request = http::Request::get("https://example.com/").body(()).unwrap();
+    let Some(before) = registry.debug_lock_count() else {
+        eprintln!("a release build does not count locks: nothing to check");
+        return;
+    };
+    client.oneshot(request).await.unwrap();
+    assert_eq!(
+        registry.debug_lock_count().unwrap() - before,
+        3,
+        "admission, completion, Backoff's report"
+    );
+    assert_eq!(registry.scope_stats("example.com").unwrap().backoff_level, 1);
+}
+
+/// The reports a completion applies come before it frees the request's
+/// lane: the request waiting behind a 429 that says `Retry-After: 5` is
+/// held for those 5 s, not admitted by the completion itself.
+#[tokio::test(start_paused = true)]
+async fn the_request_behind_a_429_waits_for_its_hold_not_for_the_completion() {
+    let registry = registry();
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = answered.clone();
+    let inner = tower::service_fn(move |_request: http::Request<()>| {
+        let first = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut response = http::Response::builder().status(if first { 429 } else { 200 });
+            if first {
+                response = response.header("retry-after", "5");
+            }
+            Ok::<_, Infallible>(response.body(()).unwrap())
+        }
+    });
+    let client = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(RetryAfterLayer::new(registry.clone()))
+        .layer(BackoffLayer::new(registry.clone()))
+        .service(inner);
+    let start = tokio::time::Instant::now();
+    let send = |client: tower::util::BoxCloneService<_, _, _>| async move {
+        let request = http::Request::get("https://example.com/").body(()).unwrap();
+        client.oneshot(request).await.unwrap();
+        start.elapsed()
+    };
+    let client = tower::util::BoxCloneService::new(client);
+    let (first, second) = tokio::join!(send(client.clone()), send(client));
+    assert_eq!(first, Duration::from_millis(100));
+    // Held 5 s from the 429 (at 100 ms), then 100 ms in flight.
+    assert_eq!(second, Duration::from_millis(5_200));
+}
+
+/// [`Registry::report`] applies at once, also inside a throttle's call: a
+/// layer that reports and then reads the stats sees its report.
+#[tokio::test(start_paused = true)]
+async fn a_report_made_through_the_public_call_inside_a_throttle_applies_at_once() {
+    let registry = registry();
+    let seen = registry.clone();
+    let inner = tower::service_fn(move |_request: http::Request<()>| {
+        let registry = seen.clone();
+        async move {
+            registry.report(&Scopes::from("example.com"), |_, _| {
+                tower_throttle::registry::ScopeReport::new().hold(Duration::from_secs(7))
+            });
+            let held = registry.scope_stats("example.com").unwrap().held_for;
+            Ok::<_, Infallible>(http::Response::new(held))
+        }
+    });
+    let client = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(registry.clone()))
+        .service(inner);
+    let request = http::Request::get("https://example.com/").body(()).unwrap();
+    let held = client.oneshot(request).await.unwrap().into_body();
+    assert_eq!(held, Some(Duration::from_secs(7)));
 }

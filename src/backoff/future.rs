@@ -83,16 +83,13 @@ where
                     && !registry.may_back_off_on(head.status.as_u16());
                 if surely_success {
                     // The built-in rule says success in every scope, which
-                    // changes nothing in the registry: no lock to take.
+                    // changes nothing in the registry: nothing to report.
                     verdict = Some(with_facts(Feedback::success(), head.status, latency));
-                } else if shared.custom_on_response {
-                    // The user's hook runs outside the lock: it may call
-                    // the registry.
-                    registry.feedback_each(this.scopes, judge);
                 } else {
-                    // The built-in rule is a pure function of the head and
-                    // the config: judged under the one lock that applies it.
-                    registry.report(this.scopes, |_, config| {
+                    // Judged now, outside the lock (the user's hook may call
+                    // the registry); applied under the lock the throttle's
+                    // completion takes, or under one of its own.
+                    registry.report_on_completion(this.scopes, |_, config| {
                         ScopeReport::new().feedback(judge(config.get_backoff()))
                     });
                 }
@@ -111,7 +108,7 @@ where
                 }
                 shared
                     .registry
-                    .report(this.scopes, |_, _| ScopeReport::new().feedback(feedback));
+                    .report_on_completion(this.scopes, |_, _| ScopeReport::new().feedback(feedback));
             }
         }
         Poll::Ready(output)

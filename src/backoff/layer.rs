@@ -18,9 +18,8 @@ pub(crate) struct Shared {
     pub(crate) cost_header: Option<HeaderName>,
     pub(crate) on_response: Arc<ResponseHook>,
     pub(crate) on_error: Arc<ErrorHook>,
-    /// Whether `on_response` is the user's: it then runs outside the
-    /// registry's lock (it may call the registry), at the price of a
-    /// second lock per response to read the scopes' configs.
+    /// Whether `on_response` is the user's: every response then goes to
+    /// it (the built-in rule can skip a success).
     pub(crate) custom_on_response: bool,
 }
 

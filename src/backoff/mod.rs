@@ -19,8 +19,12 @@
 //! decided, which it hands over while it calls this layer
 //! ([`Registry::scopes_of`](crate::Registry::scopes_of)), so put this layer
 //! *inside* Throttle; used alone, it resolves them through the registry.
-//! Whatever a response says reaches the registry under one lock, for all
-//! of the request's scopes ([`Registry::report`](crate::Registry::report)).
+//! Whatever a response says is judged against the scopes' configs as soon
+//! as it comes and reaches the registry as one report for all of the
+//! request's scopes ([`Registry::report`](crate::Registry::report)); inside
+//! a Throttle of the same registry, the report is applied under the lock
+//! the throttle takes when the request ends (before it frees the request's
+//! lanes), so the response costs no lock of its own.
 //!
 //! Classification is a hook: [`BackoffLayer::on_response`] and
 //! [`BackoffLayer::on_error`] take functions returning a

@@ -14,6 +14,7 @@ use tokio::time::{Instant, Sleep};
 use std::sync::Arc;
 
 use super::fleet::HeldLease;
+use super::report::Collected;
 use super::scheduler::{Outcome, TicketId, TicketPoll};
 use super::time::Stamp;
 use super::Registry;
@@ -203,31 +204,53 @@ impl Ticket {
     /// Marks the request answered (or failed, or abandoned): frees what it
     /// holds and feeds latency to the registry.
     pub(crate) fn finish(&mut self, outcome: Outcome) {
-        self.finish_at(outcome, None);
+        self.finish_at(outcome, None, &[]);
     }
 
     /// [`finish`](Self::finish), at `ended` when the caller read the clock
     /// after the request ended (the inner future answered in the very poll
     /// that handed the request over, and [`depart`](Self::depart)'s reading
-    /// came after the answer: it serves for both).
-    pub(crate) fn finish_at(&mut self, outcome: Outcome, ended: Option<Instant>) {
+    /// came after the answer: it serves for both), applying first, under
+    /// the same lock, the reports the feedback layers left for it (see
+    /// [`collect`](super::report::collect)).
+    pub(crate) fn finish_at(&mut self, outcome: Outcome, ended: Option<Instant>, collected: &[Collected]) {
         if let (Some(lease), Some(fleet)) = (self.lease.take(), self.registry.fleet()) {
             fleet.in_background(fleet.store.release(lease.release(Instant::now())));
         }
         let stage = std::mem::replace(&mut self.stage, Stage::Finished);
         let (departed_at, departure) = match stage {
-            Stage::Finished => return,
+            Stage::Finished => {
+                self.apply_reports(collected);
+                return;
+            }
             Stage::Departed { at, reported } => ((!reported).then_some(at), Some(at)),
             _ => (None, None),
         };
         // `ended` is the departure's reading: its stamp too.
         let ended_stamp = ended.and(departure);
         let id = self.id;
-        self.registry.with_scheduler_at(ended, |scheduler, now, wake| {
-            scheduler.finish(id, outcome, departed_at, (now, ended_stamp), wake)
+        let registry = &self.registry;
+        let mut writes = Vec::new();
+        registry.with_scheduler_at(ended, |scheduler, now, wake| {
+            if !collected.is_empty() {
+                registry.apply_collected(scheduler, collected, (now, wake), &mut writes);
+            }
+            scheduler.finish(id, outcome, departed_at, (now, ended_stamp), wake);
         });
+        if !writes.is_empty() {
+            registry.write_shared(writes);
+        }
         // A queued ticket's place goes back now, once it left its queues.
         drop(stage);
+    }
+
+    /// Applies, under a lock of their own, reports the feedback layers left
+    /// for this request's completion while it is not done (a layer inside
+    /// the throttle retried).
+    pub(crate) fn apply_reports(&self, collected: &[Collected]) {
+        if !collected.is_empty() {
+            self.registry.apply_collected_now(collected);
+        }
     }
 }
 

@@ -306,6 +306,7 @@ impl RegistryBuilder {
                 #[cfg(debug_assertions)]
                 locks: std::sync::atomic::AtomicU64::new(0),
                 backoff_statuses,
+                configs: scheduler.config_table(),
                 scheduler: Mutex::new(scheduler),
                 resolver: self.resolver,
                 max_queued: self.max_queued,

@@ -155,7 +155,10 @@
 //!   `scheduler/fleet.rs`: the terms of its reservation and the shared
 //!   facts the answer brings back;
 //! - `report.rs`: [`Registry::report`], what one response says about each
-//!   of its scopes, judged and applied under one lock;
+//!   of its scopes, judged against their configs and applied under one
+//!   lock; `report/collect.rs`: the reports the feedback layers leave for
+//!   the lock a throttle's completion takes; `configs.rs`: the scope
+//!   configs, readable without the scheduler's lock;
 //! - [`manager`]: the [`ScopeManager`] trait, its factory and the
 //!   built-in backoff as one ([`manager::ExponentialBackoff`]);
 //! - `builder.rs`: [`RegistryBuilder`]; `config.rs`, `backoff.rs`,
@@ -171,6 +174,7 @@ mod autothrottle;
 mod backoff;
 mod builder;
 mod config;
+mod configs;
 mod feedback;
 mod fleet;
 pub mod manager;
@@ -213,6 +217,7 @@ use crate::scope::{handover, Priority, RequestHead, Scope, ScopeResolver, Scopes
 use crate::store::Fleet;
 pub(crate) use admission::{QueuePlace, Ticket};
 pub(crate) use fleet::FleetAdmission;
+pub(crate) use report::collect;
 pub(crate) use scheduler::Outcome;
 use scheduler::{Scheduler, WakeList};
 pub use scheduler::{DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
@@ -270,6 +275,8 @@ struct Shared {
     locks: std::sync::atomic::AtomicU64,
     /// Every backoff status of every scope config, read without the lock.
     backoff_statuses: report::BackoffStatuses,
+    /// The scope configs, read without the lock to judge responses.
+    configs: configs::ConfigTable,
 }
 
 impl fmt::Debug for Registry {
@@ -370,7 +377,10 @@ impl Registry {
         self.shared.backoff_statuses.add(&config);
         self.with_scheduler(|scheduler, now, wake| {
             config::warn_about_settings_without_effect(key.as_str(), &config, scheduler.max_concurrency());
-            scheduler.set_scope(key, config, now, wake)
+            let config = scheduler.set_scope(key.clone(), config, now, wake);
+            // Under the same lock: the table and the scheduler change
+            // together.
+            self.shared.configs.set(key, config);
         });
         Ok(())
     }
@@ -415,20 +425,12 @@ impl Registry {
 
     /// Like [`feedback`](Self::feedback), with the feedback decided per
     /// scope from that scope's backoff settings (its `http_codes` may
-    /// differ). `decide` runs outside the registry's lock (it may call the
-    /// registry): one lock reads the scopes' configs, one applies what
-    /// `decide` said, as [`report`](Self::report) does.
+    /// differ). `decide` runs before the registry's lock is taken (it may
+    /// call the registry); what it said is applied under one lock, as
+    /// [`report`](Self::report) does.
     pub fn feedback_each(&self, scopes: &Scopes, mut decide: impl FnMut(&BackoffConfig) -> Feedback) {
-        let decided: Vec<Feedback> = self
-            .configs_of(scopes)
-            .iter()
-            .map(|config| decide(config.get_backoff()))
-            .collect();
-        let mut decided = decided.into_iter();
-        self.report(scopes, |_, _| {
-            decided
-                .next()
-                .map_or_else(ScopeReport::new, |feedback| ScopeReport::new().feedback(feedback))
+        self.report(scopes, |_, config| {
+            ScopeReport::new().feedback(decide(config.get_backoff()))
         });
     }
 

@@ -1,18 +1,24 @@
 //! One report per response: what a response (or an error) says about each
-//! of its request's scopes, judged and applied under one lock of the
-//! registry. The backoff and rate-limit layers report through it.
+//! of its request's scopes, judged against their configs, then applied
+//! under one lock of the registry. The backoff and rate-limit layers report
+//! through it, and inside a throttle they leave their reports for the lock
+//! its completion takes ([`collect`]), so a response costs one lock.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::configs::ConfigsOf;
 use super::feedback::{AnnouncedLimits, Feedback, FeedbackKind};
+use super::scheduler::{Scheduler, WakeList};
 use super::time::saturating_add;
 use super::{Registry, ScopeConfig};
 use crate::scope::{Scope, Scopes};
-use crate::store::Fleet;
+
+pub(crate) mod collect;
+
+pub(crate) use collect::{Collected, ScopeReports};
 
 /// What one response says about one of its request's scopes: the answer of
 /// a [`Registry::report`] judge for that scope. Everything is optional; an
@@ -117,7 +123,7 @@ impl BackoffStatuses {
 }
 
 /// A fact for the fleet's store, written once the lock is released.
-enum SharedWrite {
+pub(crate) enum SharedWrite {
     Backoff(Scope, Duration, Duration),
     Hold(Scope, Duration),
 }
@@ -129,28 +135,31 @@ impl Registry {
         self.shared.backoff_statuses.may_contain(status)
     }
 
-    /// The configs of `scopes`, in their order, read under one lock.
-    pub(crate) fn configs_of(&self, scopes: &Scopes) -> Vec<Arc<ScopeConfig>> {
-        let scheduler = self.scheduler();
-        scopes
-            .iter()
-            .map(|(scope, _)| scheduler.config_arc(scope.as_str()))
-            .collect()
+    /// The configs of `scopes`, in their order, read without the
+    /// scheduler's lock (see [`ConfigTable`](super::configs::ConfigTable)).
+    pub(crate) fn configs_of(&self, scopes: &Scopes) -> ConfigsOf {
+        self.shared.configs.configs_of(scopes)
     }
 
     /// Applies what one response (or error) says about its request's
     /// `scopes`, all under **one** lock of the registry: `judge` is asked,
     /// scope by scope with that scope's config, for a [`ScopeReport`], and
-    /// each report is applied at once (feedback as
+    /// then every report is applied at once (feedback as
     /// [`feedback`](Self::feedback), then the hold, the pacing and the
-    /// announced limits). This is the call the backoff and rate-limit
-    /// layers make, one per response each; with a
-    /// [scope store](crate::store), backoff delays and holds are written to
-    /// the store afterwards, in the background.
+    /// announced limits). With a [scope store](crate::store), backoff
+    /// delays and holds are written to the store afterwards, in the
+    /// background.
     ///
-    /// `judge` runs under the registry's lock: it must not call the
-    /// registry (that would deadlock). Decide from the scope, its config
-    /// and what you read from the response before the call.
+    /// `judge` runs before the lock is taken, with the configs as they are
+    /// then (it may call the registry). A response with nothing to say
+    /// (every report empty) takes no lock.
+    ///
+    /// The crate's backoff and rate-limit layers make the same report, but
+    /// when they sit inside a [`Throttle`](crate::Throttle) of this
+    /// registry they leave it for the lock the throttle takes when the
+    /// request ends, so a response costs one lock however many layers have
+    /// something to say. This method applies at once: what you report is
+    /// in [`scope_stats`](Self::scope_stats) when it returns.
     ///
     /// ```
     /// use std::time::Duration;
@@ -173,48 +182,140 @@ impl Registry {
     /// assert_eq!(registry.scope_stats("api").unwrap().backoff_level, 1);
     /// # }
     /// ```
-    pub fn report(&self, scopes: &Scopes, mut judge: impl FnMut(&Scope, &ScopeConfig) -> ScopeReport) {
-        let fleet: Option<&Arc<Fleet>> = self.fleet();
-        let mut shared_writes = Vec::new();
+    pub fn report(&self, scopes: &Scopes, judge: impl FnMut(&Scope, &ScopeConfig) -> ScopeReport) {
+        let reports = self.judge(scopes, judge);
+        if let Some(reports) = reports {
+            self.apply_now(scopes, &reports);
+        }
+    }
+
+    /// [`report`](Self::report), left for the completion of the throttle
+    /// of this registry polling on this thread when there is one (see
+    /// [`collect`]): what the crate's feedback layers call.
+    pub(crate) fn report_on_completion(
+        &self,
+        scopes: &Scopes,
+        judge: impl FnMut(&Scope, &ScopeConfig) -> ScopeReport,
+    ) {
+        let Some(reports) = self.judge(scopes, judge) else {
+            return;
+        };
+        if let Some(reports) = collect::leave(self.id(), scopes, reports) {
+            self.apply_now(scopes, &reports);
+        }
+    }
+
+    /// `judge`'s report for each of `scopes`; `None` when none says
+    /// anything.
+    fn judge(
+        &self,
+        scopes: &Scopes,
+        mut judge: impl FnMut(&Scope, &ScopeConfig) -> ScopeReport,
+    ) -> Option<ScopeReports> {
+        let configs = self.configs_of(scopes);
+        let reports: ScopeReports = scopes
+            .iter()
+            .zip(&configs)
+            .map(|((scope, _), config)| judge(scope, config))
+            .collect();
+        (!reports.iter().all(ScopeReport::is_empty)).then_some(reports)
+    }
+
+    /// Applies `reports` (one per scope of `scopes`) under one lock.
+    fn apply_now(&self, scopes: &Scopes, reports: &[ScopeReport]) {
+        let shared = self.fleet().is_some();
+        let mut writes = Vec::new();
         self.with_scheduler(|scheduler, now, wake| {
-            for (scope, expected_cost) in scopes.iter() {
-                let config = scheduler.config_arc(scope.as_str());
-                let report = judge(scope, &config);
-                if let Some(feedback) = report.feedback {
-                    let tells_manager =
-                        config.has_custom_manager() && feedback.kind() != FeedbackKind::Ignore;
-                    if feedback.says_something() || tells_manager {
-                        scheduler.feedback(scope, feedback, expected_cost, now, wake);
-                        if let (Some(_), true, Some((delay, left))) =
-                            (fleet, feedback.is_backoff(), scheduler.backoff_left(scope, now))
-                        {
-                            shared_writes.push(SharedWrite::Backoff(scope.clone(), delay, left));
-                        }
-                    }
-                }
-                if let Some(hold) = report.hold {
-                    scheduler.hold(scope, saturating_add(now, hold), now, wake);
-                    if let (Some(_), Some(left)) = (fleet, scheduler.hold_left(scope, now)) {
-                        shared_writes.push(SharedWrite::Hold(scope.clone(), left));
-                    }
-                }
-                if let Some(pacing) = report.pacing {
-                    scheduler.set_pacing(scope, Some(pacing), now, wake);
-                }
-                if let Some(limits) = report.announced {
-                    scheduler.set_announced_limits(scope, limits, now);
-                }
-            }
+            apply_reports(scheduler, (scopes, reports), shared, (now, wake), &mut writes);
         });
-        if let Some(fleet) = fleet {
-            for write in shared_writes {
-                match write {
-                    SharedWrite::Backoff(scope, delay, left) => {
-                        fleet.in_background(fleet.store.backoff(scope, delay, left));
-                    }
-                    SharedWrite::Hold(scope, left) => fleet.in_background(fleet.store.hold(scope, left)),
+        self.write_shared(writes);
+    }
+
+    /// Applies reports left for a throttle's completion that did not come
+    /// (its inner future is not done: a layer inside retried), under one
+    /// lock.
+    pub(crate) fn apply_collected_now(&self, collected: &[Collected]) {
+        let mut writes = Vec::new();
+        self.with_scheduler(|scheduler, now, wake| {
+            self.apply_collected(scheduler, collected, (now, wake), &mut writes);
+        });
+        self.write_shared(writes);
+    }
+
+    /// Applies reports left for a throttle's completion, under the lock
+    /// the completion holds; the store writes they call for go to
+    /// `writes`, for [`write_shared`](Self::write_shared) once it is
+    /// released.
+    pub(crate) fn apply_collected(
+        &self,
+        scheduler: &mut Scheduler,
+        collected: &[Collected],
+        (now, wake): (Instant, &mut WakeList),
+        writes: &mut Vec<SharedWrite>,
+    ) {
+        let shared = self.fleet().is_some();
+        for report in collected {
+            apply_reports(
+                scheduler,
+                (&report.scopes, &report.reports),
+                shared,
+                (now, wake),
+                writes,
+            );
+        }
+    }
+
+    /// Writes to the fleet's store, in the background, what reports
+    /// applied under the lock called for.
+    pub(crate) fn write_shared(&self, writes: Vec<SharedWrite>) {
+        let Some(fleet) = self.fleet() else {
+            return;
+        };
+        for write in writes {
+            match write {
+                SharedWrite::Backoff(scope, delay, left) => {
+                    fleet.in_background(fleet.store.backoff(scope, delay, left));
+                }
+                SharedWrite::Hold(scope, left) => fleet.in_background(fleet.store.hold(scope, left)),
+            }
+        }
+    }
+}
+
+/// Applies one response's `reports` to its `scopes` (in the same order),
+/// under the scheduler's lock; with a store (`shared`), notes in `writes`
+/// the backoff delays and holds the fleet must learn.
+fn apply_reports(
+    scheduler: &mut Scheduler,
+    (scopes, reports): (&Scopes, &[ScopeReport]),
+    shared: bool,
+    (now, wake): (Instant, &mut WakeList),
+    writes: &mut Vec<SharedWrite>,
+) {
+    for ((scope, expected_cost), report) in scopes.iter().zip(reports) {
+        if let Some(feedback) = report.feedback {
+            let tells_manager = scheduler.config_arc(scope.as_str()).has_custom_manager()
+                && feedback.kind() != FeedbackKind::Ignore;
+            if feedback.says_something() || tells_manager {
+                scheduler.feedback(scope, feedback, expected_cost, now, wake);
+                if let (true, true, Some((delay, left))) =
+                    (shared, feedback.is_backoff(), scheduler.backoff_left(scope, now))
+                {
+                    writes.push(SharedWrite::Backoff(scope.clone(), delay, left));
                 }
             }
+        }
+        if let Some(hold) = report.hold {
+            scheduler.hold(scope, saturating_add(now, hold), now, wake);
+            if let (true, Some(left)) = (shared, scheduler.hold_left(scope, now)) {
+                writes.push(SharedWrite::Hold(scope.clone(), left));
+            }
+        }
+        if let Some(pacing) = report.pacing {
+            scheduler.set_pacing(scope, Some(pacing), now, wake);
+        }
+        if let Some(limits) = report.announced.clone() {
+            scheduler.set_announced_limits(scope, limits, now);
         }
     }
 }

@@ -175,8 +175,9 @@ impl Observer {
             _ => None,
         };
         let may_hold = parsed.retry_after.is_some() || parsed.reset.is_some();
-        // Everything, for every scope, under one lock of the registry.
-        self.registry.report(&self.scopes, |scope, config| {
+        // Everything, for every scope, as one report (applied under the
+        // throttle's completion lock, or one of its own).
+        self.registry.report_on_completion(&self.scopes, |scope, config| {
             let mut report = ScopeReport::new();
             if let Some(feedback) = quota_feedback {
                 report = report.feedback(feedback);

@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::errors::{ErrorMode, InnerErrors};
-use crate::registry::{FleetAdmission, Outcome, Ticket};
+use crate::registry::{collect, FleetAdmission, Outcome, Ticket};
 use crate::scope::{handover, Scopes};
 
 pin_project! {
@@ -198,13 +198,19 @@ where
                     this.state.set(State::Calling { future });
                 }
                 StateProj::Calling { future } => {
-                    let polled = future.poll(cx);
+                    // The feedback layers inside leave their reports for
+                    // the completion's lock (see `registry::report::collect`).
+                    let (polled, reports) =
+                        collect::collecting(this.ticket.registry_id(), || future.poll(cx));
                     // The hand-over is the inner future's first poll: see
                     // the module docs of `throttle`. Free after the first.
                     let departed = this.ticket.depart();
                     let output = match polled {
                         Poll::Ready(output) => output,
-                        Poll::Pending => return Poll::Pending,
+                        Poll::Pending => {
+                            this.ticket.apply_reports(&reports);
+                            return Poll::Pending;
+                        }
                     };
                     let outcome = match &output {
                         Ok(response) => Outcome::Response {
@@ -213,7 +219,7 @@ where
                         },
                         Err(_) => Outcome::NoResponse,
                     };
-                    this.ticket.finish_at(outcome, departed);
+                    this.ticket.finish_at(outcome, departed, &reports);
                     this.state.set(State::Done);
                     return Poll::Ready(output.map_err(M::inner));
                 }

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::{Scheduler, ScopeEntry, ScopeId, WakeList};
 use crate::registry::config::ScopeConfig;
+use crate::registry::configs::ConfigTable;
 use crate::registry::feedback::{AnnouncedLimits, Feedback};
 use crate::registry::time::Stamp;
 use crate::scope::Scope;
@@ -22,15 +23,33 @@ impl Scheduler {
         id
     }
 
-    /// Replaces a scope's config; waiters re-evaluate at once.
-    pub(crate) fn set_scope(&mut self, key: Scope, config: ScopeConfig, now: Instant, wake: &mut WakeList) {
+    /// Replaces a scope's config; waiters re-evaluate at once. Returns the
+    /// config as the scope now has it (completed from the default).
+    pub(crate) fn set_scope(
+        &mut self,
+        key: Scope,
+        config: ScopeConfig,
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> Arc<ScopeConfig> {
         let config = Arc::new(config.inherit_from(&self.default_config));
         if let Some(id) = self.index.get(key.as_str(), &self.scopes) {
             self.scopes[id].state.replace_config(config.clone(), now);
             self.dirty.push(id);
         }
-        self.overrides.insert(key, config);
+        self.overrides.insert(key, config.clone());
         self.run_dispatch(now, wake);
+        config
+    }
+
+    /// A table of the configs, readable without this lock (the same
+    /// `Arc`s: see [`ConfigTable`]).
+    pub(crate) fn config_table(&self) -> ConfigTable {
+        let own = self
+            .overrides
+            .iter()
+            .map(|(key, config)| (key.clone(), config.clone()));
+        ConfigTable::new(self.default_config.clone(), own)
     }
 
     /// Applies feedback about one response (or error) of a request sent

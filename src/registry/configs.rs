@@ -1,0 +1,89 @@
+//! The scope configs, readable without the scheduler's lock.
+//!
+//! A response is judged against its scopes' configs (which statuses back
+//! off, for instance) before anything is applied. Reading them under the
+//! scheduler's lock would cost a lock per feedback layer and response, so
+//! the registry keeps this table beside the scheduler: the default config
+//! and every scope's own one, the same `Arc`s the scheduler's scopes hold.
+//! Only [`Registry::set_scope`](super::Registry::set_scope) writes it (under
+//! the scheduler's lock, so both change together); readers share a read
+//! lock that never waits for the scheduler.
+
+use std::sync::{Arc, PoisonError, RwLock};
+
+use smallvec::SmallVec;
+
+use super::config::ScopeConfig;
+use crate::scope::{Scope, Scopes};
+
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The configs of a request's scopes, in their order (one inline).
+pub(crate) type ConfigsOf = SmallVec<[Arc<ScopeConfig>; 1]>;
+
+/// The default scope config and the scopes' own configs.
+#[derive(Debug)]
+pub(crate) struct ConfigTable {
+    table: RwLock<Table>,
+}
+
+#[derive(Debug)]
+struct Table {
+    default: Arc<ScopeConfig>,
+    own: HashMap<Scope, Arc<ScopeConfig>>,
+}
+
+impl ConfigTable {
+    /// A table of `default` and the scopes' `own` configs (already
+    /// completed from the default).
+    pub(crate) fn new(
+        default: Arc<ScopeConfig>,
+        own: impl IntoIterator<Item = (Scope, Arc<ScopeConfig>)>,
+    ) -> Self {
+        ConfigTable {
+            table: RwLock::new(Table {
+                default,
+                own: own.into_iter().collect(),
+            }),
+        }
+    }
+
+    /// The config of each of `scopes`, in their order, under one read lock.
+    pub(crate) fn configs_of(&self, scopes: &Scopes) -> ConfigsOf {
+        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
+        scopes
+            .iter()
+            .map(|(scope, _)| table.own.get(scope.as_str()).unwrap_or(&table.default).clone())
+            .collect()
+    }
+
+    /// Gives scope `key` its own `config` (the one the scheduler now uses).
+    pub(crate) fn set(&self, key: Scope, config: Arc<ScopeConfig>) {
+        self.table
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .own
+            .insert(key, config);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_scope_without_a_config_of_its_own_reads_the_default() {
+        let default = Arc::new(ScopeConfig::default().delay(Duration::from_secs(1)));
+        let api = Arc::new(ScopeConfig::default().delay(Duration::from_secs(2)));
+        let table = ConfigTable::new(default.clone(), [(Scope::new("api"), api.clone())]);
+        let configs = table.configs_of(&Scopes::from(["other", "api"]));
+        assert!(Arc::ptr_eq(&configs[0], &default));
+        assert!(Arc::ptr_eq(&configs[1], &api));
+
+        let other = Arc::new(ScopeConfig::default().delay(Duration::from_secs(3)));
+        table.set(Scope::new("other"), other.clone());
+        assert!(Arc::ptr_eq(&table.configs_of(&Scopes::from("other"))[0], &other));
+    }
+}
