@@ -204,54 +204,86 @@ impl Ticket {
     /// Marks the request answered (or failed, or abandoned): frees what it
     /// holds and feeds latency to the registry.
     pub(crate) fn finish(&mut self, outcome: Outcome) {
-        self.finish_at(outcome, None, &[]);
+        self.finish_at(outcome, None);
     }
 
     /// [`finish`](Self::finish), at `ended` when the caller read the clock
     /// after the request ended (the inner future answered in the very poll
     /// that handed the request over, and [`depart`](Self::depart)'s reading
-    /// came after the answer: it serves for both), applying first, under
-    /// the same lock, the reports the feedback layers left for it (see
-    /// [`collect`](super::report::collect)).
-    pub(crate) fn finish_at(&mut self, outcome: Outcome, ended: Option<Instant>, collected: &[Collected]) {
-        if let (Some(lease), Some(fleet)) = (self.lease.take(), self.registry.fleet()) {
-            fleet.in_background(fleet.store.release(lease.release(Instant::now())));
-        }
-        let stage = std::mem::replace(&mut self.stage, Stage::Finished);
-        let (departed_at, departure) = match stage {
-            Stage::Finished => {
-                self.apply_reports(collected);
-                return;
-            }
-            Stage::Departed { at, reported } => ((!reported).then_some(at), Some(at)),
-            _ => (None, None),
+    /// came after the answer: it serves for both).
+    pub(crate) fn finish_at(&mut self, outcome: Outcome, ended: Option<Instant>) {
+        let Some(end) = self.end(ended) else {
+            return;
         };
-        // `ended` is the departure's reading: its stamp too.
-        let ended_stamp = ended.and(departure);
+        let id = self.id;
+        self.registry.with_scheduler_at(ended, |scheduler, now, wake| {
+            scheduler.finish(id, outcome, end.departed_at, (now, end.stamp), wake)
+        });
+        // A queued ticket's place goes back now, once it left its queues.
+        drop(end);
+    }
+
+    /// [`finish_at`](Self::finish_at), applying first, under the same
+    /// lock, the reports the feedback layers left for this request (see
+    /// [`collect`](super::report::collect)).
+    pub(crate) fn finish_reported(
+        &mut self,
+        outcome: Outcome,
+        ended: Option<Instant>,
+        collected: &[Collected],
+    ) {
+        let Some(end) = self.end(ended) else {
+            self.apply_reports(collected);
+            return;
+        };
         let id = self.id;
         let registry = &self.registry;
         let mut writes = Vec::new();
         registry.with_scheduler_at(ended, |scheduler, now, wake| {
-            if !collected.is_empty() {
-                registry.apply_collected(scheduler, collected, (now, wake), &mut writes);
-            }
-            scheduler.finish(id, outcome, departed_at, (now, ended_stamp), wake);
+            registry.apply_collected(scheduler, collected, (now, wake), &mut writes);
+            scheduler.finish(id, outcome, end.departed_at, (now, end.stamp), wake);
         });
-        if !writes.is_empty() {
-            registry.write_shared(writes);
+        drop(end);
+        registry.write_shared(writes);
+    }
+
+    /// Marks the handle finished and gives its store lease back; `None`
+    /// when it was finished already.
+    fn end(&mut self, ended: Option<Instant>) -> Option<End> {
+        if let (Some(lease), Some(fleet)) = (self.lease.take(), self.registry.fleet()) {
+            fleet.in_background(fleet.store.release(lease.release(Instant::now())));
         }
-        // A queued ticket's place goes back now, once it left its queues.
-        drop(stage);
+        let stage = std::mem::replace(&mut self.stage, Stage::Finished);
+        let (departed_at, stamp) = match stage {
+            Stage::Finished => return None,
+            // `ended` is the departure's reading: its stamp too.
+            Stage::Departed { at, reported } => ((!reported).then_some(at), ended.and(Some(at))),
+            _ => (None, None),
+        };
+        Some(End {
+            departed_at,
+            stamp,
+            _stage: stage,
+        })
     }
 
     /// Applies, under a lock of their own, reports the feedback layers left
     /// for this request's completion while it is not done (a layer inside
     /// the throttle retried).
     pub(crate) fn apply_reports(&self, collected: &[Collected]) {
-        if !collected.is_empty() {
-            self.registry.apply_collected_now(collected);
-        }
+        self.registry.apply_collected_now(collected);
     }
+}
+
+/// What the scheduler needs to finish a ticket, from its handle.
+struct End {
+    /// The departure, when the scheduler has yet to learn it.
+    departed_at: Option<Stamp>,
+    /// The stamp of the caller's `ended` reading, when it has one.
+    stamp: Option<Stamp>,
+    /// The stage the handle left, kept until the scheduler's lock is
+    /// released: a queued ticket's place goes back once it left its queues.
+    _stage: Stage,
 }
 
 /// The timer of the first waiter of a scope, which wakes it when the

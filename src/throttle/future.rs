@@ -200,15 +200,18 @@ where
                 StateProj::Calling { future } => {
                     // The feedback layers inside leave their reports for
                     // the completion's lock (see `registry::report::collect`).
-                    let (polled, reports) =
-                        collect::collecting(this.ticket.registry_id(), || future.poll(cx));
+                    let registry = this.ticket.registry_id();
+                    let (polled, left) = collect::collecting(registry, || future.poll(cx));
                     // The hand-over is the inner future's first poll: see
                     // the module docs of `throttle`. Free after the first.
                     let departed = this.ticket.depart();
                     let output = match polled {
                         Poll::Ready(output) => output,
                         Poll::Pending => {
-                            this.ticket.apply_reports(&reports);
+                            // Left by a layer inside that retried.
+                            if left {
+                                this.ticket.apply_reports(&collect::take(registry));
+                            }
                             return Poll::Pending;
                         }
                     };
@@ -219,7 +222,12 @@ where
                         },
                         Err(_) => Outcome::NoResponse,
                     };
-                    this.ticket.finish_at(outcome, departed, &reports);
+                    if left {
+                        this.ticket
+                            .finish_reported(outcome, departed, &collect::take(registry));
+                    } else {
+                        this.ticket.finish_at(outcome, departed);
+                    }
                     this.state.set(State::Done);
                     return Poll::Ready(output.map_err(M::inner));
                 }

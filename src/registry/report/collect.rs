@@ -54,18 +54,32 @@ thread_local! {
 
 /// Runs `poll` (a throttle's poll of its inner future) collecting the
 /// reports its layers of registry `registry` make; returns what `poll`
-/// returned and the reports (empty, not allocated, when there were none).
-pub(crate) fn collecting<R>(registry: usize, poll: impl FnOnce() -> R) -> (R, Vec<Collected>) {
-    let guard = Guard {
-        previous: COLLECTING.replace(Collecting {
-            registry,
-            left: false,
-        }),
+/// returned and whether a report was left, to [`take`] then.
+#[inline]
+pub(crate) fn collecting<R>(registry: usize, poll: impl FnOnce() -> R) -> (R, bool) {
+    let previous = COLLECTING.replace(Collecting {
         registry,
-        ended: false,
-    };
+        left: false,
+    });
+    let on_unwind = Restore { previous, registry };
     let polled = poll();
-    (polled, guard.end())
+    // The common path restores the mark without the guard's draining.
+    std::mem::forget(on_unwind);
+    (polled, COLLECTING.replace(previous).left)
+}
+
+/// The reports left for the collector of `registry` that just ended.
+pub(crate) fn take(registry: usize) -> Vec<Collected> {
+    COLLECTED
+        .try_with(|collected| {
+            let mut collected = collected.borrow_mut();
+            let (mine, others) = std::mem::take(&mut *collected)
+                .into_iter()
+                .partition(|report| report.registry == registry);
+            *collected = others;
+            mine
+        })
+        .unwrap_or_default()
 }
 
 /// Leaves `reports` about `scopes` for the throttle of `registry` that is
@@ -95,44 +109,18 @@ pub(crate) fn leave(registry: usize, scopes: &Scopes, reports: ScopeReports) -> 
     reports
 }
 
-/// Restores the mark as it was before [`collecting`], also on unwind.
-struct Guard {
+/// Restores the mark as it was before [`collecting`] when `poll` unwinds.
+struct Restore {
     previous: Collecting,
     registry: usize,
-    ended: bool,
 }
 
-impl Guard {
-    fn end(mut self) -> Vec<Collected> {
-        self.ended = true;
-        self.restore()
-    }
-
-    /// Puts the previous mark back; takes this collector's reports.
-    fn restore(&self) -> Vec<Collected> {
-        if !COLLECTING.replace(self.previous).left {
-            return Vec::new();
-        }
-        let registry = self.registry;
-        COLLECTED
-            .try_with(|collected| {
-                let mut collected = collected.borrow_mut();
-                let (mine, others) = std::mem::take(&mut *collected)
-                    .into_iter()
-                    .partition(|report| report.registry == registry);
-                *collected = others;
-                mine
-            })
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Guard {
+impl Drop for Restore {
     fn drop(&mut self) {
-        if !self.ended {
-            // Unwinding out of the inner poll: the request failed, its
-            // reports go with it rather than linger for another request.
-            drop(self.restore());
+        // The request failed: its reports go with it rather than linger
+        // for another request.
+        if COLLECTING.replace(self.previous).left {
+            drop(take(self.registry));
         }
     }
 }
@@ -149,23 +137,26 @@ mod tests {
     fn a_report_is_left_only_for_the_registry_collecting_and_only_during_its_poll() {
         let scopes = Scopes::from("a");
         assert!(leave(1, &scopes, report()).is_some(), "nobody collects");
-        let (inner, collected) = collecting(1, || {
+        let (inner, left) = collecting(1, || {
             let left_for_1 = leave(1, &scopes, report()).is_none();
             let left_for_2 = leave(2, &scopes, report()).is_none();
             // A nested collector for another registry takes its own only.
-            let (nested, nested_collected) = collecting(2, || leave(2, &scopes, report()).is_none());
-            (left_for_1, left_for_2, nested, nested_collected.len())
+            let (nested, nested_left) = collecting(2, || leave(2, &scopes, report()).is_none());
+            (left_for_1, left_for_2, nested, nested_left, take(2).len())
         });
-        assert_eq!(inner, (true, false, true, 1));
+        assert_eq!(inner, (true, false, true, true, 1));
+        assert!(left);
+        let collected = take(1);
         assert_eq!(collected.len(), 1);
         assert_eq!(collected[0].scopes, scopes);
         assert!(leave(1, &scopes, report()).is_some(), "the poll is over");
     }
 
     #[test]
-    fn nothing_left_means_nothing_allocated() {
-        let ((), collected) = collecting(1, || ());
-        assert_eq!(collected.capacity(), 0);
+    fn a_poll_that_left_nothing_says_so() {
+        let ((), left) = collecting(1, || ());
+        assert!(!left);
+        assert!(take(1).is_empty());
     }
 
     #[test]
@@ -178,8 +169,8 @@ mod tests {
             })
         });
         assert!(panicked.is_err());
-        let ((), collected) = collecting(1, || ());
-        assert!(collected.is_empty());
+        let ((), left) = collecting(1, || ());
+        assert!(!left);
         assert!(COLLECTED.with(|collected| collected.borrow().is_empty()));
     }
 }
