@@ -227,6 +227,18 @@ impl ScopeConfig {
         self.quota
     }
 
+    /// Whether lanes are the scope's only limit: no delay, no per-lane
+    /// delay, no quota, and no rampup or AutoThrottle (which make delays of
+    /// their own). The admission of such a scope skips computing its
+    /// limits while nothing else contributes to them.
+    pub(crate) fn is_plain(&self) -> bool {
+        self.delay.is_zero()
+            && self.delay_per_slot.is_zero()
+            && self.quota.is_none()
+            && self.get_rampup().is_none()
+            && self.get_autothrottle().is_none()
+    }
+
     /// The length of the scope's quota windows.
     pub fn get_window(&self) -> Duration {
         self.window.unwrap_or(DEFAULT_QUOTA_WINDOW)

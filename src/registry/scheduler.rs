@@ -306,10 +306,25 @@ impl Scheduler {
             seq: self.next_seq,
         };
         self.next_seq += 1;
+        let plain_lane = match &seats {
+            Seats::One([seat]) => self.take_plain_lane(seat.scope, now),
+            _ => None,
+        };
+        let status = match plain_lane {
+            // Nothing to report early: a plain scope has no gap.
+            Some(_) => Status::Admitted {
+                report_departure: false,
+            },
+            None => Status::Queued,
+        };
+        let seats = match (seats, plain_lane) {
+            (Seats::One([seat]), Some(lane)) => Seats::One([Seat { lane, ..seat }]),
+            (seats, _) => seats,
+        };
         let id = self.tickets.insert(TicketState {
             order,
             seats,
-            status: Status::Queued,
+            status,
             waker: None,
             bypassed: 0,
             held_by: None,
@@ -317,7 +332,7 @@ impl Scheduler {
             waiting: false,
             enqueued_at: now,
         });
-        if self.try_send_directly(id, now, wake) {
+        if plain_lane.is_some() || self.try_send_directly(id, now, wake) {
             return (id, self.report_departure(id));
         }
         let ticket = &mut self.tickets[id];
@@ -337,6 +352,25 @@ impl Scheduler {
             );
         }
         (id, admitted)
+    }
+
+    /// The fast path of a one-scope request: takes a lane in scope `id`
+    /// when it is plain (see [`ScopeState::take_plain_lane`]), nobody waits
+    /// for it and the global limit allows; counts the send.
+    fn take_plain_lane(&mut self, id: ScopeId, now: Instant) -> Option<usize> {
+        if self.in_flight >= self.max_concurrency {
+            return None;
+        }
+        let scope = &mut self.scopes[id];
+        if scope.has_waiters() {
+            return None;
+        }
+        let lane = scope
+            .state
+            .take_plain_lane(now, self.max_concurrency, &mut self.rng, now)?;
+        self.metrics.sent(&scope.state.key);
+        self.in_flight += 1;
+        Some(lane)
     }
 
     /// For an admitted ticket, whether its departure must be reported as

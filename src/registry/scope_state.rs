@@ -538,6 +538,69 @@ impl ScopeState {
                 self.lanes.len()
             }
         };
+        let scope_send = self.record_send(lane, now, rng);
+        self.spend_quota(cost, now);
+        tracing::debug!(
+            target: "tower_throttle",
+            scope = %self.key,
+            lane,
+            waited_ms = now.duration_since(enqueued_at).as_millis() as u64,
+            next_send_in_ms = scale(effective.delay, effective.jitter.factor(scope_send.draw)).as_millis() as u64,
+            "request sent"
+        );
+        let has_gap = !effective.delay.is_zero() || !effective.delay_floor.is_zero();
+        TakenLane {
+            lane,
+            others_may_follow: has_gap && effective.concurrency > 1,
+        }
+    }
+
+    /// The admission of a *plain* scope, without computing its limits: one
+    /// with no contribution at all (no backoff, hold, robots.txt, pacing,
+    /// quota window, AutoThrottle, rampup or manager state) and a config
+    /// with no gap and no quota, so that the only limit is its lanes. Takes
+    /// a lane as [`take_lane`](Self::take_lane) would, and returns it; `None`
+    /// when the scope is not plain or has no lane free, for the general
+    /// path to decide. (For a plain scope the general path's answer is the
+    /// same: the first free lane, or a new one below the concurrency.)
+    #[inline]
+    pub(crate) fn take_plain_lane(
+        &mut self,
+        now: Instant,
+        max_concurrency: u32,
+        rng: &mut fastrand::Rng,
+        enqueued_at: Instant,
+    ) -> Option<usize> {
+        if self.extra.is_some() || !self.config.is_plain() {
+            return None;
+        }
+        if self.in_flight >= self.config.concurrency.min(max_concurrency) {
+            return None;
+        }
+        let lane = match self.lanes.iter().position(|lane| !lane.busy) {
+            Some(lane) => lane,
+            None if self.lanes.len() < self.config.concurrency.min(max_concurrency) as usize => {
+                self.lanes.len()
+            }
+            None => return None,
+        };
+        self.record_send(lane, now, rng);
+        tracing::debug!(
+            target: "tower_throttle",
+            scope = %self.key,
+            lane,
+            waited_ms = now.duration_since(enqueued_at).as_millis() as u64,
+            next_send_in_ms = 0u64,
+            "request sent"
+        );
+        Some(lane)
+    }
+
+    /// Marks `lane` busy with a send at `now` (a new lane when `lane` is
+    /// the number of lanes), starts the lane's and the scope's gaps with
+    /// fresh jitter draws, and counts the request in flight and undeparted.
+    #[inline]
+    fn record_send(&mut self, lane: usize, now: Instant, rng: &mut fastrand::Rng) -> LastSend {
         let at = Stamp::of(now);
         let lane_send = LastSend { at, draw: rng.f64() };
         let scope_send = LastSend { at, draw: rng.f64() };
@@ -556,23 +619,10 @@ impl ScopeState {
             }
         }
         self.last_send = Some(scope_send);
-        self.spend_quota(cost, now);
         self.in_flight += 1;
         self.undeparted += 1;
         self.sent += 1;
-        tracing::debug!(
-            target: "tower_throttle",
-            scope = %self.key,
-            lane,
-            waited_ms = now.duration_since(enqueued_at).as_millis() as u64,
-            next_send_in_ms = scale(effective.delay, effective.jitter.factor(scope_send.draw)).as_millis() as u64,
-            "request sent"
-        );
-        let has_gap = !effective.delay.is_zero() || !effective.delay_floor.is_zero();
-        TakenLane {
-            lane,
-            others_may_follow: has_gap && effective.concurrency > 1,
-        }
+        scope_send
     }
 
     /// Records the departure at `at` of a request admitted earlier on
