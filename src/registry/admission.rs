@@ -8,31 +8,17 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
 use std::sync::Arc;
 
 use super::fleet::HeldLease;
+use super::places::QueuePlace;
 use super::report::Collected;
 use super::scheduler::{Outcome, TicketId, TicketPoll};
 use super::time::Stamp;
 use super::Registry;
 use crate::store::{Fleet, LeaseId, Reservation, SharedFacts};
-
-/// One of the `max_queued` places, reserved by `poll_ready`. Dropping it
-/// gives the place back.
-#[derive(Debug)]
-pub(crate) struct QueuePlace {
-    /// Held for its drop, which gives the place back.
-    _permit: OwnedSemaphorePermit,
-}
-
-impl QueuePlace {
-    pub(crate) fn new(permit: OwnedSemaphorePermit) -> Self {
-        QueuePlace { _permit: permit }
-    }
-}
 
 /// A request's place in the scheduler, from queued to finished. Dropping it
 /// at any point releases whatever it holds (queue place, lanes, global

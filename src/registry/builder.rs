@@ -6,11 +6,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
-
 use super::config::{self, ScopeConfig};
 use super::manager::{ManagerFactory, ScopeManager};
 use super::metrics;
+use super::places;
 use super::report::BackoffStatuses;
 use super::scheduler::{Scheduler, DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
 use super::{Registry, Shared, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_QUEUED};
@@ -245,13 +244,6 @@ impl RegistryBuilder {
             return Err(ConfigError::new("max_scopes", 0, "must be at least 1"));
         }
         config::validate_window("idle_ttl", self.idle_ttl)?;
-        if self.max_queued > Semaphore::MAX_PERMITS {
-            return Err(ConfigError::new(
-                "max_queued",
-                self.max_queued,
-                "must be at most tokio's Semaphore::MAX_PERMITS",
-            ));
-        }
         if let Some(window) = self.quota_window {
             config::validate_window("quota_window", window)?;
         }
@@ -311,7 +303,7 @@ impl RegistryBuilder {
                 resolver: self.resolver,
                 max_queued: self.max_queued,
                 settings,
-                queue_places: Arc::new(Semaphore::new(self.max_queued)),
+                queue_places: places::QueuePlaces::new(self.max_queued),
                 fleet: self
                     .store
                     .map(|store| Arc::new(Fleet::new(store, self.store_failure))),

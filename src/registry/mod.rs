@@ -179,6 +179,7 @@ mod feedback;
 mod fleet;
 pub mod manager;
 pub mod metrics;
+mod places;
 mod rampup;
 mod report;
 mod scheduler;
@@ -208,15 +209,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use tokio_util::sync::PollSemaphore;
 
 use crate::error::ConfigError;
 use crate::scope::{handover, Priority, RequestHead, Scope, ScopeResolver, Scopes};
 use crate::store::Fleet;
-pub(crate) use admission::{QueuePlace, Ticket};
+pub(crate) use admission::Ticket;
 pub(crate) use fleet::FleetAdmission;
+pub(crate) use places::{PlaceHandle, QueuePlace};
 pub(crate) use report::collect;
 pub(crate) use scheduler::Outcome;
 use scheduler::{Scheduler, WakeList};
@@ -259,10 +259,9 @@ struct Shared {
     /// What the builder was given, for reading the config back.
     #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     settings: GlobalSettings,
-    /// The `max_queued` places: a permit per request admitted by
-    /// `poll_ready` and not yet sent. A semaphore hands a freed place to a
-    /// waiter even when the waiter it first woke has gone away.
-    queue_places: Arc<Semaphore>,
+    /// The `max_queued` places: one per request readied by `poll_ready`
+    /// and not yet sent (see `places.rs`).
+    queue_places: Arc<places::QueuePlaces>,
     /// The scope store shared with other workers, if any.
     fleet: Option<Arc<Fleet>>,
     /// Whether any scope config has a custom manager (set once, never
@@ -285,7 +284,7 @@ impl fmt::Debug for Registry {
             .field("max_queued", &self.shared.max_queued)
             .field(
                 "queued",
-                &(self.shared.max_queued - self.shared.queue_places.available_permits()),
+                &(self.shared.max_queued - self.shared.queue_places.free()),
             )
             .finish_non_exhaustive()
     }
@@ -568,8 +567,8 @@ impl Registry {
 
     /// A handle that reserves places among `max_queued` (one per service
     /// clone: it keeps the state of a pending reservation).
-    pub(crate) fn queue_places(&self) -> PollSemaphore {
-        PollSemaphore::new(self.shared.queue_places.clone())
+    pub(crate) fn queue_places(&self) -> PlaceHandle {
+        PlaceHandle::new(self.shared.queue_places.clone())
     }
 
     /// Queues a request, which consumes its queue place, and admits it at

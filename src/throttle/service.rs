@@ -6,9 +6,8 @@ use tower_service::Service;
 
 use super::errors::{ErrorMode, InnerErrors};
 use super::future::ResponseFuture;
-use tokio_util::sync::PollSemaphore;
 
-use crate::registry::{QueuePlace, Registry, Ticket};
+use crate::registry::{PlaceHandle, QueuePlace, Registry, Ticket};
 use crate::scope::{AutoThrottleExempt, Priority, Scopes};
 
 /// Holds each request until its scopes allow it, then sends it through the
@@ -40,7 +39,7 @@ pub struct Throttle<S, M = InnerErrors> {
     pub(super) record_scopes: bool,
     /// Reserves queue places; each clone has its own (it keeps the state of
     /// a pending reservation).
-    places: PollSemaphore,
+    places: PlaceHandle,
     reserved: Reserved,
     mode: PhantomData<fn() -> M>,
 }
@@ -119,10 +118,7 @@ impl<S, M> Throttle<S, M> {
     }
 
     fn poll_queue_place(&mut self, cx: &mut Context<'_>) -> Poll<QueuePlace> {
-        self.places.poll_acquire(cx).map(|permit| {
-            // The registry owns the semaphore and never closes it.
-            QueuePlace::new(permit.expect("the registry never closes its queue places"))
-        })
+        self.places.poll_take(cx)
     }
 
     fn poll_fixed_scope_admission(&mut self, cx: &mut Context<'_>, scopes: Scopes) -> Poll<()> {

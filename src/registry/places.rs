@@ -1,0 +1,368 @@
+//! The registry's `max_queued` queue places: what `Throttle::poll_ready`
+//! reserves, so that backpressure reaches the caller before a request is
+//! built.
+//!
+//! Almost every place is taken and given back within one request (a
+//! request admitted at once gives its place back at admission), so the
+//! common path is one atomic counter: a compare-and-swap to take a place,
+//! an add to give it back. Only when no place is free does a caller join a
+//! wait list behind a mutex; giving a place back then wakes the first in
+//! line. (tokio's semaphore, used before, takes its wait list's mutex on
+//! every release: about 190 instructions per request where this takes 30.)
+//!
+//! A woken caller that goes away before it takes the place it was woken
+//! for passes the wake-up on, so a place never sits free while others
+//! wait. Order among waiters is first-come first-served, except that a
+//! woken waiter whose place was taken meanwhile (by a caller on the fast
+//! path) lines up again at the back.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+/// The places, shared by every `Throttle` of a registry.
+#[derive(Debug)]
+pub(crate) struct QueuePlaces {
+    free: AtomicUsize,
+    /// Whether the wait list may be non-empty (read without its lock on
+    /// every release).
+    has_waiters: AtomicBool,
+    waiters: Mutex<WaitList>,
+}
+
+#[derive(Debug, Default)]
+struct WaitList {
+    next_ticket: u64,
+    queue: VecDeque<(u64, Waker)>,
+}
+
+impl QueuePlaces {
+    /// `max` free places.
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        Arc::new(QueuePlaces {
+            free: AtomicUsize::new(max),
+            has_waiters: AtomicBool::new(false),
+            waiters: Mutex::new(WaitList::default()),
+        })
+    }
+
+    /// How many places are free now.
+    pub(crate) fn free(&self) -> usize {
+        self.free.load(Ordering::SeqCst)
+    }
+
+    fn try_take(&self) -> bool {
+        self.free
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |free| free.checked_sub(1))
+            .is_ok()
+    }
+
+    fn give_back(&self) {
+        self.free.fetch_add(1, Ordering::SeqCst);
+        if self.has_waiters.load(Ordering::SeqCst) {
+            self.wake_first();
+        }
+    }
+
+    /// Wakes the first waiter in line (which leaves the line).
+    fn wake_first(&self) {
+        let first = {
+            let mut list = self.list();
+            let first = list.queue.pop_front();
+            if list.queue.is_empty() {
+                self.has_waiters.store(false, Ordering::SeqCst);
+            }
+            first
+        };
+        if let Some((_, waker)) = first {
+            waker.wake();
+        }
+    }
+
+    fn list(&self) -> std::sync::MutexGuard<'_, WaitList> {
+        self.waiters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One place, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct QueuePlace {
+    places: Arc<QueuePlaces>,
+}
+
+impl Drop for QueuePlace {
+    fn drop(&mut self) {
+        self.places.give_back();
+    }
+}
+
+/// A caller's handle on the places (one per `Throttle` clone): it keeps
+/// its spot in the wait list between polls.
+#[derive(Debug)]
+pub(crate) struct PlaceHandle {
+    places: Arc<QueuePlaces>,
+    /// Its ticket in the wait list, from its last `Pending` until it takes
+    /// a place.
+    waiting: Option<u64>,
+}
+
+impl PlaceHandle {
+    pub(crate) fn new(places: Arc<QueuePlaces>) -> Self {
+        PlaceHandle {
+            places,
+            waiting: None,
+        }
+    }
+
+    /// Takes a place, or registers `cx`'s waker to be woken when one may be
+    /// free.
+    pub(crate) fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<QueuePlace> {
+        if self.places.try_take() {
+            return Poll::Ready(self.took());
+        }
+        let mut list = self.places.list();
+        // Announce the wait before looking again, so that a place given
+        // back in between is either seen here or wakes someone.
+        self.places.has_waiters.store(true, Ordering::SeqCst);
+        if self.places.try_take() {
+            self.leave_line(&mut list);
+            if list.queue.is_empty() {
+                self.places.has_waiters.store(false, Ordering::SeqCst);
+            }
+            drop(list);
+            self.waiting = None;
+            return Poll::Ready(self.place());
+        }
+        let spot = self
+            .waiting
+            .and_then(|ticket| list.queue.iter_mut().find(|(waiting, _)| *waiting == ticket));
+        match spot {
+            Some((_, waker)) => waker.clone_from(cx.waker()),
+            None => {
+                let ticket = list.next_ticket;
+                list.next_ticket += 1;
+                list.queue.push_back((ticket, cx.waker().clone()));
+                self.waiting = Some(ticket);
+            }
+        }
+        Poll::Pending
+    }
+
+    /// A place just taken on the fast path: leaves the line if it was in it.
+    fn took(&mut self) -> QueuePlace {
+        if self.waiting.is_some() {
+            let mut list = self.places.list();
+            self.leave_line(&mut list);
+            if list.queue.is_empty() {
+                self.places.has_waiters.store(false, Ordering::SeqCst);
+            }
+            drop(list);
+            self.waiting = None;
+        }
+        self.place()
+    }
+
+    fn place(&self) -> QueuePlace {
+        QueuePlace {
+            places: self.places.clone(),
+        }
+    }
+
+    /// Takes this handle out of the line; whether it was still in it (if
+    /// not, it was woken).
+    fn leave_line(&self, list: &mut WaitList) -> bool {
+        let Some(ticket) = self.waiting else {
+            return false;
+        };
+        match list.queue.iter().position(|(waiting, _)| *waiting == ticket) {
+            Some(index) => {
+                list.queue.remove(index);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for PlaceHandle {
+    fn drop(&mut self) {
+        if self.waiting.is_none() {
+            return;
+        }
+        let woken = {
+            let mut list = self.places.list();
+            let woken = !self.leave_line(&mut list);
+            if list.queue.is_empty() {
+                self.places.has_waiters.store(false, Ordering::SeqCst);
+            }
+            woken
+        };
+        // Woken for a place it will not take: the next in line gets it.
+        if woken && self.places.free() > 0 {
+            self.places.wake_first();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    use super::*;
+
+    /// A waker that counts its wake-ups.
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counter() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    fn woken(count: &Count) -> usize {
+        count.0.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn places_are_taken_until_none_is_left_and_come_back_when_dropped() {
+        let places = QueuePlaces::new(2);
+        let (_, waker) = counter();
+        let mut cx = Context::from_waker(&waker);
+        let mut handle = PlaceHandle::new(places.clone());
+        let first = handle.poll_take(&mut cx);
+        let second = handle.poll_take(&mut cx);
+        assert!(first.is_ready() && second.is_ready());
+        assert_eq!(places.free(), 0);
+        assert!(handle.poll_take(&mut cx).is_pending());
+        drop(first);
+        assert_eq!(places.free(), 1);
+        assert!(handle.poll_take(&mut cx).is_ready());
+        assert!(!places.has_waiters.load(Ordering::SeqCst), "it left the line");
+    }
+
+    #[test]
+    fn a_place_given_back_wakes_the_first_waiter_in_line() {
+        let places = QueuePlaces::new(1);
+        let (_, waker) = counter();
+        let held = PlaceHandle::new(places.clone()).poll_take(&mut Context::from_waker(&waker));
+        let (first_count, first_waker) = counter();
+        let (second_count, second_waker) = counter();
+        let mut first = PlaceHandle::new(places.clone());
+        let mut second = PlaceHandle::new(places.clone());
+        assert!(first
+            .poll_take(&mut Context::from_waker(&first_waker))
+            .is_pending());
+        assert!(second
+            .poll_take(&mut Context::from_waker(&second_waker))
+            .is_pending());
+        drop(held);
+        assert_eq!((woken(&first_count), woken(&second_count)), (1, 0));
+        assert!(first.poll_take(&mut Context::from_waker(&first_waker)).is_ready());
+    }
+
+    #[test]
+    fn a_woken_waiter_that_goes_away_passes_the_wake_up_on() {
+        let places = QueuePlaces::new(1);
+        let (_, waker) = counter();
+        let held = PlaceHandle::new(places.clone()).poll_take(&mut Context::from_waker(&waker));
+        let (first_count, first_waker) = counter();
+        let (second_count, second_waker) = counter();
+        let mut first = PlaceHandle::new(places.clone());
+        let mut second = PlaceHandle::new(places.clone());
+        assert!(first
+            .poll_take(&mut Context::from_waker(&first_waker))
+            .is_pending());
+        assert!(second
+            .poll_take(&mut Context::from_waker(&second_waker))
+            .is_pending());
+        drop(held);
+        assert_eq!(woken(&first_count), 1);
+        drop(first);
+        assert_eq!(
+            woken(&second_count),
+            1,
+            "the place went to nobody: the next is woken"
+        );
+        assert!(second
+            .poll_take(&mut Context::from_waker(&second_waker))
+            .is_ready());
+    }
+
+    #[test]
+    fn a_waiter_that_goes_away_unwoken_just_leaves_the_line() {
+        let places = QueuePlaces::new(1);
+        let (_, waker) = counter();
+        let held = PlaceHandle::new(places.clone()).poll_take(&mut Context::from_waker(&waker));
+        let (first_count, first_waker) = counter();
+        let (second_count, second_waker) = counter();
+        let mut first = PlaceHandle::new(places.clone());
+        let mut second = PlaceHandle::new(places.clone());
+        assert!(first
+            .poll_take(&mut Context::from_waker(&first_waker))
+            .is_pending());
+        assert!(second
+            .poll_take(&mut Context::from_waker(&second_waker))
+            .is_pending());
+        drop(first);
+        drop(held);
+        assert_eq!((woken(&first_count), woken(&second_count)), (0, 1));
+    }
+
+    #[test]
+    fn polling_again_while_waiting_keeps_the_spot_and_the_latest_waker() {
+        let places = QueuePlaces::new(1);
+        let (_, waker) = counter();
+        let held = PlaceHandle::new(places.clone()).poll_take(&mut Context::from_waker(&waker));
+        let (old_count, old_waker) = counter();
+        let (new_count, new_waker) = counter();
+        let mut handle = PlaceHandle::new(places.clone());
+        assert!(handle
+            .poll_take(&mut Context::from_waker(&old_waker))
+            .is_pending());
+        assert!(handle
+            .poll_take(&mut Context::from_waker(&new_waker))
+            .is_pending());
+        assert_eq!(places.list().queue.len(), 1);
+        drop(held);
+        assert_eq!((woken(&old_count), woken(&new_count)), (0, 1));
+    }
+
+    #[test]
+    fn many_threads_never_hold_more_places_than_there_are_and_give_all_back() {
+        let places = QueuePlaces::new(3);
+        let held = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let places = places.clone();
+                let held = held.clone();
+                std::thread::spawn(move || {
+                    let (_, waker) = counter();
+                    let mut cx = Context::from_waker(&waker);
+                    let mut handle = PlaceHandle::new(places);
+                    let mut taken = 0;
+                    while taken < 2_000 {
+                        if let Poll::Ready(place) = handle.poll_take(&mut cx) {
+                            assert!(held.fetch_add(1, Ordering::SeqCst) < 3);
+                            held.fetch_sub(1, Ordering::SeqCst);
+                            drop(place);
+                            taken += 1;
+                        } else {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(places.free(), 3);
+    }
+}
