@@ -46,6 +46,8 @@ pub struct RegistryBuilder {
     default_scope: ScopeConfig,
     scopes: Vec<(Scope, ScopeConfig)>,
     resolver: Box<dyn ScopeResolver>,
+    /// Whether `resolver` is the default [`HostResolver`].
+    resolves_hosts: bool,
     seed: Option<u64>,
     metrics_per_scope: bool,
     quota_window: Option<Duration>,
@@ -78,6 +80,7 @@ impl Default for RegistryBuilder {
             default_scope: ScopeConfig::default(),
             scopes: Vec::new(),
             resolver: Box::new(HostResolver),
+            resolves_hosts: true,
             seed: None,
             metrics_per_scope: false,
             quota_window: None,
@@ -121,6 +124,7 @@ impl RegistryBuilder {
     /// How requests map to scopes (default: [`HostResolver`]).
     pub fn resolver(mut self, resolver: impl ScopeResolver) -> Self {
         self.resolver = Box::new(resolver);
+        self.resolves_hosts = false;
         self
     }
 
@@ -301,6 +305,7 @@ impl RegistryBuilder {
                 configs: scheduler.config_table(),
                 scheduler: Mutex::new(scheduler),
                 resolver: self.resolver,
+                resolves_hosts: self.resolves_hosts,
                 max_queued: self.max_queued,
                 settings,
                 queue_places: places::QueuePlaces::new(self.max_queued),

@@ -274,6 +274,9 @@ struct Shared {
     locks: std::sync::atomic::AtomicU64,
     /// Every backoff status of every scope config, read without the lock.
     backoff_statuses: report::BackoffStatuses,
+    /// Whether the resolver is the built-in [`HostResolver`](crate::HostResolver)
+    /// (then the throttle finds a host's scope by name, without a key).
+    resolves_hosts: bool,
     /// The scope configs, read without the lock to judge responses.
     configs: configs::ConfigTable,
 }
@@ -317,6 +320,7 @@ impl Registry {
         None
     }
 
+    #[inline]
     fn scheduler(&self) -> MutexGuard<'_, Scheduler> {
         #[cfg(debug_assertions)]
         self.shared.locks.fetch_add(1, Ordering::Relaxed);
@@ -569,6 +573,33 @@ impl Registry {
     /// clone: it keeps the state of a pending reservation).
     pub(crate) fn queue_places(&self) -> PlaceHandle {
         PlaceHandle::new(self.shared.queue_places.clone())
+    }
+
+    /// Resolves `request`'s scopes as the throttle does (its [`Scopes`]
+    /// extension, or the resolver), queues it as
+    /// [`enqueue`](Self::enqueue) does, and returns the ticket with the
+    /// scopes. With the built-in host resolver and a URI that names a
+    /// host, the host's scope is found by name under the lock, and a scope
+    /// already known costs no new key.
+    pub(crate) fn enqueue_resolved<B>(
+        &self,
+        place: QueuePlace,
+        request: &http::Request<B>,
+        priority: Priority,
+    ) -> (Ticket, Scopes) {
+        let authority = request.uri().authority();
+        let (true, None, Some(authority)) = (
+            self.shared.resolves_hosts,
+            request.extensions().get::<Scopes>(),
+            authority,
+        ) else {
+            let scopes = self.resolve(request);
+            return (self.enqueue(place, &scopes, priority), scopes);
+        };
+        let name = crate::scope::host_scope_name(authority);
+        let (id, admitted, scope) =
+            self.with_scheduler(|scheduler, now, wake| scheduler.enqueue_named(&name, priority.0, now, wake));
+        (Ticket::new(self.clone(), id, place, admitted), Scopes::one(scope))
     }
 
     /// Queues a request, which consumes its queue place, and admits it at

@@ -23,7 +23,7 @@ use super::scope_state::{Effective, ScopeCheck, ScopeState, Sending};
 use super::ticket::{OrderKey, Seat, Seats, Status, TicketState};
 pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
 use super::time::Stamp;
-use crate::scope::{Scope, Scopes};
+use crate::scope::{Scope, Scopes, DEFAULT_COST};
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
@@ -253,22 +253,49 @@ impl Scheduler {
     }
 
     fn scope_id(&mut self, key: &Scope, now: Instant) -> ScopeId {
-        if let Some(id) = self.index.get(key.as_str(), &self.scopes) {
+        self.scope_id_named(key.as_str(), || key.clone(), now)
+    }
+
+    /// The scope named `name`, created with the key `key` makes if the
+    /// scheduler has not seen it (so a scope it knows costs no key).
+    fn scope_id_named(&mut self, name: &str, key: impl FnOnce() -> Scope, now: Instant) -> ScopeId {
+        if let Some(id) = self.index.get(name, &self.scopes) {
             return id;
         }
         self.make_room(now);
-        let (config, explicit) = match self.overrides.get(key.as_str()) {
+        let (config, explicit) = match self.overrides.get(name) {
             Some(config) => (config.clone(), true),
             None => (self.default_config.clone(), false),
         };
-        let id = self.scopes.insert(ScopeEntry::new(ScopeState::new(
-            key.clone(),
-            config,
-            explicit,
-            now,
-        )));
+        let id = self
+            .scopes
+            .insert(ScopeEntry::new(ScopeState::new(key(), config, explicit, now)));
         self.index.insert(id, &self.scopes);
         id
+    }
+
+    /// Queues a request for the one scope named `name` (with the default
+    /// cost), as [`enqueue`](Self::enqueue) does; also returns the scope's
+    /// key, the scheduler's own when it knew the scope: the host resolver's
+    /// path, which allocates no key for a scope already known.
+    pub(crate) fn enqueue_named(
+        &mut self,
+        name: &str,
+        priority: i32,
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> (TicketId, Option<bool>, Scope) {
+        self.evict_expired(now);
+        let scope = self.scope_id_named(name, || Scope::new(name), now);
+        self.note_busy(scope);
+        let key = self.scopes[scope].state.key.clone();
+        let seats = Seats::One([Seat {
+            scope,
+            lane: usize::MAX,
+            cost: DEFAULT_COST,
+        }]);
+        let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
+        (id, admitted, key)
     }
 
     /// Queues a request for `scopes`; admits it at once when nothing is
@@ -301,6 +328,18 @@ impl Scheduler {
                 cost,
             }))
         };
+        self.enqueue_seats(seats, priority, now, wake)
+    }
+
+    /// Queues a request for `seats` (its scopes, already marked busy);
+    /// see [`enqueue`](Self::enqueue).
+    fn enqueue_seats(
+        &mut self,
+        seats: Seats,
+        priority: i32,
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> (TicketId, Option<bool>) {
         let order = OrderKey {
             priority: Reverse(priority),
             seq: self.next_seq,
@@ -332,7 +371,10 @@ impl Scheduler {
             waiting: false,
             enqueued_at: now,
         });
-        if plain_lane.is_some() || self.try_send_directly(id, now, wake) {
+        if plain_lane.is_some() {
+            return (id, Some(false));
+        }
+        if self.try_send_directly(id, now, wake) {
             return (id, self.report_departure(id));
         }
         let ticket = &mut self.tickets[id];
@@ -344,7 +386,12 @@ impl Scheduler {
         self.count_waiter();
         self.run_dispatch(now, wake);
         let admitted = self.report_departure(id);
-        if admitted.is_none() {
+        if admitted.is_none() && tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
+            let scopes: Vec<(&str, f64)> = self.tickets[id]
+                .seats
+                .iter()
+                .map(|seat| (self.scopes[seat.scope].state.key.as_str(), seat.cost))
+                .collect();
             tracing::debug!(
                 target: "tower_throttle",
                 scopes = ?scopes,
@@ -478,43 +525,49 @@ impl Scheduler {
         wake: &mut WakeList,
     ) {
         let ticket = self.tickets.remove(id);
-        let departed_at = match (ticket.status, departed_at) {
-            (Status::Queued, _) => {
-                self.leave_queues(id, &ticket, now, wake);
-                None
-            }
-            (Status::Departed(at), _) => Some(at),
-            (Status::Admitted { .. }, Some(at)) => {
-                for seat in &ticket.seats {
-                    self.scopes[seat.scope].state.depart(seat.lane, at);
-                }
-                Some(at)
-            }
-            // Admitted but never handed over (dropped, or the inner
-            // service failed to get ready): it leaves its scopes'
-            // undeparted count as its lanes are released.
-            (Status::Admitted { .. }, None) => None,
-        };
         // One conversion for everything below that keeps an instant (none
         // when the caller has it).
         let now_stamp = now_stamp.unwrap_or_else(|| Stamp::of(now));
-        if ticket.status.is_in_flight() {
-            if let (
-                Outcome::Response {
-                    status,
-                    adjust_autothrottle,
-                },
-                Some(sent),
-            ) = (outcome, departed_at)
-            {
-                let latency = now_stamp.since(sent);
+        match ticket.status {
+            Status::Queued => self.leave_queues(id, &ticket, now, wake),
+            status => {
+                // A departure the scheduler has yet to apply. Admitted but
+                // never handed over (dropped, or the inner service failed
+                // to get ready): it leaves its scopes' undeparted count as
+                // its lanes are released.
+                let (departed_at, to_apply) = match status {
+                    Status::Departed(at) => (Some(at), None),
+                    _ => (departed_at, departed_at),
+                };
+                let latency = match (outcome, departed_at) {
+                    (
+                        Outcome::Response {
+                            status,
+                            adjust_autothrottle,
+                        },
+                        Some(sent),
+                    ) => Some((now_stamp.since(sent), status, adjust_autothrottle)),
+                    _ => None,
+                };
                 for seat in &ticket.seats {
-                    self.scopes[seat.scope]
-                        .state
-                        .observe_latency(latency, status, adjust_autothrottle);
+                    let scope = &mut self.scopes[seat.scope];
+                    if let Some(at) = to_apply {
+                        scope.state.depart(seat.lane, at);
+                    }
+                    if let Some((latency, status, adjust_autothrottle)) = latency {
+                        scope.state.observe_latency(latency, status, adjust_autothrottle);
+                    }
+                    scope.state.release_lane(seat.lane, departed_at.is_some(), now);
+                    if scope.has_waiters() {
+                        self.dirty.push(seat.scope);
+                    }
                 }
+                self.in_flight -= 1;
+                if !self.global_queue.is_empty() {
+                    self.serve_global_queue(now, wake);
+                }
+                self.run_dispatch(now, wake);
             }
-            self.release_lanes(&ticket, departed_at.is_some(), now, wake);
         }
         for seat in &ticket.seats {
             self.note_if_idle(seat.scope, now_stamp);
@@ -537,23 +590,6 @@ impl Scheduler {
             if scope.has_waiters() {
                 self.dirty.push(seat.scope);
             }
-        }
-        self.run_dispatch(now, wake);
-    }
-
-    /// Frees the lanes of a finished ticket; `departed`: whether its
-    /// departure was recorded (else it leaves the undeparted counts now).
-    fn release_lanes(&mut self, ticket: &TicketState, departed: bool, now: Instant, wake: &mut WakeList) {
-        for seat in &ticket.seats {
-            let scope = &mut self.scopes[seat.scope];
-            scope.state.release_lane(seat.lane, departed, now);
-            if scope.has_waiters() {
-                self.dirty.push(seat.scope);
-            }
-        }
-        self.in_flight -= 1;
-        if !self.global_queue.is_empty() {
-            self.serve_global_queue(now, wake);
         }
         self.run_dispatch(now, wake);
     }
@@ -591,6 +627,7 @@ impl Scheduler {
         }
     }
 
+    #[inline]
     fn run_dispatch(&mut self, now: Instant, wake: &mut WakeList) {
         while let Some(scope) = self.dirty.pop() {
             self.dispatch(scope, now, wake);

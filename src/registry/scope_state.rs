@@ -175,6 +175,9 @@ pub(crate) struct ScopeState {
     /// Whether a request of the scope has ended (answered or failed). Until
     /// then the scope is cold: its first connection is still being set up.
     pub(crate) warm: bool,
+    /// Whether the config makes lanes the only limit
+    /// ([`ScopeConfig::is_plain`], kept with the config).
+    plain: bool,
     pub(crate) sent: u64,
     /// The latency average in nanoseconds + 1 (0 would be a latency
     /// too), once a response came; 8 bytes where `Option<Duration>` takes 16.
@@ -237,6 +240,7 @@ impl ScopeState {
             let contributions: &mut Contributions = extra.get_or_insert_with(Box::default);
             contributions.rampup = Some(Box::new(RampupState::new(config.delay, now)));
         }
+        let plain = config.is_plain();
         ScopeState {
             key,
             config,
@@ -247,6 +251,7 @@ impl ScopeState {
             in_flight: 0,
             undeparted: 0,
             warm: false,
+            plain,
             sent: 0,
             latency: None,
         }
@@ -538,7 +543,7 @@ impl ScopeState {
                 self.lanes.len()
             }
         };
-        let scope_send = self.record_send(lane, now, rng);
+        let scope_send = self.record_send(lane, Stamp::of(now), rng);
         self.spend_quota(cost, now);
         tracing::debug!(
             target: "tower_throttle",
@@ -555,7 +560,8 @@ impl ScopeState {
         }
     }
 
-    /// The admission of a *plain* scope, without computing its limits: one
+    /// The admission of a *plain* scope, without computing its limits or
+    /// reading its clock: one
     /// with no contribution at all (no backoff, hold, robots.txt, pacing,
     /// quota window, AutoThrottle, rampup or manager state) and a config
     /// with no gap and no quota, so that the only limit is its lanes. Takes
@@ -571,7 +577,7 @@ impl ScopeState {
         rng: &mut fastrand::Rng,
         enqueued_at: Instant,
     ) -> Option<usize> {
-        if self.extra.is_some() || !self.config.is_plain() {
+        if self.extra.is_some() || !self.plain {
             return None;
         }
         if self.in_flight >= self.config.concurrency.min(max_concurrency) {
@@ -584,7 +590,13 @@ impl ScopeState {
             }
             None => return None,
         };
-        self.record_send(lane, now, rng);
+        // No gap runs from an admission here, so the send is stamped only
+        // by its departure (which only ever moves a stamp later): until
+        // then it keeps the scope's previous one, and a request that never
+        // leaves changes no gap. That spares the request path a clock
+        // conversion.
+        let previous = self.last_send.map_or(Stamp::EARLIEST, |last| last.at);
+        self.record_send(lane, previous, rng);
         tracing::debug!(
             target: "tower_throttle",
             scope = %self.key,
@@ -596,12 +608,11 @@ impl ScopeState {
         Some(lane)
     }
 
-    /// Marks `lane` busy with a send at `now` (a new lane when `lane` is
+    /// Marks `lane` busy with a send stamped `at` (a new lane when `lane` is
     /// the number of lanes), starts the lane's and the scope's gaps with
     /// fresh jitter draws, and counts the request in flight and undeparted.
     #[inline]
-    fn record_send(&mut self, lane: usize, now: Instant, rng: &mut fastrand::Rng) -> LastSend {
-        let at = Stamp::of(now);
+    fn record_send(&mut self, lane: usize, at: Stamp, rng: &mut fastrand::Rng) -> LastSend {
         let lane_send = LastSend { at, draw: rng.f64() };
         let scope_send = LastSend { at, draw: rng.f64() };
         let taken = Lane {
@@ -641,6 +652,7 @@ impl ScopeState {
     /// Frees `lane` (taken by [`take_lane`](Self::take_lane)) when its
     /// request is over, `departed` or not. The first request to end warms
     /// the scope: the next gap runs from now.
+    #[inline]
     pub(crate) fn release_lane(&mut self, lane: usize, departed: bool, now: Instant) {
         if let Some(lane) = self.lanes.get_mut(lane) {
             lane.busy = false;

@@ -87,12 +87,7 @@ pub(crate) enum Status {
     Departed(Stamp),
 }
 
-impl Status {
-    /// Whether the request was admitted (and not yet finished).
-    pub(crate) fn is_in_flight(self) -> bool {
-        !matches!(self, Status::Queued)
-    }
-}
+impl Status {}
 
 #[derive(Debug)]
 pub(crate) struct TicketState {

@@ -79,6 +79,9 @@ fn nanos_saturating(duration: Duration) -> u64 {
 }
 
 impl Stamp {
+    /// The earliest stamp: no gap that runs from it blocks anything now.
+    pub(crate) const EARLIEST: Stamp = Stamp(NonZeroU64::MIN);
+
     /// The stamp of `instant`.
     pub(crate) fn of(instant: Instant) -> Stamp {
         let origin = stamp_origin(instant);

@@ -29,19 +29,22 @@ thread_local! {
     static HANDING_OVER: Cell<Option<(usize, Scopes)>> = const { Cell::new(None) };
 }
 
-/// Runs `call` (the throttle's call into its inner service) with `scopes`
-/// as the scopes being handed over through registry `registry` (its
-/// identity, [`Registry::id`](crate::Registry)).
-pub(crate) fn handing_over<R>(registry: usize, scopes: Scopes, call: impl FnOnce() -> R) -> R {
-    let previous = HANDING_OVER.with(|slot| slot.replace(Some((registry, scopes))));
-    let _restore = Restore(previous);
-    call()
+/// Puts `scopes` in the slot, as the scopes being handed over through
+/// registry `registry` (its identity, [`Registry::id`](crate::Registry)),
+/// until the returned guard is dropped: hold it across the throttle's call
+/// into its inner service. (A guard rather than a closure around the call:
+/// the request then moves into the call directly, not through a closure.)
+#[inline(always)]
+pub(crate) fn handing_over(registry: usize, scopes: Scopes) -> HandingOver {
+    HandingOver(HANDING_OVER.with(|slot| slot.replace(Some((registry, scopes)))))
 }
 
-/// Puts the slot back as it was before [`handing_over`], also on unwind.
-struct Restore(Option<(usize, Scopes)>);
+/// Puts the slot back as it was before [`handing_over`] when dropped, also
+/// on unwind.
+#[must_use = "the scopes are handed over only while the guard lives"]
+pub(crate) struct HandingOver(Option<(usize, Scopes)>);
 
-impl Drop for Restore {
+impl Drop for HandingOver {
     fn drop(&mut self) {
         let previous = self.0.take();
         // During thread teardown the slot may be gone: nothing to restore.
@@ -73,12 +76,14 @@ mod tests {
     #[test]
     fn the_slot_holds_the_scopes_only_during_the_call_and_only_for_its_registry() {
         assert_eq!(being_handed_over(1), None);
-        let seen = handing_over(1, Scopes::from("a"), || {
-            let inner = handing_over(2, Scopes::from("b"), || {
+        let seen = {
+            let _outer = handing_over(1, Scopes::from("a"));
+            let inner = {
+                let _inner = handing_over(2, Scopes::from("b"));
                 (being_handed_over(1), being_handed_over(2))
-            });
+            };
             (inner, being_handed_over(1), being_handed_over(2))
-        });
+        };
         assert_eq!(
             seen.0,
             (None, Some(Scopes::from("b"))),
@@ -91,7 +96,10 @@ mod tests {
 
     #[test]
     fn the_slot_is_restored_when_the_call_panics() {
-        let caught = std::panic::catch_unwind(|| handing_over(1, Scopes::from("a"), || panic!("inner call")));
+        let caught = std::panic::catch_unwind(|| {
+            let _handing_over = handing_over(1, Scopes::from("a"));
+            panic!("inner call")
+        });
         assert!(caught.is_err());
         assert_eq!(being_handed_over(1), None);
     }

@@ -28,7 +28,7 @@ mod resolver;
 pub use ready_made::{EndpointResolver, ScrapingApiResolver};
 #[cfg(feature = "public-suffix")]
 pub use ready_made::{HostAndParentsResolver, RegistrableDomainResolver};
-pub(crate) use resolver::lower_cased;
+pub(crate) use resolver::{host_scope_name, lower_cased};
 pub use resolver::{HostResolver, RequestHead, ScopeResolver};
 
 use std::borrow::Borrow;

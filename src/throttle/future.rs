@@ -72,6 +72,7 @@ where
     /// `readied` is the handle `Throttle::poll_ready` readied; `scopes`
     /// are handed over with the request (and `record`ed in its extensions
     /// too when asked: see [`hand_over`]).
+    #[inline(always)]
     pub(crate) fn new(
         readied: S,
         request: http::Request<ReqBody>,
@@ -85,25 +86,12 @@ where
         // The common case: the request could be sent at once, so the inner
         // call starts now and the waiting state is never entered. With a
         // store, the store has its say first.
-        let fleet = ticket.has_fleet().then(|| Box::new(FleetAdmission::new()));
-        let state = if ticket.is_sent() && fleet.is_none() {
+        let state = if ticket.is_sent() && !ticket.has_fleet() {
             State::Calling {
                 future: hand_over(readied, request, ticket.registry_id(), scopes, record_scopes),
             }
         } else {
-            // Give the readiness back while the request waits: a clone is
-            // not ready, and dropping the readied handle releases whatever
-            // it reserved, so other scopes' requests can use it meanwhile.
-            let unreadied = readied.clone();
-            drop(readied);
-            State::Waiting {
-                waiting: Some(Box::new(Parked {
-                    service: unreadied,
-                    request,
-                    scopes,
-                    fleet,
-                })),
-            }
+            park(readied, request, scopes, ticket.has_fleet())
         };
         ResponseFuture {
             state,
@@ -115,11 +103,37 @@ where
     }
 }
 
+/// The waiting state of a request that cannot be sent yet (its scopes do
+/// not allow it, or the registry's store has its say first). Out of line:
+/// the common path, a request sent at once, moves the request only into
+/// the inner call.
+#[cold]
+#[inline(never)]
+fn park<S, Req>(readied: S, request: Req, scopes: Scopes, has_fleet: bool) -> State<S, Req, S::Future>
+where
+    S: Service<Req> + Clone,
+{
+    // Give the readiness back while the request waits: a clone is not
+    // ready, and dropping the readied handle releases whatever it
+    // reserved, so other scopes' requests can use it meanwhile.
+    let unreadied = readied.clone();
+    drop(readied);
+    State::Waiting {
+        waiting: Some(Box::new(Parked {
+            service: unreadied,
+            request,
+            scopes,
+            fleet: has_fleet.then(|| Box::new(FleetAdmission::new())),
+        })),
+    }
+}
+
 /// Calls `service` with `request` and the `scopes` the throttle of
 /// registry `registry` decided for it, handed to the inner layers through
 /// the hand-over slot (see [`handover`](crate::scope::handover)) during the
 /// call, and in the request's extensions too when `record` (see
 /// [`ThrottleLayer::record_scopes`](super::ThrottleLayer::record_scopes)).
+#[inline(always)]
 fn hand_over<S, B>(
     mut service: S,
     mut request: http::Request<B>,
@@ -133,7 +147,8 @@ where
     if record {
         request.extensions_mut().insert(scopes.clone());
     }
-    handover::handing_over(registry, scopes, || service.call(request))
+    let _handing_over = handover::handing_over(registry, scopes);
+    service.call(request)
 }
 
 impl<S, M, ReqBody, ResBody> Future for ResponseFuture<S, http::Request<ReqBody>, M>

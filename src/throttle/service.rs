@@ -168,21 +168,17 @@ where
         let reserved = std::mem::replace(&mut self.reserved, Reserved::Nothing);
         let given = request.extensions().get::<Scopes>();
         let already_recorded = given.is_some() && self.fixed.is_none();
-        let scopes = match (&self.fixed, given) {
-            (Some(scopes), _) | (None, Some(scopes)) => scopes.clone(),
-            (None, None) => self.registry.resolve(&request),
-        };
-        let ticket = match reserved {
-            Reserved::Place(place) => {
+        let (ticket, scopes) = match (reserved, &self.fixed) {
+            (Reserved::Ticket(ticket), Some(scopes)) => (ticket, scopes.clone()),
+            (Reserved::Place(place), _) => {
                 let priority = request
                     .extensions()
                     .get::<Priority>()
                     .copied()
                     .unwrap_or_default();
-                self.registry.enqueue(place, &scopes, priority)
+                self.registry.enqueue_resolved(place, &request, priority)
             }
-            Reserved::Ticket(ticket) => ticket,
-            Reserved::Nothing => panic!("poll_ready must be called first"),
+            _ => panic!("poll_ready must be called first"),
         };
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
         let record = self.record_scopes && !already_recorded;

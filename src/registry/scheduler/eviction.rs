@@ -88,6 +88,7 @@ impl Eviction {
 
     /// Whether the front candidate (if any) surely joined less than
     /// `idle_ttl` before `now`.
+    #[inline]
     fn front_is_fresh(&mut self, now: Instant) -> bool {
         let Some(front) = self.candidates.front() else {
             return true;
@@ -111,6 +112,7 @@ impl Eviction {
 
 impl Scheduler {
     /// Notes that scope `id` may have become idle at `now`.
+    #[inline]
     pub(super) fn note_if_idle(&mut self, id: ScopeId, now: Stamp) {
         let Some(scope) = self.scopes.get_mut(id) else {
             return;
@@ -143,8 +145,17 @@ impl Scheduler {
     /// Evicts idle scopes that have had their time, looking at a few
     /// candidates at most. Called before a request is queued, when no scope
     /// is dirty.
+    #[inline]
     pub(super) fn evict_expired(&mut self, now: Instant) {
         debug_assert!(self.dirty.is_empty(), "eviction runs between operations");
+        // The common case, checked inline: nothing has had its time.
+        if self.eviction.front_is_fresh(now) {
+            return;
+        }
+        self.evict_expired_candidates(now);
+    }
+
+    fn evict_expired_candidates(&mut self, now: Instant) {
         for _ in 0..MAX_LOOKS {
             if self.eviction.front_is_fresh(now) {
                 return;

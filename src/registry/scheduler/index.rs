@@ -17,6 +17,7 @@ pub(super) struct ScopeIndex {
 }
 
 impl ScopeIndex {
+    #[inline]
     pub(super) fn get(&self, key: &str, scopes: &Slab<ScopeEntry>) -> Option<ScopeId> {
         self.ids
             .find(self.hasher.hash_one(key), |&id| {

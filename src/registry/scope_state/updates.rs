@@ -42,6 +42,7 @@ impl ScopeState {
             (Some(_), None) => contributions.rampup = Some(Box::new(RampupState::new(config.delay, now))),
             (Some(_), Some(_)) => {}
         }
+        self.plain = config.is_plain();
         self.config = config;
         self.explicit = true;
     }
