@@ -76,7 +76,7 @@
 //! # Running it
 //!
 //! ```text
-//! cargo run --release --example loadtest -- [scenario...] [--quick] [--check] [--no-pin] [--busy N]
+//! cargo run --release --example loadtest -- [scenario...] [--quick] [--check] [--no-pin] [--busy N] [--write-stamps]
 //! ```
 //!
 //! Scenarios are named `a` to `e` (all by default); `--quick` shrinks the
@@ -86,6 +86,15 @@
 //! `buffer_unordered` stream on a current-thread runtime, the crawler's main
 //! loop) and `spawn` (one task per request on a multi-thread runtime with a
 //! worker per core the client has: one when pinned, see `cores`).
+//!
+//! `--write-stamps` puts `tower_throttle::departure::DepartureStampLayer`
+//! between the throttle and hyper-util's client: a request's departure is
+//! then the later of the throttle's hand-over and the instant hyper's
+//! connection task takes the request to write it, so the client's own lag
+//! after the hand-over (its runtime running the connection task late) no
+//! longer shortens a gap at the site. Without it, the departure is the
+//! hand-over (the default, and what the tables below were first measured
+//! with).
 //!
 //! `--busy N` makes the machine busy, as a client host with other work on it
 //! is: N more threads spin (a `black_box` loop) beside the client and the
@@ -189,14 +198,18 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::sync::Semaphore;
 use tower::{Layer, Service, ServiceExt};
+use tower_throttle::departure::{DepartureStamp, StampedBody};
 use tower_throttle::{Registry, ScopeConfig, Throttle, ThrottleLayer};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Request = http::Request<Full<Bytes>>;
-type HyperClient = Client<HttpConnector<ListenerResolver>, Full<Bytes>>;
+type HyperClient = Client<HttpConnector<ListenerResolver>, StampedBody<Full<Bytes>>>;
 /// The hyper-util client with departure stamps in front: what the throttle
 /// (or the bare run's semaphore) hands requests to.
-type LoadClient = StampDepartures<HyperClient>;
+type LoadClient = StampDepartures<ClientSide>;
+
+/// Whether the client's writes time the departures (`--write-stamps`).
+static WRITE_STAMPS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// After this long a run stops, reports what it got, and fails.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -372,6 +385,8 @@ struct Options {
     pin: bool,
     /// Threads that spin beside the client and the server for the whole run.
     busy: usize,
+    /// Whether the client's writes time the departures.
+    write_stamps: bool,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -381,6 +396,7 @@ fn parse_options() -> Result<Options, String> {
         check: false,
         pin: true,
         busy: 0,
+        write_stamps: false,
     };
     let mut arguments = std::env::args().skip(1);
     while let Some(argument) = arguments.next() {
@@ -388,6 +404,7 @@ fn parse_options() -> Result<Options, String> {
             "--quick" => options.quick = true,
             "--check" => options.check = true,
             "--no-pin" => options.pin = false,
+            "--write-stamps" => options.write_stamps = true,
             "--busy" => options.busy = busy_count(arguments.next())?,
             "a" | "b" | "c" | "d" | "e" => options.names.push(argument),
             other => match other.strip_prefix("--busy=") {
@@ -399,7 +416,7 @@ fn parse_options() -> Result<Options, String> {
     Ok(options)
 }
 
-const USAGE: &str = "expected [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N]";
+const USAGE: &str = "expected [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N] [--write-stamps]";
 
 fn busy_count(count: Option<String>) -> Result<usize, String> {
     let count = count.ok_or_else(|| format!("--busy needs a thread count; {USAGE}"))?;
@@ -419,6 +436,16 @@ fn main() -> ExitCode {
     // Before any pinning: the busy threads keep the process's own affinity.
     let busy = BusyThreads::start(options.busy);
     print_machine_header(&busy);
+    WRITE_STAMPS.store(options.write_stamps, std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "departures: {}",
+        if options.write_stamps {
+            "the later of the hand-over to hyper-util and its connection task taking the request to write \
+             (DepartureStampLayer)"
+        } else {
+            "the hand-over to hyper-util (the inner future's first poll)"
+        }
+    );
     let pinned = options.pin && cores::pin_current_thread(cores::CLIENT);
     println!(
         "cores: {}",
@@ -1117,8 +1144,38 @@ fn load_client(
         builder.pool_max_idle_per_host(0);
     }
     StampDepartures {
-        inner: builder.build(connector),
+        inner: ClientSide {
+            client: DepartureStamp::new(builder.build(connector)),
+            write_stamps: WRITE_STAMPS.load(std::sync::atomic::Ordering::Relaxed),
+        },
         log,
+    }
+}
+
+/// hyper-util's client, behind `DepartureStamp` when the client's writes
+/// time the departures (`--write-stamps`); otherwise the body goes
+/// unstamped and the departure is the hand-over.
+#[derive(Clone)]
+struct ClientSide {
+    client: DepartureStamp<HyperClient>,
+    write_stamps: bool,
+}
+
+impl Service<Request> for ClientSide {
+    type Response = <HyperClient as Service<http::Request<StampedBody<Full<Bytes>>>>>::Response;
+    type Error = <HyperClient as Service<http::Request<StampedBody<Full<Bytes>>>>>::Error;
+    type Future = <HyperClient as Service<http::Request<StampedBody<Full<Bytes>>>>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.client.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        if self.write_stamps {
+            self.client.call(request)
+        } else {
+            self.client.get_mut().call(request.map(StampedBody::unstamped))
+        }
     }
 }
 

@@ -82,6 +82,7 @@ pub mod backoff;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod config_file;
+pub mod departure;
 mod error;
 pub mod parse;
 pub mod registry;

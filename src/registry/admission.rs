@@ -18,6 +18,7 @@ use super::report::Collected;
 use super::scheduler::{Outcome, TicketId, TicketPoll};
 use super::time::Stamp;
 use super::Registry;
+use crate::departure::stamp::WriteStamp;
 use crate::store::{Fleet, LeaseId, Reservation, SharedFacts};
 
 /// A request's place in the scheduler, from queued to finished. Dropping it
@@ -50,6 +51,13 @@ enum Stage {
     /// departure must reach the scheduler as soon as it happens (see
     /// [`TicketPoll::Sent`]).
     Admitted {
+        report: bool,
+    },
+    /// Handed at `at` to a client that stamps its write: departs at the
+    /// later of `at` and the stamp (see [`crate::departure`]); `report` as
+    /// in `Admitted`.
+    Handed {
+        at: Stamp,
         report: bool,
     },
     /// Handed to the inner service at `at`; `reported`: the scheduler has
@@ -174,18 +182,64 @@ impl Ticket {
         let Stage::Admitted { report } = self.stage else {
             return None;
         };
+        let instant = self.hand_over_now();
+        self.depart_at(Stamp::of(instant), report);
+        Some(instant)
+    }
+
+    /// [`depart`](Self::depart) for a request whose client stamps its write
+    /// ([`crate::departure`]): takes the hand-over reading the first time,
+    /// and departs at the later of it and the stamp once the stamp came
+    /// (`cx` is woken for it when the departure must be reported at once).
+    /// Returns the clock reading it took, if it took one.
+    pub(crate) fn depart_on_write(&mut self, stamp: &WriteStamp, cx: &Context<'_>) -> Option<Instant> {
+        let mut reading = None;
+        if let Stage::Admitted { report } = self.stage {
+            let instant = self.hand_over_now();
+            self.stage = Stage::Handed {
+                at: Stamp::of(instant),
+                report,
+            };
+            reading = Some(instant);
+        }
+        let Stage::Handed { at, report } = self.stage else {
+            return reading;
+        };
+        let written = if report { stamp.poll_get(cx) } else { stamp.get() };
+        if let Some(written) = written {
+            self.depart_at(at.max(Stamp::of(written)), report);
+        }
+        reading
+    }
+
+    /// When the request ends: a departure still waiting for its write stamp
+    /// is the later of the hand-over and the stamp if it came (the
+    /// completion brings it), else the hand-over.
+    pub(crate) fn settle_write(&mut self, stamp: &WriteStamp) {
+        if let Stage::Handed { at, .. } = self.stage {
+            let at = stamp.get().map_or(at, |written| at.max(Stamp::of(written)));
+            self.stage = Stage::Departed { at, reported: false };
+        }
+    }
+
+    /// Reads the clock at the hand-over; the store's lease departs then.
+    fn hand_over_now(&mut self) -> Instant {
         let instant = Instant::now();
-        let at = Stamp::of(instant);
+        if let Some(lease) = &mut self.lease {
+            lease.depart(instant);
+        }
+        instant
+    }
+
+    /// Departs at `at`: under a lock at once when `report`, else with the
+    /// completion.
+    fn depart_at(&mut self, at: Stamp, report: bool) {
         self.stage = Stage::Departed { at, reported: report };
         if report {
             let id = self.id;
             self.registry
                 .with_scheduler(|scheduler, now, wake| scheduler.depart(id, at, now, wake));
         }
-        if let Some(lease) = &mut self.lease {
-            lease.depart(instant);
-        }
-        Some(instant)
     }
 
     /// Marks the request answered (or failed, or abandoned): frees what it
@@ -247,6 +301,9 @@ impl Ticket {
             Stage::Finished => return None,
             // `ended` is the departure's reading: its stamp too.
             Stage::Departed { at, reported } => ((!reported).then_some(at), ended.and(Some(at))),
+            // Ended (or dropped) before its write stamp came: it may have
+            // left, so it departs at its hand-over.
+            Stage::Handed { at, .. } => (Some(at), ended.and(Some(at))),
             _ => (None, None),
         };
         Some(End {

@@ -4,12 +4,14 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::errors::{ErrorMode, InnerErrors};
+use crate::departure::{self, stamp::WriteStamp};
 use crate::registry::{collect, FleetAdmission, Outcome, Ticket};
 use crate::scope::{handover, Scopes};
 
@@ -26,6 +28,9 @@ pin_project! {
         #[pin]
         state: State<S, Req, S::Future>,
         ticket: Ticket,
+        // The client's write stamp, when a `DepartureStamp` inside gives
+        // one: the departure waits for it.
+        write_stamp: Option<Arc<WriteStamp>>,
         adjust_autothrottle: bool,
         // Whether the scopes also go into the request's extensions (kept
         // here, where padding has room, not in the parked request).
@@ -86,16 +91,17 @@ where
         // The common case: the request could be sent at once, so the inner
         // call starts now and the waiting state is never entered. With a
         // store, the store has its say first.
-        let state = if ticket.is_sent() && !ticket.has_fleet() {
-            State::Calling {
-                future: hand_over(readied, request, ticket.registry_id(), scopes, record_scopes),
-            }
+        let (state, write_stamp) = if ticket.is_sent() && !ticket.has_fleet() {
+            let (future, write_stamp) =
+                hand_over(readied, request, ticket.registry_id(), scopes, record_scopes);
+            (State::Calling { future }, write_stamp)
         } else {
-            park(readied, request, scopes, ticket.has_fleet())
+            (park(readied, request, scopes, ticket.has_fleet()), None)
         };
         ResponseFuture {
             state,
             ticket,
+            write_stamp,
             adjust_autothrottle,
             record_scopes,
             mode: PhantomData,
@@ -133,6 +139,9 @@ where
 /// the hand-over slot (see [`handover`](crate::scope::handover)) during the
 /// call, and in the request's extensions too when `record` (see
 /// [`ThrottleLayer::record_scopes`](super::ThrottleLayer::record_scopes)).
+/// Returns the inner future, and the write stamp a
+/// [`DepartureStamp`](crate::departure::DepartureStamp) inside gave, if
+/// any.
 #[inline(always)]
 fn hand_over<S, B>(
     mut service: S,
@@ -140,7 +149,7 @@ fn hand_over<S, B>(
     registry: usize,
     scopes: Scopes,
     record: bool,
-) -> S::Future
+) -> (S::Future, Option<Arc<WriteStamp>>)
 where
     S: Service<http::Request<B>>,
 {
@@ -148,7 +157,10 @@ where
         request.extensions_mut().insert(scopes.clone());
     }
     let _handing_over = handover::handing_over(registry, scopes);
-    service.call(request)
+    // A `DepartureStamp` inside takes the offer (see `departure`).
+    let offer = departure::stamp::offer();
+    let future = service.call(request);
+    (future, offer.take())
 }
 
 impl<S, M, ReqBody, ResBody> Future for ResponseFuture<S, http::Request<ReqBody>, M>
@@ -209,7 +221,9 @@ where
                         fleet: _,
                     } = *waiting.take().expect("checked above");
                     let registry = this.ticket.registry_id();
-                    let future = hand_over(service, request, registry, scopes, *this.record_scopes);
+                    let (future, write_stamp) =
+                        hand_over(service, request, registry, scopes, *this.record_scopes);
+                    *this.write_stamp = write_stamp;
                     this.state.set(State::Calling { future });
                 }
                 StateProj::Calling { future } => {
@@ -219,7 +233,12 @@ where
                     let (polled, left) = collect::collecting(registry, || future.poll(cx));
                     // The hand-over is the inner future's first poll: see
                     // the module docs of `throttle`. Free after the first.
-                    let departed = this.ticket.depart();
+                    // With a write stamp, the departure is the later of the
+                    // two (see `departure`).
+                    let departed = match this.write_stamp {
+                        None => this.ticket.depart(),
+                        Some(stamp) => this.ticket.depart_on_write(stamp, cx),
+                    };
                     let output = match polled {
                         Poll::Ready(output) => output,
                         Poll::Pending => {
@@ -237,6 +256,9 @@ where
                         },
                         Err(_) => Outcome::NoResponse,
                     };
+                    if let Some(stamp) = this.write_stamp {
+                        this.ticket.settle_write(stamp);
+                    }
                     if left {
                         this.ticket
                             .finish_reported(outcome, departed, &collect::take(registry));

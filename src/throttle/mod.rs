@@ -45,6 +45,13 @@
 //! could be admitted before this one ends), and otherwise rides with the
 //! request's completion, which takes that lock anyway.
 //!
+//! After the hand-over a client may still hold the bytes a while: hyper's
+//! connection task writes them when the client's runtime runs it. With
+//! [`DepartureStampLayer`](crate::departure::DepartureStampLayer) directly
+//! around a hyper(-util) client, the departure is the later of the
+//! hand-over and the instant that task takes the request to write it; see
+//! the [`departure`](crate::departure) module.
+//!
 //! Inner layers report to the scopes the throttle decided: while it calls
 //! its inner service, [`Registry::scopes_of`](crate::Registry::scopes_of),
 //! called from an inner layer's `call`, returns them (a thread-local slot

@@ -171,9 +171,36 @@ where
     H: Fn(http::Request<hyper::body::Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = http::Response<Full<Bytes>>> + Send + 'static,
 {
-    tower::service_fn(move |request: http::Request<Full<Bytes>>| {
+    duplex_service_with(handler, |_: &http::Request<Full<Bytes>>| Duration::ZERO)
+}
+
+/// [`duplex_service`] for any request body, opening each request's
+/// connection `connect_after(&request)` after the call (a slow connection
+/// set-up, or a client runtime that runs the connection late).
+pub fn duplex_service_with<B, H, F>(
+    handler: H,
+    connect_after: fn(&http::Request<B>) -> Duration,
+) -> impl tower::Service<
+    http::Request<B>,
+    Response = http::Response<hyper::body::Incoming>,
+    Error = hyper::Error,
+    Future = impl Future<Output = Result<http::Response<hyper::body::Incoming>, hyper::Error>> + Send,
+> + Clone
+       + Send
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    H: Fn(http::Request<hyper::body::Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = http::Response<Full<Bytes>>> + Send + 'static,
+{
+    tower::service_fn(move |request: http::Request<B>| {
         let handler = handler.clone();
+        let wait = connect_after(&request);
         async move {
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
             let (client_io, server_io) = tokio::io::duplex(64 * 1024);
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request| {

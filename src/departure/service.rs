@@ -1,0 +1,58 @@
+use std::task::{Context, Poll};
+
+use tower_service::Service;
+
+use super::body::StampedBody;
+use super::stamp;
+
+/// Hands the client each request with a [`StampedBody`], so that the
+/// [`Throttle`](crate::Throttle) outside times the request's departure by
+/// the instant the client takes it to be written. See the
+/// [module docs](crate::departure).
+///
+/// Its response future is the client's own: it adds nothing after `call`.
+#[derive(Debug, Clone)]
+pub struct DepartureStamp<S> {
+    inner: S,
+}
+
+impl<S> DepartureStamp<S> {
+    /// Wraps `inner`, a client that sends [`StampedBody`] requests.
+    pub fn new(inner: S) -> Self {
+        DepartureStamp { inner }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, B> Service<http::Request<B>> for DepartureStamp<S>
+where
+    S: Service<http::Request<StampedBody<B>>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        // The throttle calling this on this thread, if any, takes the stamp.
+        let stamp = stamp::claim();
+        self.inner.call(request.map(|body| StampedBody::new(body, stamp)))
+    }
+}
