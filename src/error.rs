@@ -60,8 +60,8 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// A type-erased error, as the inner services of this crate's layers may
-/// return (the same type as `tower::BoxError`).
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// return.
+pub(crate) use tower::BoxError;
 
 /// The error of a layer that can fail a request on its own account, such as
 /// [`RobotsDelay`](crate::RobotsDelay) or a [`Throttle`](crate::Throttle)

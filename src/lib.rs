@@ -94,6 +94,7 @@ pub mod robots;
 pub mod scope;
 pub mod store;
 pub mod throttle;
+mod time;
 
 pub use backoff::{Backoff, BackoffLayer};
 #[cfg(feature = "serde")]

@@ -12,14 +12,14 @@ use tokio::time::{Instant, Sleep};
 
 use std::sync::Arc;
 
-use super::fleet::HeldLease;
+use super::lease::HeldLease;
 use super::places::QueuePlace;
 use super::report::Collected;
 use super::scheduler::{Outcome, TicketId, TicketPoll};
-use super::time::Stamp;
 use super::Registry;
 use crate::departure::stamp::WriteStamp;
 use crate::store::{Fleet, LeaseId, Reservation, SharedFacts};
+use crate::time::Stamp;
 
 /// A request's place in the scheduler, from queued to finished. Dropping it
 /// at any point releases whatever it holds (queue place, lanes, global

@@ -14,8 +14,8 @@
 
 use std::time::Duration;
 
-use super::time::validate_delay;
 use crate::error::ConfigError;
+use crate::time::validate_delay;
 
 /// AutoThrottle settings (Scrapy's `AUTOTHROTTLE_*`). Enable it per scope
 /// with [`ScopeConfig::autothrottle`](crate::ScopeConfig::autothrottle), or

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::time::{validate_delay, Jitter};
 use crate::error::ConfigError;
+use crate::time::{validate_delay, Jitter};
 
 /// Status codes that are backoff feedback by default: 429, 502, 503, 504
 /// and Cloudflare's 520–524.

@@ -4,8 +4,8 @@ use super::autothrottle::AutoThrottleConfig;
 use super::backoff::BackoffConfig;
 use super::manager::{ManagerFactory, ScopeManager};
 use super::rampup::RampupConfig;
-use super::time::{validate_delay, Jitter};
 use crate::error::ConfigError;
+use crate::time::{validate_delay, Jitter};
 
 fn default_backoff() -> &'static BackoffConfig {
     static DEFAULT: std::sync::OnceLock<BackoffConfig> = std::sync::OnceLock::new();

@@ -10,47 +10,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::admission::{Ticket, WakeTimer};
+use super::lease::HeldLease;
 use crate::scope::Scope;
-use crate::store::{Answer, Grant, Lease, LeaseId, StoreError, StoreFailure, StoreFuture};
-
-/// The lanes a request holds in the store, from the grant to its end.
-#[derive(Debug)]
-pub(crate) struct HeldLease {
-    id: LeaseId,
-    /// Per scope: the scope, the gap after this request's send, and
-    /// whether it is this worker's first request to the scope.
-    terms: Vec<(Scope, Duration, bool)>,
-    /// When the request was handed to the inner service, if it was.
-    departed_at: Option<Instant>,
-}
-
-impl HeldLease {
-    /// Notes that the request leaves now.
-    pub(crate) fn depart(&mut self, now: Instant) {
-        self.departed_at.get_or_insert(now);
-    }
-
-    /// The lease to give back at `now`, when the request has ended: each
-    /// scope's next send comes its gap after the request really left (a
-    /// late wake-up or a worker clock behind Redis's made it leave after
-    /// its granted instant), or after `now` for a first request, whose
-    /// connection setup the site saw late. A request that never left adds
-    /// nothing: its granted instant already spaced the next one.
-    pub(crate) fn release(self, now: Instant) -> Lease {
-        let next_send_after = self
-            .terms
-            .iter()
-            .map(|&(_, gap, first)| match self.departed_at {
-                None => Duration::ZERO,
-                Some(_) if first => gap,
-                Some(departed) => (departed + gap).saturating_duration_since(now),
-            })
-            .collect();
-        let mut lease = Lease::new(self.id, self.terms.into_iter().map(|(scope, ..)| scope).collect());
-        lease.next_send_after = next_send_after;
-        lease
-    }
-}
+use crate::store::{Answer, Grant, LeaseId, StoreError, StoreFailure, StoreFuture};
 
 /// How long a request that cannot report a store failure waits before it
 /// asks the store again.
@@ -169,11 +131,7 @@ impl FleetAdmission {
                         ticket.apply_shared_facts(&grant.facts);
                         let (wait, then) = match grant.answer {
                             Answer::Granted { wait } => {
-                                ticket.hold_lease(HeldLease {
-                                    id: self.lease,
-                                    terms: self.terms.clone(),
-                                    departed_at: None,
-                                });
+                                ticket.hold_lease(HeldLease::new(self.lease, self.terms.clone()));
                                 (wait, Then::Send)
                             }
                             Answer::Busy { retry_in } => (ask_ahead_of(retry_in), Then::AskAgain),

@@ -150,6 +150,8 @@
 //!   cost) in each of its scopes;
 //! - `admission.rs`: what a throttled request holds (queue place, `Ticket`,
 //!   its store lease) and the timer that wakes the first waiter of a scope;
+//!   `places.rs`: the `max_queued` queue places; `lease.rs`: the lanes a
+//!   request holds in the scope store;
 //! - `fleet.rs`: a request's passage through the registry's
 //!   [scope store](crate::store), after local admission;
 //!   `scheduler/fleet.rs`: the terms of its reservation and the shared
@@ -163,8 +165,8 @@
 //!   built-in backoff as one ([`manager::ExponentialBackoff`]);
 //! - `builder.rs`: [`RegistryBuilder`]; `config.rs`, `backoff.rs`,
 //!   `rampup.rs`, `autothrottle.rs`: settings and the feedback sources' own
-//!   state machines; `time.rs`: jitter and duration helpers, the leaf they
-//!   all import;
+//!   state machines (jitter, stamps and duration helpers are the crate's
+//!   `time.rs`, the leaf they all import);
 //! - `stats.rs`: the snapshots; `feedback.rs`: what feedback layers report;
 //!   [`metrics`]: the `metrics` feature's counters and gauges;
 //! - this file: the [`Registry`] handle around the locked scheduler.
@@ -177,6 +179,7 @@ mod config;
 mod configs;
 mod feedback;
 mod fleet;
+mod lease;
 pub mod manager;
 pub mod metrics;
 mod places;
@@ -186,8 +189,8 @@ mod scheduler;
 mod scope_state;
 mod stats;
 mod ticket;
-mod time;
 
+pub use crate::time::{Jitter, MAX_CONFIG_DELAY};
 pub use autothrottle::AutoThrottleConfig;
 pub use backoff::{BackoffConfig, DEFAULT_BACKOFF_CODES};
 pub(crate) use builder::GlobalSettings;
@@ -201,8 +204,6 @@ pub use rampup::RampupConfig;
 pub use report::ScopeReport;
 pub use scope_state::LimitSource;
 pub use stats::{QuotaStats, ScopeStats, Stats};
-pub(crate) use time::saturating_add;
-pub use time::{Jitter, MAX_CONFIG_DELAY};
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -214,6 +215,7 @@ use tokio::time::Instant;
 use crate::error::ConfigError;
 use crate::scope::{handover, Priority, RequestHead, Scope, ScopeResolver, Scopes};
 use crate::store::Fleet;
+use crate::time::saturating_add;
 pub(crate) use admission::Ticket;
 pub(crate) use fleet::FleetAdmission;
 pub(crate) use places::{PlaceHandle, QueuePlace};

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::time::validate_delay;
 use crate::error::ConfigError;
+use crate::time::validate_delay;
 
 /// Rampup settings; enable per scope with
 /// [`ScopeConfig::rampup`](crate::ScopeConfig::rampup).

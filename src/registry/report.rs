@@ -12,9 +12,9 @@ use tokio::time::Instant;
 use super::configs::ConfigsOf;
 use super::feedback::{AnnouncedLimits, Feedback, FeedbackKind};
 use super::scheduler::{Scheduler, WakeList};
-use super::time::saturating_add;
 use super::{Registry, ScopeConfig};
 use crate::scope::{Scope, Scopes};
+use crate::time::saturating_add;
 
 pub(crate) mod collect;
 

@@ -22,8 +22,8 @@ use super::metrics::Metrics;
 use super::scope_state::{Effective, ScopeCheck, ScopeState, Sending};
 use super::ticket::{OrderKey, Seat, Seats, Status, TicketState};
 pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
-use super::time::Stamp;
 use crate::scope::{Scope, Scopes, DEFAULT_COST};
+use crate::time::Stamp;
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 

@@ -18,8 +18,8 @@ use super::backoff::{BackoffNow, BackoffState};
 use super::config::ScopeConfig;
 use super::manager::{BaseLimits, ManagerLimits};
 use super::rampup::RampupState;
-use super::time::{saturating_add, scale, Jitter, Stamp, MAX_CONFIG_DELAY};
 use crate::scope::Scope;
+use crate::time::{saturating_add, scale, Jitter, Stamp, MAX_CONFIG_DELAY};
 use contributions::NO_CONTRIBUTIONS;
 pub(crate) use contributions::{Contributions, QuotaWindow, RobotsContribution};
 

@@ -10,8 +10,8 @@ use super::feedback::AnnouncedLimits;
 use super::manager::{DEFAULT_MANAGER_NAME, PENDING_MANAGER_NAME};
 use super::scheduler::{Scheduler, ScopeEntry};
 use super::scope_state::{Effective, LimitSource, ScopeState};
-use super::time::{saturating_add, Stamp};
 use crate::scope::Scope;
+use crate::time::{saturating_add, Stamp};
 
 /// A snapshot of one scope, from [`Registry::scope_stats`](crate::Registry::scope_stats).
 #[derive(Debug, Clone, PartialEq)]

@@ -6,7 +6,7 @@ use std::task::Waker;
 
 use tokio::time::Instant;
 
-use super::time::Stamp;
+use crate::time::Stamp;
 
 /// Index of a scope in the scheduler.
 pub(crate) type ScopeId = usize;

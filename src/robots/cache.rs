@@ -15,12 +15,13 @@ use std::time::Duration;
 use slab::Slab;
 use tokio::time::Instant;
 
-use super::layer::Config;
+use super::Config;
 use super::FIRST_RETRY_DELAY;
 use crate::error::Error;
 use crate::parse::robots_txt::RobotsRules;
-use crate::registry::{saturating_add, Registry};
+use crate::registry::Registry;
 use crate::scope::{lower_cased, Scope, Scopes};
+use crate::time::saturating_add;
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;

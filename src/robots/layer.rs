@@ -5,7 +5,7 @@ use std::time::Duration;
 use tower_layer::Layer;
 
 use super::cache::Cache;
-use super::{RobotsDelay, DEFAULT_CACHE_TTL, DEFAULT_FETCH_TIMEOUT, DEFAULT_MAX_DELAY};
+use super::{Config, RobotsDelay};
 use crate::parse::robots_txt::MAX_ROBOTS_TXT_BYTES;
 use crate::registry::Registry;
 
@@ -49,30 +49,6 @@ pub(crate) struct Shared {
     pub(crate) registry: Registry,
     pub(crate) config: Config,
     pub(crate) cache: Cache,
-}
-
-/// The layer's settings.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) user_agent: String,
-    pub(crate) max_delay: Duration,
-    pub(crate) cache_ttl: Duration,
-    pub(crate) max_body_bytes: usize,
-    pub(crate) fetch_timeout: Duration,
-    pub(crate) obey: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            user_agent: String::new(),
-            max_delay: DEFAULT_MAX_DELAY,
-            cache_ttl: DEFAULT_CACHE_TTL,
-            max_body_bytes: MAX_ROBOTS_TXT_BYTES,
-            fetch_timeout: DEFAULT_FETCH_TIMEOUT,
-            obey: false,
-        }
-    }
 }
 
 impl Shared {

@@ -153,6 +153,33 @@ use std::time::Duration;
 pub use layer::RobotsDelayLayer;
 pub use service::RobotsDelay;
 
+use crate::parse::robots_txt::MAX_ROBOTS_TXT_BYTES;
+
+/// The layer's settings (here, where the layer, the service and the
+/// cache all read them).
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) user_agent: String,
+    pub(crate) max_delay: Duration,
+    pub(crate) cache_ttl: Duration,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) fetch_timeout: Duration,
+    pub(crate) obey: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            user_agent: String::new(),
+            max_delay: DEFAULT_MAX_DELAY,
+            cache_ttl: DEFAULT_CACHE_TTL,
+            max_body_bytes: MAX_ROBOTS_TXT_BYTES,
+            fetch_timeout: DEFAULT_FETCH_TIMEOUT,
+            obey: false,
+        }
+    }
+}
+
 /// Default cap on the Crawl-delay applied: 60 s.
 pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(60);
 /// Default time a fetched robots.txt is used: 24 h (RFC 9309 §2.4).

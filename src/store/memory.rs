@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Answer, Grant, Lease, LeaseId, QuotaTerms, Reservation, ScopeStore, SharedFacts, StoreFuture};
-use crate::registry::saturating_add;
 use crate::scope::Scope;
+use crate::time::saturating_add;
 
 /// Default time after which a lease nobody released frees its lane.
 pub(crate) const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);

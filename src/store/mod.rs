@@ -143,8 +143,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::BoxError;
 use crate::scope::Scope;
+use tower::BoxError;
 
 /// What a store's methods return: a boxed future that owns what it needs.
 pub type StoreFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'static>>;

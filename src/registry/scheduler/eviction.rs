@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Scheduler, ScopeId};
-use crate::registry::time::{saturating_add, Stamp};
+use crate::time::{saturating_add, Stamp};
 
 /// Default time an idle scope is kept.
 pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(3600);

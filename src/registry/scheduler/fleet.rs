@@ -7,9 +7,9 @@ use tokio::time::Instant;
 
 use super::{Scheduler, WakeList};
 use crate::registry::ticket::TicketId;
-use crate::registry::time::{saturating_add, scale};
 use crate::scope::Scope;
 use crate::store::{QuotaTerms, ScopeTerms, SharedFacts};
+use crate::time::{saturating_add, scale};
 
 impl Scheduler {
     /// The store terms of admitted ticket `id`, one per scope in its

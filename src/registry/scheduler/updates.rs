@@ -11,8 +11,8 @@ use super::{Scheduler, ScopeEntry, ScopeId, WakeList};
 use crate::registry::config::ScopeConfig;
 use crate::registry::configs::ConfigTable;
 use crate::registry::feedback::{AnnouncedLimits, Feedback};
-use crate::registry::time::Stamp;
 use crate::scope::Scope;
+use crate::time::Stamp;
 
 impl Scheduler {
     /// The scope `key`, created if the scheduler has not seen it (a scope

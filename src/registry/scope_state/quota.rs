@@ -4,7 +4,7 @@
 use tokio::time::Instant;
 
 use super::{QuotaWindow, ScopeState};
-use crate::registry::time::saturating_add;
+use crate::time::saturating_add;
 
 impl ScopeState {
     /// The current quota window, if the scope has a quota and the window

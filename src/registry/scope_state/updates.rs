@@ -11,7 +11,7 @@ use crate::registry::config::ScopeConfig;
 use crate::registry::feedback::{AnnouncedLimits, Feedback, FeedbackKind};
 use crate::registry::manager::{BaseLimits, ManagerFeedback};
 use crate::registry::rampup::RampupState;
-use crate::registry::time::{saturating_add, MAX_CONFIG_DELAY};
+use crate::time::{saturating_add, MAX_CONFIG_DELAY};
 
 impl ScopeState {
     /// Replaces the scope's config (an explicit one, from

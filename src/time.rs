@@ -1,6 +1,6 @@
-//! Durations and jitter: the leaf every other registry module imports
-//! (config, backoff, rampup, AutoThrottle and the scheduler), so imports
-//! point one way.
+//! Durations, jitter and 8-byte instants (stamps): the leaf the registry's
+//! modules (config, backoff, rampup, AutoThrottle, the scheduler), the
+//! stores and the robots.txt cache import, so imports point one way.
 
 use std::num::NonZeroU64;
 use std::sync::OnceLock;
