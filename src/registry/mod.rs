@@ -134,52 +134,21 @@
 //!
 //! # Layout
 //!
-//! - `scope_state.rs`: one scope at a given instant: its config,
-//!   contributions, lanes and last sends, the effective limits and what
-//!   they allow next; `scope_state/contributions.rs`: what the feedback
-//!   layers add, one field per source; `scope_state/quota.rs`: its quota
-//!   window;
-//!   `scope_state/updates.rs`: the per-scope half of every feedback handler
-//!   and config change, and whether an idle scope may be forgotten;
-//! - `scheduler.rs`: the queues, all-or-nothing dispatch, departures and
-//!   the one timer per scope; pure (every call is given `now`), unit-tested
-//!   at fixed instants in `scheduler/tests.rs`; `scheduler/choice.rs`:
-//!   which waiter of a ready scope goes; `scheduler/updates.rs`: routing
-//!   feedback and config changes to a scope; `scheduler/eviction.rs`: idle
-//!   scopes; `ticket.rs`: a request's order and its seat (scope, lane,
-//!   cost) in each of its scopes;
-//! - `admission.rs`: what a throttled request holds (queue place, `Ticket`,
-//!   its store lease) and the timer that wakes the first waiter of a scope;
-//!   `places.rs`: the `max_queued` queue places; `lease.rs`: the lanes a
-//!   request holds in the scope store;
-//! - `fleet.rs`: a request's passage through the registry's
-//!   [scope store](crate::store), after local admission;
-//!   `scheduler/fleet.rs`: the terms of its reservation and the shared
-//!   facts the answer brings back;
-//! - `report.rs`: [`Registry::report`], what one response says about each
-//!   of its scopes, judged against their configs and applied under one
-//!   lock; `report/collect.rs`: the reports the feedback layers leave for
-//!   the lock a throttle's completion takes; `configs.rs`: the scope
-//!   configs, readable without the scheduler's lock;
-//! - [`manager`]: the [`ScopeManager`] trait, its factory and the
-//!   built-in backoff as one ([`manager::ExponentialBackoff`]);
-//! - `builder.rs`: [`RegistryBuilder`]; `config.rs`, `backoff.rs`,
-//!   `rampup.rs`, `autothrottle.rs`: settings and the feedback sources' own
-//!   state machines (jitter, stamps and duration helpers are the crate's
-//!   `time.rs`, the leaf they all import);
-//! - `stats.rs`: the snapshots; `feedback.rs`: what feedback layers report;
-//!   [`metrics`]: the `metrics` feature's counters and gauges;
-//! - this file: the [`Registry`] handle around the locked scheduler.
+//! One scope at an instant (its config, contributions, lanes, and what
+//! they allow next) is `scope_state`; the queues, the all-or-nothing
+//! dispatch and the timers are the `scheduler`, pure (every call is given
+//! `now`) and unit-tested at fixed instants; this file is the [`Registry`]
+//! handle around the locked scheduler, and `seam.rs` the few calls through
+//! which a throttled request's ticket (in [`throttle`](crate::throttle))
+//! queues, polls, departs and finishes. What a response says reaches the
+//! scopes through `report.rs`. Each file's own docs say what it holds.
 
-mod admission;
 mod autothrottle;
 mod backoff;
 mod builder;
 mod config;
 mod configs;
 mod feedback;
-mod fleet;
-mod lease;
 pub mod manager;
 pub mod metrics;
 mod places;
@@ -187,6 +156,7 @@ mod rampup;
 mod report;
 mod scheduler;
 mod scope_state;
+mod seam;
 mod stats;
 mod ticket;
 
@@ -213,14 +183,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::ConfigError;
-use crate::scope::{handover, Priority, RequestHead, Scope, ScopeResolver, Scopes};
+use crate::scope::{handover, RequestHead, Scope, ScopeResolver, Scopes};
 use crate::store::Fleet;
 use crate::time::saturating_add;
-pub(crate) use admission::Ticket;
-pub(crate) use fleet::FleetAdmission;
 pub(crate) use places::{PlaceHandle, QueuePlace};
 pub(crate) use report::collect;
-pub(crate) use scheduler::Outcome;
+pub(crate) use report::Collected;
+pub(crate) use scheduler::{Outcome, TicketId, TicketPoll};
 use scheduler::{Scheduler, WakeList};
 pub use scheduler::{DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
 
@@ -575,41 +544,5 @@ impl Registry {
     /// clone: it keeps the state of a pending reservation).
     pub(crate) fn queue_places(&self) -> PlaceHandle {
         PlaceHandle::new(self.shared.queue_places.clone())
-    }
-
-    /// Resolves `request`'s scopes as the throttle does (its [`Scopes`]
-    /// extension, or the resolver), queues it as
-    /// [`enqueue`](Self::enqueue) does, and returns the ticket with the
-    /// scopes. With the built-in host resolver and a URI that names a
-    /// host, the host's scope is found by name under the lock, and a scope
-    /// already known costs no new key.
-    pub(crate) fn enqueue_resolved<B>(
-        &self,
-        place: QueuePlace,
-        request: &http::Request<B>,
-        priority: Priority,
-    ) -> (Ticket, Scopes) {
-        let authority = request.uri().authority();
-        let (true, None, Some(authority)) = (
-            self.shared.resolves_hosts,
-            request.extensions().get::<Scopes>(),
-            authority,
-        ) else {
-            let scopes = self.resolve(request);
-            return (self.enqueue(place, &scopes, priority), scopes);
-        };
-        let name = crate::scope::host_scope_name(authority);
-        let (id, admitted, scope) =
-            self.with_scheduler(|scheduler, now, wake| scheduler.enqueue_named(&name, priority.0, now, wake));
-        (Ticket::new(self.clone(), id, place, admitted), Scopes::one(scope))
-    }
-
-    /// Queues a request, which consumes its queue place, and admits it at
-    /// once if nothing is ahead of it and every limit allows. Whoever hands
-    /// it to the inner service then reports that with [`Ticket::depart`].
-    pub(crate) fn enqueue(&self, place: QueuePlace, scopes: &Scopes, priority: Priority) -> Ticket {
-        let (id, admitted) =
-            self.with_scheduler(|scheduler, now, wake| scheduler.enqueue(scopes, priority.0, now, wake));
-        Ticket::new(self.clone(), id, place, admitted)
     }
 }

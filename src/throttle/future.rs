@@ -11,8 +11,10 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::errors::{ErrorMode, InnerErrors};
+use super::fleet::FleetAdmission;
+use super::ticket::Ticket;
 use crate::departure::{self, stamp::WriteStamp};
-use crate::registry::{collect, FleetAdmission, Outcome, Ticket};
+use crate::registry::{collect, Outcome};
 use crate::scope::{handover, Scopes};
 
 pin_project! {

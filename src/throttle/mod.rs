@@ -84,9 +84,12 @@
 //! ```
 
 mod errors;
+mod fleet;
 pub mod future;
 mod layer;
+mod lease;
 mod service;
+mod ticket;
 
 pub use errors::{ErrorMode, InnerErrors, StoreErrors};
 pub use layer::ThrottleLayer;

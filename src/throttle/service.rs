@@ -7,7 +7,8 @@ use tower_service::Service;
 use super::errors::{ErrorMode, InnerErrors};
 use super::future::ResponseFuture;
 
-use crate::registry::{PlaceHandle, QueuePlace, Registry, Ticket};
+use super::ticket::Ticket;
+use crate::registry::{PlaceHandle, QueuePlace, Registry};
 use crate::scope::{AutoThrottleExempt, Priority, Scopes};
 
 /// Holds each request until its scopes allow it, then sends it through the
@@ -129,7 +130,7 @@ impl<S, M> Throttle<S, M> {
             };
             // `call` may come later than the admission: the departure is
             // recorded once the inner service has the request.
-            self.reserved = Reserved::Ticket(self.registry.enqueue(place, &scopes, Priority(0)));
+            self.reserved = Reserved::Ticket(Ticket::enqueue(&self.registry, place, &scopes, Priority(0)));
         }
         match &mut self.reserved {
             Reserved::Ticket(ticket) => ticket.poll_send(cx),
@@ -176,7 +177,7 @@ where
                     .get::<Priority>()
                     .copied()
                     .unwrap_or_default();
-                self.registry.enqueue_resolved(place, &request, priority)
+                Ticket::enqueue_resolved(&self.registry, place, &request, priority)
             }
             _ => panic!("poll_ready must be called first"),
         };

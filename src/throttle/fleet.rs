@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::admission::{Ticket, WakeTimer};
 use super::lease::HeldLease;
+use super::ticket::{Ticket, WakeTimer};
 use crate::scope::Scope;
 use crate::store::{Answer, Grant, LeaseId, StoreError, StoreFailure, StoreFuture};
 

@@ -13,11 +13,9 @@ use tokio::time::{Instant, Sleep};
 use std::sync::Arc;
 
 use super::lease::HeldLease;
-use super::places::QueuePlace;
-use super::report::Collected;
-use super::scheduler::{Outcome, TicketId, TicketPoll};
-use super::Registry;
 use crate::departure::stamp::WriteStamp;
+use crate::registry::{Collected, Outcome, QueuePlace, Registry, TicketId, TicketPoll};
+use crate::scope::{Priority, Scopes};
 use crate::store::{Fleet, LeaseId, Reservation, SharedFacts};
 use crate::time::Stamp;
 
@@ -83,7 +81,7 @@ impl Ticket {
     /// was admitted at once, and then whether its departure must be
     /// reported as soon as it happens.
     #[inline]
-    pub(super) fn new(registry: Registry, id: TicketId, place: QueuePlace, admitted: Option<bool>) -> Self {
+    fn new(registry: Registry, id: TicketId, place: QueuePlace, admitted: Option<bool>) -> Self {
         let stage = match admitted {
             // A request admitted at once gives its place back now.
             Some(report) => Stage::Admitted { report },
@@ -96,6 +94,33 @@ impl Ticket {
             timer: None,
             lease: None,
         }
+    }
+
+    /// Queues a request for `scopes` in `registry`, which consumes its queue
+    /// place, and admits it at once if nothing is ahead of it and every
+    /// limit allows. Whoever hands it to the inner service then reports that
+    /// with [`depart`](Self::depart).
+    pub(crate) fn enqueue(
+        registry: &Registry,
+        place: QueuePlace,
+        scopes: &Scopes,
+        priority: Priority,
+    ) -> Self {
+        let (id, admitted) = registry.enqueue(scopes, priority);
+        Ticket::new(registry.clone(), id, place, admitted)
+    }
+
+    /// [`enqueue`](Self::enqueue) for `request`, its scopes resolved as the
+    /// throttle does; also returns them.
+    #[inline]
+    pub(crate) fn enqueue_resolved<B>(
+        registry: &Registry,
+        place: QueuePlace,
+        request: &http::Request<B>,
+        priority: Priority,
+    ) -> (Self, Scopes) {
+        let (id, admitted, scopes) = registry.enqueue_resolved(request, priority);
+        (Ticket::new(registry.clone(), id, place, admitted), scopes)
     }
 
     /// The identity of the registry the ticket is in.
@@ -116,19 +141,16 @@ impl Ticket {
     /// The store reservation for this admitted request: its scopes with
     /// their effective limits now, and this send's jitter drawn.
     pub(crate) fn fleet_reservation(&self, lease: LeaseId) -> Reservation {
-        let id = self.id;
-        let scopes = self
-            .registry
-            .with_scheduler(|scheduler, now, _wake| scheduler.fleet_terms(id, now));
-        Reservation { lease, scopes }
+        Reservation {
+            lease,
+            scopes: self.registry.fleet_terms(self.id),
+        }
     }
 
     /// Applies what the store said about this request's scopes (in the
     /// reservation's order) to the local scopes.
     pub(crate) fn apply_shared_facts(&self, facts: &[SharedFacts]) {
-        let id = self.id;
-        self.registry
-            .with_scheduler(|scheduler, now, wake| scheduler.apply_shared_facts(id, facts, now, wake));
+        self.registry.apply_shared_facts(self.id, facts);
     }
 
     /// Keeps the store's lease until the request ends.
@@ -148,10 +170,7 @@ impl Ticket {
             return Poll::Ready(());
         }
         loop {
-            let id = self.id;
-            let polled = self
-                .registry
-                .with_scheduler(|scheduler, now, wake| scheduler.poll_ticket(id, now, cx.waker(), wake));
+            let polled = self.registry.poll_ticket(self.id, cx.waker());
             let timer = match polled {
                 TicketPoll::Sent { report_departure } => {
                     self.stage = Stage::Admitted {
@@ -236,9 +255,7 @@ impl Ticket {
     fn depart_at(&mut self, at: Stamp, report: bool) {
         self.stage = Stage::Departed { at, reported: report };
         if report {
-            let id = self.id;
-            self.registry
-                .with_scheduler(|scheduler, now, wake| scheduler.depart(id, at, now, wake));
+            self.registry.depart(self.id, at);
         }
     }
 
@@ -256,10 +273,8 @@ impl Ticket {
         let Some(end) = self.end(ended) else {
             return;
         };
-        let id = self.id;
-        self.registry.with_scheduler_at(ended, |scheduler, now, wake| {
-            scheduler.finish(id, outcome, end.departed_at, (now, end.stamp), wake)
-        });
+        self.registry
+            .finish(self.id, outcome, end.departed_at, (ended, end.stamp), &[]);
         // A queued ticket's place goes back now, once it left its queues.
         drop(end);
     }
@@ -277,15 +292,9 @@ impl Ticket {
             self.apply_reports(collected);
             return;
         };
-        let id = self.id;
-        let registry = &self.registry;
-        let mut writes = Vec::new();
-        registry.with_scheduler_at(ended, |scheduler, now, wake| {
-            registry.apply_collected(scheduler, collected, (now, wake), &mut writes);
-            scheduler.finish(id, outcome, end.departed_at, (now, end.stamp), wake);
-        });
+        self.registry
+            .finish(self.id, outcome, end.departed_at, (ended, end.stamp), collected);
         drop(end);
-        registry.write_shared(writes);
     }
 
     /// Marks the handle finished and gives its store lease back; `None`
