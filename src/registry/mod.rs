@@ -65,7 +65,7 @@
 //! past its per-lane delay, the scope delay passed, no hold) and fewer than
 //! `max_concurrency` requests are in flight. Admission is all-or-nothing:
 //! a request waiting on scope B takes nothing in scope A. Waiters are
-//! ordered by [`Priority`], then arrival, with one global
+//! ordered by [`Priority`](crate::Priority), then arrival, with one global
 //! sequence, so any two requests are in the same order in every scope they
 //! share; that is what rules out deadlocks. Within a scope the order is
 //! first-come first-served; a waiter that another of its scopes holds back
