@@ -24,6 +24,7 @@ use super::ticket::{OrderKey, Seat, Seats, Status, TicketState};
 pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
 use crate::scope::{Scope, Scopes, DEFAULT_COST};
 use crate::time::Stamp;
+pub(crate) use entry::ScopeEntry;
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
@@ -42,97 +43,6 @@ enum Verdict {
     Admit,
     HeldBy(ScopeId),
     Global,
-}
-
-/// A scope as the scheduler keeps it: its state, and its waiters.
-///
-/// Sized for a million idle scopes: the waiters live behind a pointer that
-/// is null while the scope has none, and instants are 8-byte stamps.
-#[derive(Debug)]
-pub(crate) struct ScopeEntry {
-    pub(crate) state: ScopeState,
-    /// Allocated when a first request waits, dropped when the scope goes
-    /// idle.
-    waiters: Option<Box<Waiters>>,
-    /// Since when nothing of the scope has been in flight or queued.
-    idle_since: Option<Stamp>,
-    /// Whether the scope is among the eviction candidates.
-    evictable: bool,
-    /// Whether it was used since it joined the candidates (it then gets a
-    /// second chance under pressure).
-    referenced: bool,
-}
-
-/// The requests waiting for a scope, and its timer.
-#[derive(Debug, Default)]
-struct Waiters {
-    /// The waiters, in order.
-    queue: BTreeMap<OrderKey, TicketId>,
-    /// The waiter told to keep the scope's timer, and the instant the
-    /// scope's own time limits next let its head go.
-    timer_owner: Option<(TicketId, Instant)>,
-}
-
-/// The queue of a scope nobody waits for.
-static NO_WAITERS: BTreeMap<OrderKey, TicketId> = BTreeMap::new();
-
-impl ScopeEntry {
-    fn new(state: ScopeState) -> Self {
-        ScopeEntry {
-            state,
-            waiters: None,
-            idle_since: None,
-            evictable: false,
-            referenced: false,
-        }
-    }
-
-    /// Requests waiting for this scope.
-    pub(crate) fn queued(&self) -> usize {
-        self.queue().len()
-    }
-
-    /// The waiters, in order.
-    fn queue(&self) -> &BTreeMap<OrderKey, TicketId> {
-        self.waiters
-            .as_ref()
-            .map_or(&NO_WAITERS, |waiters| &waiters.queue)
-    }
-
-    fn has_waiters(&self) -> bool {
-        !self.queue().is_empty()
-    }
-
-    fn add_waiter(&mut self, order: OrderKey, id: TicketId) {
-        self.waiters
-            .get_or_insert_with(Box::default)
-            .queue
-            .insert(order, id);
-    }
-
-    /// Takes waiter `order` out of the queue; whether it was there.
-    fn remove_waiter(&mut self, order: &OrderKey) -> bool {
-        self.waiters
-            .as_mut()
-            .is_some_and(|waiters| waiters.queue.remove(order).is_some())
-    }
-
-    fn timer_owner(&self) -> Option<(TicketId, Instant)> {
-        self.waiters.as_ref().and_then(|waiters| waiters.timer_owner)
-    }
-
-    fn set_timer_owner(&mut self, owner: Option<(TicketId, Instant)>) {
-        // Clearing the timer of a scope without waiter storage allocates
-        // nothing.
-        if owner.is_some() || self.waiters.is_some() {
-            self.waiters.get_or_insert_with(Box::default).timer_owner = owner;
-        }
-    }
-
-    /// Since when nothing of the scope has been in flight or queued.
-    pub(crate) fn idle_since(&self) -> Option<Instant> {
-        self.idle_since.map(Stamp::instant)
-    }
 }
 
 /// The whole scheduling state of a registry.
@@ -485,30 +395,6 @@ impl Scheduler {
         }
     }
 
-    fn fire_due_timers(&mut self, id: TicketId, now: Instant) {
-        for seat in &self.tickets[id].seats {
-            let scope = &mut self.scopes[seat.scope];
-            if let Some((owner, at)) = scope.timer_owner() {
-                if owner == id && at <= now {
-                    scope.set_timer_owner(None);
-                    self.dirty.push(seat.scope);
-                }
-            }
-        }
-    }
-
-    /// The earliest timer this ticket keeps for one of its scopes.
-    fn timer_of(&self, id: TicketId) -> Option<Instant> {
-        self.tickets[id]
-            .seats
-            .iter()
-            .filter_map(|seat| match self.scopes[seat.scope].timer_owner() {
-                Some((owner, at)) if owner == id => Some(at),
-                _ => None,
-            })
-            .min()
-    }
-
     /// Marks a request finished (response or error): frees its lanes and
     /// its global permit, and lets the next waiters go. A ticket still
     /// waiting just leaves its queues. `departed_at`: when the request was
@@ -739,44 +625,14 @@ impl Scheduler {
         }
         self.in_flight += 1;
     }
-
-    /// Records when a scope's head may next go, and makes sure its first
-    /// waiter keeps a timer for it (one timer per scope).
-    fn set_timer(&mut self, scope_id: ScopeId, at: Option<Instant>, wake: &mut WakeList) {
-        let scope = &mut self.scopes[scope_id];
-        let owner = match (at, scope.queue().values().next()) {
-            (Some(at), Some(&first)) => Some((first, at)),
-            _ => None,
-        };
-        let previous = scope.timer_owner();
-        if previous == owner {
-            return;
-        }
-        scope.set_timer_owner(owner);
-        // The same waiter with a later instant needs no wake-up: its timer
-        // fires at the earlier one, and it learns the new one then. That is
-        // the common case of a departure, which only ever moves a scope's
-        // next send later; not waking anyone there keeps the departing
-        // task from waking a task right after it handed its request over,
-        // which on tokio would take the run-queue slot (the LIFO slot) its
-        // connection task was just given and delay the request's bytes.
-        let needs_wake = match (previous, owner) {
-            (Some((before, earlier)), Some((first, at))) => before != first || at < earlier,
-            (None, Some(_)) => true,
-            (_, None) => false,
-        };
-        if let (true, Some((first, _))) = (needs_wake, owner) {
-            if let Some(waker) = &self.tickets[first].waker {
-                wake.push(waker.clone());
-            }
-        }
-    }
 }
 
 mod choice;
+mod entry;
 mod eviction;
 mod fleet;
 mod index;
+mod timers;
 mod updates;
 
 use eviction::Eviction;

@@ -1,0 +1,100 @@
+//! A scope as the scheduler keeps it: its state, its waiters and its
+//! timer, sized for a million idle scopes.
+
+use std::collections::BTreeMap;
+
+use tokio::time::Instant;
+
+use super::{OrderKey, ScopeState, TicketId};
+use crate::time::Stamp;
+
+/// A scope as the scheduler keeps it: its state, and its waiters.
+///
+/// Sized for a million idle scopes: the waiters live behind a pointer that
+/// is null while the scope has none, and instants are 8-byte stamps.
+#[derive(Debug)]
+pub(crate) struct ScopeEntry {
+    pub(crate) state: ScopeState,
+    /// Allocated when a first request waits, dropped when the scope goes
+    /// idle.
+    pub(super) waiters: Option<Box<Waiters>>,
+    /// Since when nothing of the scope has been in flight or queued.
+    pub(super) idle_since: Option<Stamp>,
+    /// Whether the scope is among the eviction candidates.
+    pub(super) evictable: bool,
+    /// Whether it was used since it joined the candidates (it then gets a
+    /// second chance under pressure).
+    pub(super) referenced: bool,
+}
+
+/// The requests waiting for a scope, and its timer.
+#[derive(Debug, Default)]
+pub(super) struct Waiters {
+    /// The waiters, in order.
+    pub(super) queue: BTreeMap<OrderKey, TicketId>,
+    /// The waiter told to keep the scope's timer, and the instant the
+    /// scope's own time limits next let its head go.
+    pub(super) timer_owner: Option<(TicketId, Instant)>,
+}
+
+/// The queue of a scope nobody waits for.
+static NO_WAITERS: BTreeMap<OrderKey, TicketId> = BTreeMap::new();
+
+impl ScopeEntry {
+    pub(super) fn new(state: ScopeState) -> Self {
+        ScopeEntry {
+            state,
+            waiters: None,
+            idle_since: None,
+            evictable: false,
+            referenced: false,
+        }
+    }
+
+    /// Requests waiting for this scope.
+    pub(crate) fn queued(&self) -> usize {
+        self.queue().len()
+    }
+
+    /// The waiters, in order.
+    pub(super) fn queue(&self) -> &BTreeMap<OrderKey, TicketId> {
+        self.waiters
+            .as_ref()
+            .map_or(&NO_WAITERS, |waiters| &waiters.queue)
+    }
+
+    pub(super) fn has_waiters(&self) -> bool {
+        !self.queue().is_empty()
+    }
+
+    pub(super) fn add_waiter(&mut self, order: OrderKey, id: TicketId) {
+        self.waiters
+            .get_or_insert_with(Box::default)
+            .queue
+            .insert(order, id);
+    }
+
+    /// Takes waiter `order` out of the queue; whether it was there.
+    pub(super) fn remove_waiter(&mut self, order: &OrderKey) -> bool {
+        self.waiters
+            .as_mut()
+            .is_some_and(|waiters| waiters.queue.remove(order).is_some())
+    }
+
+    pub(super) fn timer_owner(&self) -> Option<(TicketId, Instant)> {
+        self.waiters.as_ref().and_then(|waiters| waiters.timer_owner)
+    }
+
+    pub(super) fn set_timer_owner(&mut self, owner: Option<(TicketId, Instant)>) {
+        // Clearing the timer of a scope without waiter storage allocates
+        // nothing.
+        if owner.is_some() || self.waiters.is_some() {
+            self.waiters.get_or_insert_with(Box::default).timer_owner = owner;
+        }
+    }
+
+    /// Since when nothing of the scope has been in flight or queued.
+    pub(crate) fn idle_since(&self) -> Option<Instant> {
+        self.idle_since.map(Stamp::instant)
+    }
+}
