@@ -89,10 +89,10 @@ pub(crate) use tower::BoxError;
 /// # let _ = describe;
 /// ```
 pub struct Error {
-    kind: ErrorKind,
+    kind: Failure,
 }
 
-enum ErrorKind {
+enum Failure {
     /// robots.txt disallows the request (or is unreachable while rules are
     /// obeyed, which RFC 9309 treats as a complete disallow).
     RobotsDisallowed {
@@ -108,7 +108,7 @@ enum ErrorKind {
 impl Error {
     pub(crate) fn robots_disallowed(origin: String, path: String, unreachable: bool) -> Self {
         Error {
-            kind: ErrorKind::RobotsDisallowed {
+            kind: Failure::RobotsDisallowed {
                 origin,
                 path,
                 unreachable,
@@ -118,7 +118,7 @@ impl Error {
 
     pub(crate) fn store(error: StoreError) -> Self {
         Error {
-            kind: ErrorKind::Store(error),
+            kind: Failure::Store(error),
         }
     }
 
@@ -128,7 +128,7 @@ impl Error {
         match err.into().downcast::<Error>() {
             Ok(err) => *err,
             Err(err) => Error {
-                kind: ErrorKind::Inner(err),
+                kind: Failure::Inner(err),
             },
         }
     }
@@ -137,7 +137,7 @@ impl Error {
     /// because the site's robots.txt is unreachable while its rules are
     /// obeyed. The inner service never saw the request.
     pub fn is_robots_disallowed(&self) -> bool {
-        matches!(self.kind, ErrorKind::RobotsDisallowed { .. })
+        matches!(self.kind, Failure::RobotsDisallowed { .. })
     }
 
     /// Whether the registry's [scope store](crate::store) could not be
@@ -146,21 +146,21 @@ impl Error {
     /// inner service never saw the request. The store's error is the
     /// [`source`](std::error::Error::source).
     pub fn is_store(&self) -> bool {
-        matches!(self.kind, ErrorKind::Store(_))
+        matches!(self.kind, Failure::Store(_))
     }
 
     /// Whether the inner service failed (its error is the
     /// [`source`](std::error::Error::source)).
     pub fn is_inner(&self) -> bool {
-        matches!(self.kind, ErrorKind::Inner(_))
+        matches!(self.kind, Failure::Inner(_))
     }
 
     /// The inner service's error, to downcast it; `None` when the error is
     /// the layer's own.
     pub fn into_inner(self) -> Option<BoxError> {
         match self.kind {
-            ErrorKind::Inner(err) => Some(err),
-            ErrorKind::RobotsDisallowed { .. } | ErrorKind::Store(_) => None,
+            Failure::Inner(err) => Some(err),
+            Failure::RobotsDisallowed { .. } | Failure::Store(_) => None,
         }
     }
 }
@@ -168,7 +168,7 @@ impl Error {
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            ErrorKind::RobotsDisallowed {
+            Failure::RobotsDisallowed {
                 origin,
                 path,
                 unreachable,
@@ -179,12 +179,12 @@ impl fmt::Debug for Error {
                 .field("path", path)
                 .field("unreachable", unreachable)
                 .finish(),
-            ErrorKind::Store(err) => f
+            Failure::Store(err) => f
                 .debug_struct("Error")
                 .field("kind", &"Store")
                 .field("source", err)
                 .finish(),
-            ErrorKind::Inner(err) => f
+            Failure::Inner(err) => f
                 .debug_struct("Error")
                 .field("kind", &"Inner")
                 .field("source", err)
@@ -196,12 +196,12 @@ impl fmt::Debug for Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            ErrorKind::RobotsDisallowed {
+            Failure::RobotsDisallowed {
                 origin,
                 path,
                 unreachable: false,
             } => write!(f, "robots.txt of {origin} disallows {path}"),
-            ErrorKind::RobotsDisallowed {
+            Failure::RobotsDisallowed {
                 origin,
                 path,
                 unreachable: true,
@@ -209,8 +209,8 @@ impl fmt::Display for Error {
                 f,
                 "robots.txt of {origin} is unreachable, so {path} is disallowed until it can be fetched"
             ),
-            ErrorKind::Store(_) => f.write_str("scope store unreachable, and the registry fails closed"),
-            ErrorKind::Inner(_) => f.write_str("inner service error"),
+            Failure::Store(_) => f.write_str("scope store unreachable, and the registry fails closed"),
+            Failure::Inner(_) => f.write_str("inner service error"),
         }
     }
 }
@@ -227,9 +227,9 @@ impl From<reqwest::Error> for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.kind {
-            ErrorKind::Inner(err) => Some(&**err),
-            ErrorKind::Store(err) => Some(err),
-            ErrorKind::RobotsDisallowed { .. } => None,
+            Failure::Inner(err) => Some(&**err),
+            Failure::Store(err) => Some(err),
+            Failure::RobotsDisallowed { .. } => None,
         }
     }
 }

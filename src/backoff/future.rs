@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::classify::{error_kind, ErrorView, ResponseHead};
 use super::judged::Judged;
-use super::layer::Shared;
+use super::layer::BackoffShared;
 use crate::registry::{BackoffConfig, Feedback, ScopeReport};
 use crate::scope::Scopes;
 
@@ -23,7 +23,7 @@ pin_project! {
         #[pin]
         inner: F,
         scopes: Scopes,
-        shared: Arc<Shared>,
+        shared: Arc<BackoffShared>,
         // When the request went to the inner service: the feedback's
         // latency, for scope managers (read only when the registry has
         // any, so other users pay no clock reads).
@@ -32,7 +32,7 @@ pin_project! {
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn new(inner: F, scopes: Scopes, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(inner: F, scopes: Scopes, shared: Arc<BackoffShared>) -> Self {
         let sent_at = shared.registry.has_custom_managers().then(Instant::now);
         ResponseFuture {
             inner,
@@ -53,7 +53,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let mut output = ready!(this.inner.poll(cx));
-        let shared: &Shared = this.shared;
+        let shared: &BackoffShared = this.shared;
         let latency = this.sent_at.map(|sent_at| sent_at.elapsed());
         match &mut output {
             Ok(response) => {

@@ -12,7 +12,7 @@ pub(crate) type ResponseHook = dyn Fn(&ResponseHead<'_>, &BackoffConfig) -> Feed
 pub(crate) type ErrorHook = dyn Fn(&ErrorView<'_>) -> Feedback + Send + Sync;
 
 /// What every [`Backoff`] service of one layer shares.
-pub(crate) struct Shared {
+pub(crate) struct BackoffShared {
     pub(crate) registry: Registry,
     /// A response header carrying the request's actual cost.
     pub(crate) cost_header: Option<HeaderName>,
@@ -44,7 +44,7 @@ pub(crate) struct Shared {
 /// ```
 #[derive(Clone)]
 pub struct BackoffLayer {
-    shared: Arc<Shared>,
+    shared: Arc<BackoffShared>,
 }
 
 impl fmt::Debug for BackoffLayer {
@@ -61,7 +61,7 @@ impl BackoffLayer {
     /// [`default_error_feedback`](super::default_error_feedback)).
     pub fn new(registry: Registry) -> Self {
         BackoffLayer {
-            shared: Arc::new(Shared {
+            shared: Arc::new(BackoffShared {
                 registry,
                 cost_header: None,
                 on_response: Arc::new(default_response_feedback),
@@ -129,8 +129,8 @@ impl BackoffLayer {
         )
     }
 
-    fn rebuild(self, change: impl FnOnce(&mut Shared)) -> Self {
-        let mut shared = Shared {
+    fn rebuild(self, change: impl FnOnce(&mut BackoffShared)) -> Self {
+        let mut shared = BackoffShared {
             registry: self.shared.registry.clone(),
             cost_header: self.shared.cost_header.clone(),
             on_response: self.shared.on_response.clone(),

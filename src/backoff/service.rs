@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 use tower_service::Service;
 
 use super::future::ResponseFuture;
-use super::layer::Shared;
+use super::layer::BackoffShared;
 use super::BackoffLayer;
 use crate::registry::Registry;
 
@@ -18,7 +18,7 @@ use crate::registry::Registry;
 /// Clones share the registry and the classification hooks.
 pub struct Backoff<S> {
     inner: S,
-    shared: Arc<Shared>,
+    shared: Arc<BackoffShared>,
 }
 
 impl<S: Clone> Clone for Backoff<S> {
@@ -45,7 +45,7 @@ impl<S> Backoff<S> {
         tower_layer::Layer::layer(&BackoffLayer::new(registry), inner)
     }
 
-    pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
+    pub(crate) fn from_shared(inner: S, shared: Arc<BackoffShared>) -> Self {
         Backoff { inner, shared }
     }
 

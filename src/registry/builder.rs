@@ -12,10 +12,10 @@ use super::metrics;
 use super::places;
 use super::report::BackoffStatuses;
 use super::scheduler::{Scheduler, DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
-use super::{Registry, Shared, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_QUEUED};
+use super::{Registry, RegistryShared, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_QUEUED};
 use crate::error::ConfigError;
 use crate::scope::{HostResolver, Scope, ScopeResolver};
-use crate::store::{Fleet, ScopeStore, StoreFailure};
+use crate::store::{ScopeStore, StoreFailure, StoreHandle};
 
 /// The builder settings that are plain values (not scope configs, not the
 /// resolver), as given: a registry keeps them so that its config can be
@@ -297,7 +297,7 @@ impl RegistryBuilder {
                 per_scope: self.metrics_per_scope,
             });
         Ok(Registry {
-            shared: Arc::new(Shared {
+            shared: Arc::new(RegistryShared {
                 custom_managers: AtomicBool::new(custom_managers),
                 #[cfg(debug_assertions)]
                 locks: std::sync::atomic::AtomicU64::new(0),
@@ -311,7 +311,7 @@ impl RegistryBuilder {
                 queue_places: places::QueuePlaces::new(self.max_queued),
                 fleet: self
                     .store
-                    .map(|store| Arc::new(Fleet::new(store, self.store_failure))),
+                    .map(|store| Arc::new(StoreHandle::new(store, self.store_failure))),
             }),
         })
     }

@@ -184,7 +184,7 @@ use tokio::time::Instant;
 
 use crate::error::ConfigError;
 use crate::scope::{handover, RequestHead, Scope, ScopeResolver, Scopes};
-use crate::store::Fleet;
+use crate::store::StoreHandle;
 use crate::time::saturating_add;
 pub(crate) use places::{PlaceHandle, QueuePlace};
 pub(crate) use report::collect;
@@ -220,10 +220,10 @@ pub const DEFAULT_MAX_QUEUED: usize = 10_000;
 /// ```
 #[derive(Clone)]
 pub struct Registry {
-    shared: Arc<Shared>,
+    shared: Arc<RegistryShared>,
 }
 
-struct Shared {
+struct RegistryShared {
     scheduler: Mutex<Scheduler>,
     resolver: Box<dyn ScopeResolver>,
     max_queued: usize,
@@ -234,7 +234,7 @@ struct Shared {
     /// and not yet sent (see `places.rs`).
     queue_places: Arc<places::QueuePlaces>,
     /// The scope store shared with other workers, if any.
-    fleet: Option<Arc<Fleet>>,
+    fleet: Option<Arc<StoreHandle>>,
     /// Whether any scope config has a custom manager (set once, never
     /// cleared): only then do feedback layers measure what managers alone
     /// use, such as latency.
@@ -384,7 +384,7 @@ impl Registry {
     }
 
     /// The scope store, if the registry shares its scopes through one.
-    pub(crate) fn fleet(&self) -> Option<&Arc<Fleet>> {
+    pub(crate) fn fleet(&self) -> Option<&Arc<StoreHandle>> {
         self.shared.fleet.as_ref()
     }
 

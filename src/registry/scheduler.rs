@@ -531,7 +531,7 @@ impl Scheduler {
             }
             let effective = scope.state.effective(now, self.max_concurrency);
             match scope.state.check(now, &effective, self.head_cost(scope_id)) {
-                ScopeCheck::Full => {
+                ScopeCheck::Full | ScopeCheck::AwaitingEarlier => {
                     self.set_timer(scope_id, None, wake);
                     return;
                 }
@@ -630,8 +630,8 @@ impl Scheduler {
 mod choice;
 mod entry;
 mod eviction;
-mod fleet;
 mod index;
+mod store_terms;
 mod timers;
 mod updates;
 

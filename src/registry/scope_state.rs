@@ -162,7 +162,7 @@ pub(crate) struct ScopeState {
     pub(crate) explicit: bool,
     /// What the feedback layers contribute, allocated on the first one:
     /// most scopes of a broad crawl never get any.
-    extra: Option<Box<Contributions>>,
+    contributed: Option<Box<Contributions>>,
     /// One lane inline: most scopes never have two requests in flight.
     pub(crate) lanes: SmallVec<[Lane; 1]>,
     pub(crate) last_send: Option<LastSend>,
@@ -213,21 +213,22 @@ pub(crate) enum ScopeCheck {
     Ready { lane: usize },
     /// Time holds it until then.
     Until(Instant),
-    /// An event must come first: a completion (every usable lane is in
-    /// flight, or a cold scope waits for its first answer) or the departure
-    /// of an admitted request.
+    /// Every usable lane is in flight: a completion must come first.
     Full,
+    /// The next gap runs from an instant still to come: the departure of an
+    /// admitted request, or a cold scope's first answer.
+    AwaitingEarlier,
 }
 
 impl ScopeState {
     pub(crate) fn new(key: Scope, config: Arc<ScopeConfig>, explicit: bool, now: Instant) -> Self {
-        let mut extra = None;
+        let mut contributed = None;
         if let Some(autothrottle) = config.get_autothrottle() {
-            let contributions: &mut Contributions = extra.get_or_insert_with(Box::default);
+            let contributions: &mut Contributions = contributed.get_or_insert_with(Box::default);
             contributions.autothrottle_delay = Some(autothrottle.start(config.delay));
         }
         if config.get_rampup().is_some() && !config.has_custom_manager() {
-            let contributions: &mut Contributions = extra.get_or_insert_with(Box::default);
+            let contributions: &mut Contributions = contributed.get_or_insert_with(Box::default);
             contributions.rampup = Some(Box::new(RampupState::new(config.delay, now)));
         }
         let plain = config.is_plain();
@@ -235,7 +236,7 @@ impl ScopeState {
             key,
             config,
             explicit,
-            extra,
+            contributed,
             lanes: SmallVec::new(),
             last_send: None,
             in_flight: 0,
@@ -254,12 +255,12 @@ impl ScopeState {
 
     /// What the feedback layers contribute to the scope's limits.
     pub(crate) fn contributions(&self) -> &Contributions {
-        self.extra.as_deref().unwrap_or(&NO_CONTRIBUTIONS)
+        self.contributed.as_deref().unwrap_or(&NO_CONTRIBUTIONS)
     }
 
     /// The contributions, to change them (allocated on first use).
     pub(crate) fn contributions_mut(&mut self) -> &mut Contributions {
-        self.extra.get_or_insert_with(Box::default)
+        self.contributed.get_or_insert_with(Box::default)
     }
 
     /// What the scope's limits say about sending, now, a request that costs
@@ -302,7 +303,7 @@ impl ScopeState {
                 // the instant later, has nobody to wake.
                 ScopeCheck::Until(relief.map_or(at, |relief| relief.min(at)))
             }
-            None if self.waits_for_an_earlier_request(effective) => ScopeCheck::Full,
+            None if self.waits_for_an_earlier_request(effective) => ScopeCheck::AwaitingEarlier,
             None => ScopeCheck::Ready { lane },
         }
     }
@@ -369,11 +370,11 @@ impl ScopeState {
         sending: Sending,
     ) -> TakenLane {
         let Sending { enqueued_at, cost } = sending;
-        if let Some(extra) = self.extra.as_deref_mut() {
-            if let (Some(rampup), Some(config)) = (extra.rampup.as_mut(), self.config.get_rampup()) {
+        if let Some(contributed) = self.contributed.as_deref_mut() {
+            if let (Some(rampup), Some(config)) = (contributed.rampup.as_mut(), self.config.get_rampup()) {
                 rampup.roll(now, config);
             }
-            if let Some(manager) = extra.manager.as_mut() {
+            if let Some(manager) = contributed.manager.as_mut() {
                 manager.on_send(now);
             }
         }
@@ -431,7 +432,7 @@ impl ScopeState {
         rng: &mut fastrand::Rng,
         enqueued_at: Instant,
     ) -> Option<usize> {
-        if self.extra.is_some() || !self.plain {
+        if self.contributed.is_some() || !self.plain {
             return None;
         }
         if self.in_flight >= self.config.concurrency.min(max_concurrency) {

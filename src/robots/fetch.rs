@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use super::cache::{FetchResult, OriginEntry};
-use super::layer::Shared;
+use super::layer::RobotsShared;
 use super::MAX_REDIRECTS;
 use crate::error::BoxError;
 use crate::parse::robots_txt::RobotsRules;
@@ -54,7 +54,7 @@ impl FetchTemplate {
 /// Outside a Tokio runtime.
 pub(crate) fn spawn_fetch<S, ReqBody, ResBody>(
     service: S,
-    shared: Arc<Shared>,
+    shared: Arc<RobotsShared>,
     entry: Arc<OriginEntry>,
     template: FetchTemplate,
 ) where
@@ -81,7 +81,7 @@ pub(crate) fn spawn_fetch<S, ReqBody, ResBody>(
 /// (the inner service panicked, the runtime shut down), an unreachable
 /// robots.txt: the entry must never stay "fetching" with nobody fetching.
 struct Completion {
-    shared: Arc<Shared>,
+    shared: Arc<RobotsShared>,
     entry: Arc<OriginEntry>,
     done: bool,
 }

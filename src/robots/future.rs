@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::cache::OriginEntry;
-use super::layer::Shared;
+use super::layer::RobotsShared;
 use crate::error::{BoxError, Error};
 use crate::scope::Scopes;
 
@@ -63,7 +63,7 @@ pin_project! {
 /// A request's place among those waiting for an origin's fetch. Dropping it
 /// gives the place up.
 struct Wait {
-    shared: Arc<Shared>,
+    shared: Arc<RobotsShared>,
     entry: Arc<OriginEntry>,
     /// The number of fetches the entry had finished when the request came.
     round: u64,
@@ -116,7 +116,7 @@ where
     }
 
     pub(super) fn waiting(
-        shared: Arc<Shared>,
+        shared: Arc<RobotsShared>,
         entry: Arc<OriginEntry>,
         round: u64,
         turn: u64,

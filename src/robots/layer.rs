@@ -41,19 +41,19 @@ use crate::registry::Registry;
 /// ```
 #[derive(Clone)]
 pub struct RobotsDelayLayer {
-    shared: Arc<Shared>,
+    shared: Arc<RobotsShared>,
 }
 
 /// What every service of one layer (and its clones) shares.
-pub(crate) struct Shared {
+pub(crate) struct RobotsShared {
     pub(crate) registry: Registry,
     pub(crate) config: Config,
     pub(crate) cache: Cache,
 }
 
-impl Shared {
+impl RobotsShared {
     pub(crate) fn new(registry: Registry, config: Config) -> Self {
-        Shared {
+        RobotsShared {
             registry,
             config,
             cache: Cache::default(),
@@ -61,9 +61,9 @@ impl Shared {
     }
 }
 
-impl fmt::Debug for Shared {
+impl fmt::Debug for RobotsShared {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Shared")
+        f.debug_struct("RobotsShared")
             .field("config", &self.config)
             .field("cache", &self.cache)
             .finish_non_exhaustive()
@@ -87,7 +87,7 @@ impl RobotsDelayLayer {
     /// 10 s, rules not obeyed.
     pub fn new(registry: Registry) -> Self {
         RobotsDelayLayer {
-            shared: Arc::new(Shared::new(registry, Config::default())),
+            shared: Arc::new(RobotsShared::new(registry, Config::default())),
         }
     }
 
@@ -95,7 +95,7 @@ impl RobotsDelayLayer {
         let mut config = self.shared.config.clone();
         change(&mut config);
         RobotsDelayLayer {
-            shared: Arc::new(Shared::new(self.shared.registry.clone(), config)),
+            shared: Arc::new(RobotsShared::new(self.shared.registry.clone(), config)),
         }
     }
 

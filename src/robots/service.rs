@@ -10,7 +10,7 @@ use tower_service::Service;
 use super::cache::{Arrival, Origin};
 use super::fetch::{spawn_fetch, FetchTemplate};
 use super::future::{ResponseFuture, Turn};
-use super::layer::Shared;
+use super::layer::RobotsShared;
 use super::Config;
 use crate::error::{BoxError, Error};
 use crate::registry::Registry;
@@ -41,7 +41,7 @@ use crate::scope::Scopes;
 /// A clone shares the registry and the robots cache.
 pub struct RobotsDelay<S> {
     inner: S,
-    shared: Arc<Shared>,
+    shared: Arc<RobotsShared>,
 }
 
 impl<S: Clone> Clone for RobotsDelay<S> {
@@ -67,10 +67,10 @@ impl<S> RobotsDelay<S> {
     /// [`RobotsDelayLayer::new`](super::RobotsDelayLayer::new); use the
     /// layer to change them.
     pub fn new(inner: S, registry: Registry) -> Self {
-        Self::from_shared(inner, Arc::new(Shared::new(registry, Config::default())))
+        Self::from_shared(inner, Arc::new(RobotsShared::new(registry, Config::default())))
     }
 
-    pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
+    pub(crate) fn from_shared(inner: S, shared: Arc<RobotsShared>) -> Self {
         RobotsDelay { inner, shared }
     }
 

@@ -383,15 +383,15 @@ impl std::error::Error for StoreError {
 /// A registry's store, with the failure mode chosen and whether an outage
 /// is under way (so it is reported once, not per request).
 #[derive(Debug)]
-pub(crate) struct Fleet {
+pub(crate) struct StoreHandle {
     pub(crate) store: Arc<dyn ScopeStore>,
     pub(crate) failure: StoreFailure,
     outage: AtomicBool,
 }
 
-impl Fleet {
+impl StoreHandle {
     pub(crate) fn new(store: Arc<dyn ScopeStore>, failure: StoreFailure) -> Self {
-        Fleet {
+        StoreHandle {
             store,
             failure,
             outage: AtomicBool::new(false),

@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::errors::{ErrorMode, InnerErrors};
-use super::fleet::FleetAdmission;
+use super::store_admission::StoreAdmission;
 use super::ticket::Ticket;
 use crate::departure::{self, stamp::WriteStamp};
 use crate::registry::{collect, Outcome};
@@ -69,7 +69,7 @@ struct Parked<S, Req> {
     scopes: Scopes,
     /// Its reservation in the registry's store, when there is one (boxed:
     /// a waiting request without a store pays 8 bytes for it).
-    fleet: Option<Box<FleetAdmission>>,
+    fleet: Option<Box<StoreAdmission>>,
 }
 
 impl<S, ReqBody, M> ResponseFuture<S, http::Request<ReqBody>, M>
@@ -131,7 +131,7 @@ where
             service: unreadied,
             request,
             scopes,
-            fleet: has_fleet.then(|| Box::new(FleetAdmission::new())),
+            fleet: has_fleet.then(|| Box::new(StoreAdmission::new())),
         })),
     }
 }
@@ -309,7 +309,7 @@ mod tests {
             std::mem::size_of::<Parked<(), http::Request<()>>>() - std::mem::size_of::<http::Request<()>>();
         assert_eq!(
             beside,
-            std::mem::size_of::<Scopes>() + std::mem::size_of::<Option<Box<FleetAdmission>>>()
+            std::mem::size_of::<Scopes>() + std::mem::size_of::<Option<Box<StoreAdmission>>>()
         );
         assert!(beside <= 40, "{beside} bytes");
     }

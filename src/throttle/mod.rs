@@ -84,11 +84,11 @@
 //! ```
 
 mod errors;
-mod fleet;
 pub mod future;
 mod layer;
 mod lease;
 mod service;
+mod store_admission;
 mod ticket;
 
 pub use errors::{ErrorMode, InnerErrors, StoreErrors};

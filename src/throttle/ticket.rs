@@ -16,7 +16,7 @@ use super::lease::HeldLease;
 use crate::departure::stamp::WriteStamp;
 use crate::registry::{Collected, Outcome, QueuePlace, Registry, TicketId, TicketPoll};
 use crate::scope::{Priority, Scopes};
-use crate::store::{Fleet, LeaseId, Reservation, SharedFacts};
+use crate::store::{LeaseId, Reservation, SharedFacts, StoreHandle};
 use crate::time::Stamp;
 
 /// A request's place in the scheduler, from queued to finished. Dropping it
@@ -134,7 +134,7 @@ impl Ticket {
     }
 
     /// The registry's store, if it has one.
-    pub(crate) fn fleet(&self) -> Option<Arc<Fleet>> {
+    pub(crate) fn fleet(&self) -> Option<Arc<StoreHandle>> {
         self.registry.fleet().cloned()
     }
 

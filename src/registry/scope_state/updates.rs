@@ -18,7 +18,7 @@ impl ScopeState {
     /// `Registry::set_scope`), keeping what the feedback layers learnt.
     pub(crate) fn replace_config(&mut self, config: Arc<ScopeConfig>, now: Instant) {
         let autothrottle = config.get_autothrottle().copied();
-        let contributions = self.extra.get_or_insert_with(Box::default);
+        let contributions = self.contributed.get_or_insert_with(Box::default);
         contributions.autothrottle_delay = match (autothrottle, contributions.autothrottle_delay) {
             (None, _) => None,
             (Some(_), Some(kept)) => Some(kept.max(config.delay)),
@@ -72,7 +72,10 @@ impl ScopeState {
             return quota_changed;
         }
         self.contributions_mut().backoff_feedbacks += 1;
-        let rampup = self.extra.as_deref_mut().and_then(|extra| extra.rampup.as_mut());
+        let rampup = self
+            .contributed
+            .as_deref_mut()
+            .and_then(|contributed| contributed.rampup.as_mut());
         if let (Some(rampup), Some(config)) = (rampup, self.config.get_rampup()) {
             let before = rampup.delay;
             rampup.on_backoff(now, config);
@@ -117,7 +120,7 @@ impl ScopeState {
         let Some(factory) = &self.config.manager else {
             return;
         };
-        let contributions = self.extra.get_or_insert_with(Box::default);
+        let contributions = self.contributed.get_or_insert_with(Box::default);
         let manager = contributions
             .manager
             .get_or_insert_with(|| factory.create(&self.key));

@@ -47,7 +47,7 @@ fn ask_ahead_of(retry_in: Duration) -> Duration {
 }
 
 /// Where a request stands with the store.
-pub(crate) struct FleetAdmission {
+pub(crate) struct StoreAdmission {
     /// The name of the lease this request takes (the same on every try).
     lease: LeaseId,
     /// The scopes of the reservation with their gaps and first-request
@@ -76,7 +76,7 @@ enum Then {
     AskAgain,
 }
 
-impl fmt::Debug for FleetAdmission {
+impl fmt::Debug for StoreAdmission {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let step = match self.step {
             Step::Ask => "ask",
@@ -84,16 +84,16 @@ impl fmt::Debug for FleetAdmission {
             Step::Sleeping { .. } => "sleeping",
             Step::Done => "done",
         };
-        f.debug_struct("FleetAdmission")
+        f.debug_struct("StoreAdmission")
             .field("lease", &self.lease)
             .field("step", &step)
             .finish()
     }
 }
 
-impl FleetAdmission {
+impl StoreAdmission {
     pub(crate) fn new() -> Self {
-        FleetAdmission {
+        StoreAdmission {
             lease: LeaseId(fastrand::u64(..)),
             terms: Vec::new(),
             forfeit_when_late: false,
