@@ -2,6 +2,8 @@
 //! with its fields, and each site's configured delay held between the
 //! sends the site saw.
 
+#[path = "../examples/fetch/cli.rs"]
+mod cli;
 #[path = "../examples/fetch/tool.rs"]
 mod tool;
 
@@ -231,4 +233,74 @@ fn config_files_are_read_as_toml_or_json_by_extension() {
         "{err}"
     );
     std::fs::remove_file(&yaml).unwrap();
+}
+
+fn command_line(args: &[&str]) -> Result<cli::Command, String> {
+    cli::parse(args.iter().map(|&arg| arg.to_owned()))
+}
+
+#[test]
+fn the_flags_keep_their_defaults_and_bad_values_are_named() {
+    let Ok(cli::Command::Run(defaults)) = command_line(&[]) else {
+        panic!("no flags is a run");
+    };
+    assert_eq!((defaults.urls, defaults.config), (None, None));
+    assert_eq!(defaults.options.user_agent, tool::Options::default().user_agent);
+    assert_eq!(defaults.options.retries, tool::Options::default().retries);
+    assert_eq!(
+        defaults.options.progress_every,
+        tool::Options::default().progress_every
+    );
+
+    let Ok(cli::Command::Run(given)) = command_line(&[
+        "--urls",
+        "u.txt",
+        "--config=t.toml",
+        "--user-agent",
+        "bot/1",
+        "--retries",
+        "0",
+        "--progress-every",
+        "0",
+    ]) else {
+        panic!("every flag given is a run");
+    };
+    assert_eq!(given.urls.as_deref(), Some(std::path::Path::new("u.txt")));
+    assert_eq!(given.config.as_deref(), Some(std::path::Path::new("t.toml")));
+    assert_eq!(
+        (
+            given.options.user_agent.as_str(),
+            given.options.retries,
+            given.options.progress_every
+        ),
+        ("bot/1", 0, 0)
+    );
+
+    let Ok(cli::Command::Help(help)) = command_line(&["--help"]) else {
+        panic!("--help asks for the help text");
+    };
+    for expected in [
+        "--urls <FILE>",
+        "--progress-every <N>",
+        "[default: 3]",
+        "waited_ms",
+    ] {
+        assert!(help.contains(expected), "{expected} in {help}");
+    }
+
+    let retries = command_line(&["--retries", "-1"]).expect_err("a negative count");
+    assert!(
+        retries.contains("'-1'") || retries.contains("--retries"),
+        "{retries}"
+    );
+    let words = command_line(&["--progress-every", "often"]).expect_err("not a number");
+    assert!(
+        words.contains("'often'") && words.contains("--progress-every"),
+        "{words}"
+    );
+    let unknown = command_line(&["--url", "x"]).expect_err("a misspelt flag");
+    assert!(
+        unknown.contains("'--url'") && unknown.contains("--urls"),
+        "suggests the right one: {unknown}"
+    );
 }

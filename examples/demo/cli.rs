@@ -1,27 +1,38 @@
-//! The demo's flags, parsed by hand: four flags need no parser crate.
+//! The demo's flags, parsed by `clap` (derive).
 
 use std::path::PathBuf;
 
-/// What `--help` prints.
-pub const USAGE: &str = "\
-usage: cargo run --release --example demo -- [--sites N] [--requests N] [--output PATH]
-
-Crawls virtual sites on loopback addresses through the whole tower-throttle
-stack, shows live progress per site, prints a summary table and writes an
-SVG timeline.
-
-  --sites N       sites of each of the 6 kinds (fast, slow, busy, polite, api,
-                  tuned), 1 to 40; default 1 (6 sites)
-  --requests N    pages per site, 1 to 1000; default 20
-  --output PATH   where the SVG timeline goes; default target/demo-timeline.svg
-  -h, --help      this text
-";
+use clap::Parser;
 
 /// The most sites of each kind: 6 kinds × 40 fit on 127.0.0.2–127.0.0.241.
 pub const MAX_SITES_PER_KIND: usize = 40;
 
 /// The most pages per site.
 pub const MAX_REQUESTS: usize = 1000;
+
+/// Crawls virtual sites on loopback addresses through the whole
+/// tower-throttle stack, shows live progress per site, prints a summary
+/// table and writes an SVG timeline.
+#[derive(Debug, Parser)]
+#[command(
+    name = "demo",
+    override_usage = "cargo run --release --example demo -- [--sites N] [--requests N] [--output PATH]",
+    disable_version_flag = true
+)]
+struct Flags {
+    /// Sites of each of the 6 kinds (fast, slow, busy, polite, api, tuned),
+    /// 1 to 40
+    #[arg(long = "sites", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_SITES_PER_KIND as u64))]
+    sites_per_kind: u64,
+    /// Pages per site, 1 to 1000
+    #[arg(long, value_name = "N", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_REQUESTS as u64))]
+    requests: u64,
+    /// Where the SVG timeline goes
+    #[arg(long, value_name = "PATH", default_value = "target/demo-timeline.svg")]
+    output: PathBuf,
+}
 
 /// A run's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,46 +60,27 @@ impl Default for Options {
 pub enum Command {
     /// Run the demo.
     Run(Options),
-    /// Print [`USAGE`].
-    Help,
+    /// Print this help text.
+    Help(String),
 }
 
 /// Parses the arguments after the program name.
 ///
 /// # Errors
 ///
-/// A message naming the flag and the value at fault: an unknown flag, a
-/// flag without its value, a number out of range.
+/// clap's message, naming the flag and the value at fault (an unknown
+/// flag, a flag without its value, a number out of range) and the usage.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
-    let mut options = Options::default();
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((flag, value)) if flag.starts_with("--") => (flag.to_owned(), Some(value.to_owned())),
-            _ => (arg, None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| args.next())
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help),
-            "--sites" => options.sites_per_kind = number(&flag, &value()?, MAX_SITES_PER_KIND)?,
-            "--requests" => options.requests = number(&flag, &value()?, MAX_REQUESTS)?,
-            "--output" => options.output = PathBuf::from(value()?),
-            _ => return Err(format!("unknown flag {flag:?}")),
+    let with_name = std::iter::once("demo".to_owned()).chain(args);
+    match Flags::try_parse_from(with_name) {
+        Ok(flags) => Ok(Command::Run(Options {
+            sites_per_kind: flags.sites_per_kind as usize,
+            requests: flags.requests as usize,
+            output: flags.output,
+        })),
+        Err(error) if error.kind() == clap::error::ErrorKind::DisplayHelp => {
+            Ok(Command::Help(error.to_string()))
         }
-    }
-    Ok(Command::Run(options))
-}
-
-fn number(flag: &str, value: &str, max: usize) -> Result<usize, String> {
-    match value.parse::<usize>() {
-        Ok(n) if (1..=max).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "{flag} must be a whole number from 1 to {max}, got {value:?}"
-        )),
+        Err(error) => Err(error.to_string()),
     }
 }

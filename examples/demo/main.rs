@@ -28,12 +28,12 @@ use crate::progress::{Mode, Reporter};
 fn main() -> ExitCode {
     let options = match cli::parse(std::env::args().skip(1)) {
         Ok(Command::Run(options)) => options,
-        Ok(Command::Help) => {
-            print!("{}", cli::USAGE);
+        Ok(Command::Help(help)) => {
+            print!("{help}");
             return ExitCode::SUCCESS;
         }
         Err(message) => {
-            eprintln!("demo: {message}\n\n{}", cli::USAGE);
+            eprint!("{message}");
             return ExitCode::from(2);
         }
     };

@@ -1,0 +1,90 @@
+//! The fetch tool's flags, parsed by `clap` (derive).
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::tool;
+
+/// What the tool prints, after the flags, for `--help`.
+const OUTPUT: &str = "\
+Output (stdout), one JSON object per URL, in completion order:
+  url         the URL as given
+  status      the final HTTP status (absent when the request failed)
+  error       why the request failed (absent when it got a response)
+  bytes       the body's length (null on error)
+  latency_ms  from the last attempt's send to the answer (response head or error)
+  waited_ms   from the call to the first send: robots.txt, the throttle's queue, holds
+  attempts    sends made (retries included; 0 when nothing was sent)
+  scopes      the throttling scopes of the request
+
+Only http:// URLs: the example's client has no TLS.";
+
+/// Fetch URLs politely through tower-throttle, one JSON line per URL.
+#[derive(Debug, Parser)]
+#[command(name = "fetch", after_help = OUTPUT, disable_version_flag = true)]
+struct Flags {
+    /// URLs, one per line (blank lines and lines starting with # skipped);
+    /// read from stdin when not given
+    #[arg(long, value_name = "FILE")]
+    urls: Option<PathBuf>,
+    /// The registry's config, TOML (.toml) or JSON (.json); the keys are
+    /// those of tower_throttle::config_file (default: the built-in
+    /// defaults)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// User-Agent header, and the name robots.txt groups are matched by
+    #[arg(long, value_name = "UA", default_value = "tower-throttle-fetch/0.1")]
+    user_agent: String,
+    /// Re-sends of backoff responses (429, 503, ...) and failed
+    /// connections, each through the throttle again
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    retries: u32,
+    /// A progress line on stderr after every N URLs (0: none)
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    progress_every: usize,
+}
+
+/// A run's settings.
+#[derive(Debug)]
+pub struct Args {
+    /// Where the URLs come from (stdin when `None`).
+    pub urls: Option<PathBuf>,
+    /// The registry's config file, if any.
+    pub config: Option<PathBuf>,
+    /// The tool's own options.
+    pub options: tool::Options,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Command {
+    /// Fetch.
+    Run(Args),
+    /// Print this help text.
+    Help(String),
+}
+
+/// Parses the arguments after the program name.
+///
+/// # Errors
+///
+/// clap's message, naming the flag and the value at fault.
+pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
+    let with_name = std::iter::once("fetch".to_owned()).chain(args);
+    match Flags::try_parse_from(with_name) {
+        Ok(flags) => Ok(Command::Run(Args {
+            urls: flags.urls,
+            config: flags.config,
+            options: tool::Options {
+                user_agent: flags.user_agent,
+                retries: flags.retries,
+                progress_every: flags.progress_every,
+            },
+        })),
+        Err(error) if error.kind() == clap::error::ErrorKind::DisplayHelp => {
+            Ok(Command::Help(error.to_string()))
+        }
+        Err(error) => Err(error.to_string()),
+    }
+}
