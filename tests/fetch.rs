@@ -244,7 +244,10 @@ fn the_flags_keep_their_defaults_and_bad_values_are_named() {
     let Ok(cli::Command::Run(defaults)) = command_line(&[]) else {
         panic!("no flags is a run");
     };
-    assert_eq!((defaults.urls, defaults.config), (None, None));
+    assert_eq!(
+        (defaults.urls, defaults.config, defaults.ca_cert),
+        (None, None, None)
+    );
     assert_eq!(defaults.options.user_agent, tool::Options::default().user_agent);
     assert_eq!(defaults.options.retries, tool::Options::default().retries);
     assert_eq!(
@@ -262,11 +265,14 @@ fn the_flags_keep_their_defaults_and_bad_values_are_named() {
         "0",
         "--progress-every",
         "0",
+        "--ca-cert",
+        "ca.pem",
     ]) else {
         panic!("every flag given is a run");
     };
     assert_eq!(given.urls.as_deref(), Some(std::path::Path::new("u.txt")));
     assert_eq!(given.config.as_deref(), Some(std::path::Path::new("t.toml")));
+    assert_eq!(given.ca_cert.as_deref(), Some(std::path::Path::new("ca.pem")));
     assert_eq!(
         (
             given.options.user_agent.as_str(),
@@ -303,4 +309,107 @@ fn the_flags_keep_their_defaults_and_bad_values_are_named() {
         unknown.contains("'--url'") && unknown.contains("--urls"),
         "suggests the right one: {unknown}"
     );
+}
+
+/// A loopback https server with a certificate made here for `localhost`
+/// (rcgen); returns its port and the certificate's PEM.
+async fn start_https_site() -> (u16, String) {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let key = rustls_pki_types::PrivateKeyDer::Pkcs8(certified.key_pair.serialize_der().into());
+    let config =
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![certified.cert.der().clone()], key)
+            .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // A client that refuses the certificate ends the handshake.
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let service =
+                    hyper::service::service_fn(|request: http::Request<hyper::body::Incoming>| async move {
+                        let status = if request.uri().path() == "/robots.txt" {
+                            404
+                        } else {
+                            200
+                        };
+                        let mut response = support::text("over tls");
+                        *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                        Ok::<_, std::convert::Infallible>(response)
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (port, certified.cert.pem())
+}
+
+/// Fetches `url` with `client`, no retries; the one JSON line.
+async fn fetch_one(client: tool::WebClient, url: String) -> Value {
+    let options = tool::Options {
+        retries: 0,
+        progress_every: 0,
+        ..tool::Options::default()
+    };
+    let (mut out, mut progress) = (Vec::new(), Vec::new());
+    tool::run(
+        tower_throttle::Registry::default(),
+        client,
+        [url],
+        &options,
+        &mut out,
+        &mut progress,
+    )
+    .await
+    .unwrap();
+    serde_json::from_str(String::from_utf8(out).unwrap().trim()).unwrap()
+}
+
+#[tokio::test]
+async fn fetches_over_https_with_an_extra_root_and_reports_an_untrusted_certificate() {
+    let (port, pem) = start_https_site().await;
+    let url = format!("https://localhost:{port}/page");
+
+    let trusted = write_config("ca.pem", &pem);
+    let line = fetch_one(tool::web_client(Some(&trusted)).unwrap(), url.clone()).await;
+    std::fs::remove_file(&trusted).unwrap();
+    assert_eq!(line["status"], 200, "{line}");
+    assert_eq!(line["bytes"], "over tls".len(), "{line}");
+
+    // Another certificate as the root: the server's is not trusted.
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let wrong = write_config("wrong-ca.pem", &other.cert.pem());
+    let line = fetch_one(tool::web_client(Some(&wrong)).unwrap(), url.clone()).await;
+    std::fs::remove_file(&wrong).unwrap();
+    assert!(line.get("status").is_none(), "{line}");
+    let error = line["error"].as_str().unwrap();
+    assert!(error.contains("certificate"), "names the certificate: {error}");
+
+    // Mozilla's roots alone do not vouch for a test certificate either.
+    let line = fetch_one(tool::web_client(None).unwrap(), url).await;
+    assert!(line["error"].as_str().unwrap().contains("certificate"), "{line}");
+}
+
+#[test]
+fn a_ca_cert_file_that_holds_no_certificate_is_refused_with_its_name() {
+    let empty = write_config("empty.pem", "not a certificate\n");
+    let error = tool::web_client(Some(&empty)).expect_err("no certificate in it");
+    std::fs::remove_file(&empty).unwrap();
+    assert!(
+        error.contains("--ca-cert") && error.contains("empty.pem"),
+        "{error}"
+    );
+    let missing =
+        tool::web_client(Some(std::path::Path::new("/nonexistent/ca.pem"))).expect_err("no such file");
+    assert!(missing.contains("/nonexistent/ca.pem"), "{missing}");
 }

@@ -18,7 +18,8 @@ Output (stdout), one JSON object per URL, in completion order:
   attempts    sends made (retries included; 0 when nothing was sent)
   scopes      the throttling scopes of the request
 
-Only http:// URLs: the example's client has no TLS.";
+http:// and https:// URLs; https trusts Mozilla's root certificates and those of --ca-cert.
+A certificate the roots do not vouch for is an error line, like a refused connection.";
 
 /// Fetch URLs politely through tower-throttle, one JSON line per URL.
 #[derive(Debug, Parser)]
@@ -43,6 +44,10 @@ struct Flags {
     /// A progress line on stderr after every N URLs (0: none)
     #[arg(long, value_name = "N", default_value_t = 10)]
     progress_every: usize,
+    /// Extra root certificates for https, in PEM (a private CA, a
+    /// self-signed test server); Mozilla's roots are always trusted
+    #[arg(long, value_name = "PATH")]
+    ca_cert: Option<PathBuf>,
 }
 
 /// A run's settings.
@@ -52,6 +57,8 @@ pub struct Args {
     pub urls: Option<PathBuf>,
     /// The registry's config file, if any.
     pub config: Option<PathBuf>,
+    /// Extra root certificates (PEM), if any.
+    pub ca_cert: Option<PathBuf>,
     /// The tool's own options.
     pub options: tool::Options,
 }
@@ -76,6 +83,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
         Ok(flags) => Ok(Command::Run(Args {
             urls: flags.urls,
             config: flags.config,
+            ca_cert: flags.ca_cert,
             options: tool::Options {
                 user_agent: flags.user_agent,
                 retries: flags.retries,

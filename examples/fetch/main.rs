@@ -16,9 +16,6 @@ use std::io::{self, BufRead, Read};
 use std::path::Path;
 use std::process::ExitCode;
 
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use tower_throttle::Registry;
 
 fn read_urls(path: Option<&Path>) -> Result<Vec<String>, String> {
@@ -62,7 +59,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let client = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let client = match tool::web_client(args.ca_cert.as_deref()) {
+        Ok(client) => client,
+        Err(message) => {
+            eprintln!("fetch: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let outcome = tool::run(
         registry,
         client,

@@ -8,6 +8,12 @@ use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
 use serde_json::{json, Map, Value};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -39,6 +45,48 @@ impl Default for Options {
             progress_every: 10,
         }
     }
+}
+
+/// The tool's client: http and https, HTTP/1.
+pub type WebClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A client for `http://` and `https://` URLs. It trusts Mozilla's root
+/// certificates (webpki-roots, built in, so the same on every machine
+/// whatever its CA store) and the certificates in the PEM file `ca_cert`
+/// if given (a private CA, or a test's self-signed certificate).
+///
+/// # Errors
+///
+/// A message naming the file when it cannot be read or holds no usable
+/// certificate.
+pub fn web_client(ca_cert: Option<&Path>) -> Result<WebClient, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = ca_cert {
+        let named = |error: &dyn std::fmt::Display| format!("--ca-cert {}: {error}", path.display());
+        let certificates = CertificateDer::pem_file_iter(path)
+            .map_err(|error| named(&error))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| named(&error))?;
+        if certificates.is_empty() {
+            return Err(named(&"no PEM certificate in the file"));
+        }
+        for certificate in certificates {
+            roots.add(certificate).map_err(|error| named(&error))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("TLS setup: {error}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
 }
 
 /// The registry a config file describes, TOML or JSON by its extension.
@@ -282,8 +330,9 @@ fn report(
 
 fn request_for(url: &str, user_agent: &str) -> Result<http::Request<Full<Bytes>>, BoxError> {
     let uri: http::Uri = url.parse()?;
-    if uri.scheme() != Some(&http::uri::Scheme::HTTP) || uri.host().is_none() {
-        return Err("only absolute http:// URLs are supported (this example's client has no TLS)".into());
+    let web = [http::uri::Scheme::HTTP, http::uri::Scheme::HTTPS];
+    if !uri.scheme().is_some_and(|scheme| web.contains(scheme)) || uri.host().is_none() {
+        return Err("only absolute http:// and https:// URLs are supported".into());
     }
     Ok(http::Request::get(uri)
         .header(http::header::USER_AGENT, user_agent)
