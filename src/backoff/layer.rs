@@ -74,6 +74,7 @@ impl BackoffLayer {
     /// Classifies responses with `hook`, which receives the response head
     /// and the backoff settings of the scope being judged (a request with
     /// several scopes is judged once per scope).
+    #[must_use]
     pub fn on_response<F>(self, hook: F) -> Self
     where
         F: Fn(&ResponseHead<'_>, &BackoffConfig) -> Feedback + Send + Sync + 'static,
@@ -104,11 +105,13 @@ impl BackoffLayer {
     ///     }));
     /// # drop(client);
     /// ```
+    #[must_use]
     pub fn actual_cost_header(self, name: HeaderName) -> Self {
         self.rebuild(|shared| shared.cost_header = Some(name))
     }
 
     /// Classifies errors of the inner service with `hook`.
+    #[must_use]
     pub fn on_error<F>(self, hook: F) -> Self
     where
         F: Fn(&ErrorView<'_>) -> Feedback + Send + Sync + 'static,

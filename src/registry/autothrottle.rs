@@ -62,6 +62,7 @@ impl Default for AutoThrottleConfig {
 impl AutoThrottleConfig {
     /// Requests the scope should have in flight on average (default 1.0;
     /// must be finite and above 0).
+    #[must_use]
     pub fn target_concurrency(mut self, target: f64) -> Self {
         self.target_concurrency = target;
         self
@@ -69,12 +70,14 @@ impl AutoThrottleConfig {
 
     /// The delay before the first response adjusts it (default 5 s); the
     /// configured delay wins when larger.
+    #[must_use]
     pub fn start_delay(mut self, delay: Duration) -> Self {
         self.start_delay = delay;
         self
     }
 
     /// The largest delay AutoThrottle sets (default 60 s).
+    #[must_use]
     pub fn max_delay(mut self, delay: Duration) -> Self {
         self.max_delay = delay;
         self

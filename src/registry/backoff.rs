@@ -73,12 +73,14 @@ impl Default for BackoffConfig {
 
 impl BackoffConfig {
     /// Response status codes that are backoff feedback.
+    #[must_use]
     pub fn http_codes(mut self, codes: impl IntoIterator<Item = u16>) -> Self {
         self.http_codes = codes.into_iter().collect();
         self
     }
 
     /// Each step multiplies the delay by this (at least 1.0).
+    #[must_use]
     pub fn delay_factor(mut self, factor: f64) -> Self {
         self.delay_factor = factor;
         self
@@ -86,30 +88,35 @@ impl BackoffConfig {
 
     /// The smallest delay while backing off; below it the scope is back on
     /// its configured limits.
+    #[must_use]
     pub fn min_delay(mut self, delay: Duration) -> Self {
         self.min_delay = delay;
         self
     }
 
     /// The largest delay backoff sets; also caps Retry-After holds.
+    #[must_use]
     pub fn max_delay(mut self, delay: Duration) -> Self {
         self.max_delay = delay;
         self
     }
 
     /// Jitter of waits while backing off.
+    #[must_use]
     pub fn jitter(mut self, jitter: impl Into<Jitter>) -> Self {
         self.jitter = jitter.into();
         self
     }
 
     /// Quiet time after which the scope takes one step back.
+    #[must_use]
     pub fn window(mut self, window: Duration) -> Self {
         self.window = window;
         self
     }
 
     /// Each step multiplies the concurrency by this (in `(0, 1]`, floor 1).
+    #[must_use]
     pub fn concurrency_factor(mut self, factor: f64) -> Self {
         self.concurrency_factor = factor;
         self

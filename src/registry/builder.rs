@@ -97,6 +97,7 @@ impl Default for RegistryBuilder {
 impl RegistryBuilder {
     /// Total requests in flight over all scopes (default 16). Caps every
     /// scope's concurrency.
+    #[must_use]
     pub fn max_concurrency(mut self, max: u32) -> Self {
         self.max_concurrency = max;
         self
@@ -104,24 +105,28 @@ impl RegistryBuilder {
 
     /// Requests admitted by `poll_ready` but not yet sent (default 10 000).
     /// At the bound, `poll_ready` is `Pending` until a place frees.
+    #[must_use]
     pub fn max_queued(mut self, max: usize) -> Self {
         self.max_queued = max;
         self
     }
 
     /// The config of every scope without its own.
+    #[must_use]
     pub fn default_scope(mut self, config: ScopeConfig) -> Self {
         self.default_scope = config;
         self
     }
 
     /// The config of scope `key`. A later call for the same key wins.
+    #[must_use]
     pub fn scope(mut self, key: impl Into<Scope>, config: ScopeConfig) -> Self {
         self.scopes.push((key.into(), config));
         self
     }
 
     /// How requests map to scopes (default: [`HostResolver`]).
+    #[must_use]
     pub fn resolver(mut self, resolver: impl ScopeResolver) -> Self {
         self.resolver = Box::new(resolver);
         self.resolves_hosts = false;
@@ -131,6 +136,7 @@ impl RegistryBuilder {
     /// The length of quota windows for every scope that does not set its
     /// own [`window`](ScopeConfig::window) (default 60 s, the seeds'
     /// `THROTTLING_WINDOW`).
+    #[must_use]
     pub fn quota_window(mut self, window: Duration) -> Self {
         self.quota_window = Some(window);
         self
@@ -143,6 +149,7 @@ impl RegistryBuilder {
     /// robots.txt Crawl-delay whose cache entry is still valid keeps a
     /// scope). Eviction work is spread over arriving requests: a few
     /// candidates per request, never a scan of every scope.
+    #[must_use]
     pub fn idle_ttl(mut self, ttl: Duration) -> Self {
         self.idle_ttl = ttl;
         self
@@ -153,6 +160,7 @@ impl RegistryBuilder {
     /// are kept until their `idle_ttl`). A soft cap: scopes whose state
     /// still limits them are never evicted, so a registry where all of them
     /// are busy or held back grows past it.
+    #[must_use]
     pub fn max_scopes(mut self, max: usize) -> Self {
         self.max_scopes = max;
         self
@@ -162,6 +170,7 @@ impl RegistryBuilder {
     /// scopes (default 500): the crawl produces requests faster than its
     /// scopes allow, and memory grows with the queue. Once per crossing:
     /// again only after the queue fell back below half of it.
+    #[must_use]
     pub fn delayed_warn_threshold(mut self, threshold: usize) -> Self {
         self.delayed_warn_threshold = threshold;
         self
@@ -174,6 +183,7 @@ impl RegistryBuilder {
     /// own with [`ScopeConfig::manager`] keeps that one. This sets the
     /// default scope's manager, replacing one its config set. See the
     /// [`manager`](crate::registry::manager) module for examples.
+    #[must_use]
     pub fn scope_manager<F>(mut self, factory: F) -> Self
     where
         F: Fn(&Scope) -> Box<dyn ScopeManager> + Send + Sync + 'static,
@@ -185,12 +195,14 @@ impl RegistryBuilder {
     /// With the `metrics` feature, labels the counters with the scope
     /// (default off: a broad crawl has millions of scopes, more label
     /// values than most metrics back ends hold). See [`metrics`].
+    #[must_use]
     pub fn metrics_per_scope(mut self, per_scope: bool) -> Self {
         self.metrics_per_scope = per_scope;
         self
     }
 
     /// Seeds the jitter's random numbers, for reproducible runs.
+    #[must_use]
     pub fn jitter_seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
@@ -202,6 +214,7 @@ impl RegistryBuilder {
     /// one process): every request also takes a reservation there before
     /// it is sent. See the [`store`](crate::store) module. Without a store
     /// (the default) the registry's own state is the only state.
+    #[must_use]
     pub fn store(mut self, store: impl ScopeStore) -> Self {
         self.store = Some(Arc::new(store));
         self
@@ -209,6 +222,7 @@ impl RegistryBuilder {
 
     /// What requests do when the store cannot be reached (default
     /// [`StoreFailure::FailClosed`]).
+    #[must_use]
     pub fn store_failure(mut self, failure: StoreFailure) -> Self {
         self.store_failure = failure;
         self

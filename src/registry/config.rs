@@ -115,6 +115,7 @@ impl Default for ScopeConfig {
 impl ScopeConfig {
     /// Lanes: how many requests of the scope may be in flight at once
     /// (at least 1; capped by the registry's `max_concurrency`).
+    #[must_use]
     pub fn concurrency(mut self, lanes: u32) -> Self {
         self.concurrency = lanes;
         self.set_by_user.concurrency = true;
@@ -122,6 +123,7 @@ impl ScopeConfig {
     }
 
     /// Minimum time between the sends of any two requests of the scope.
+    #[must_use]
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
         self.set_by_user.delay = true;
@@ -130,6 +132,7 @@ impl ScopeConfig {
 
     /// Minimum time between two sends on the same lane, measured from the
     /// previous send on that lane.
+    #[must_use]
     pub fn delay_per_slot(mut self, delay: Duration) -> Self {
         self.delay_per_slot = delay;
         self.set_by_user.delay_per_slot = true;
@@ -139,6 +142,7 @@ impl ScopeConfig {
     /// Random variation of every wait: a symmetric factor (`0.5` means
     /// `[0.5, 1.5] × wait`), a `[below, above]` pair, or [`Jitter::NONE`].
     /// `0.0` disables it.
+    #[must_use]
     pub fn jitter(mut self, jitter: impl Into<Jitter>) -> Self {
         self.jitter = jitter.into();
         self
@@ -146,6 +150,7 @@ impl ScopeConfig {
 
     /// How this scope backs off. Unless set, the default scope's backoff
     /// applies (and [`BackoffConfig::default`] when that is unset too).
+    #[must_use]
     pub fn backoff(mut self, backoff: BackoffConfig) -> Self {
         self.backoff = Some(backoff);
         self
@@ -153,6 +158,7 @@ impl ScopeConfig {
 
     /// Turns AutoThrottle on for this scope. Set on the default scope, it
     /// applies to every scope whose config does not say otherwise.
+    #[must_use]
     pub fn autothrottle(mut self, autothrottle: AutoThrottleConfig) -> Self {
         self.autothrottle = Setting::On(autothrottle);
         self
@@ -160,6 +166,7 @@ impl ScopeConfig {
 
     /// Turns AutoThrottle off for this scope even when the default scope
     /// has it on.
+    #[must_use]
     pub fn without_autothrottle(mut self) -> Self {
         self.autothrottle = Setting::Off;
         self
@@ -169,6 +176,7 @@ impl ScopeConfig {
     /// server accepts, aiming at `backoff_target` backoff feedbacks per
     /// window (see [`RampupConfig`]). Backoff feedback then drives rampup
     /// instead of exponential backoff.
+    #[must_use]
     pub fn rampup(mut self, rampup: RampupConfig) -> Self {
         self.rampup = Setting::On(rampup);
         self
@@ -176,6 +184,7 @@ impl ScopeConfig {
 
     /// Turns rampup off for this scope even when the default scope has it
     /// on.
+    #[must_use]
     pub fn without_rampup(mut self) -> Self {
         self.rampup = Setting::Off;
         self
@@ -210,6 +219,7 @@ impl ScopeConfig {
     ///     .build()?;
     /// # Ok::<(), tower_throttle::ConfigError>(())
     /// ```
+    #[must_use]
     pub fn quota(mut self, quota: f64) -> Self {
         self.quota = Some(quota);
         self
@@ -217,6 +227,7 @@ impl ScopeConfig {
 
     /// The length of this scope's quota windows (default: the registry's
     /// [`quota_window`](crate::RegistryBuilder::quota_window), 60 s).
+    #[must_use]
     pub fn window(mut self, window: Duration) -> Self {
         self.window = Some(window);
         self
@@ -275,6 +286,7 @@ impl ScopeConfig {
     /// let config = ScopeConfig::default().manager(|_scope| Box::new(Stubborn));
     /// assert_eq!(config, config.clone());
     /// ```
+    #[must_use]
     pub fn manager<F>(mut self, factory: F) -> Self
     where
         F: Fn(&crate::Scope) -> Box<dyn ScopeManager> + Send + Sync + 'static,
@@ -295,6 +307,7 @@ impl ScopeConfig {
     /// [`Registry::set_scope`](crate::Registry::set_scope) keeps the
     /// `concurrency` and `delay` it sets explicitly; robots.txt still applies
     /// to the ones it leaves at their defaults.)
+    #[must_use]
     pub fn ignore_robots_txt(mut self, ignore: bool) -> Self {
         self.ignore_robots_txt = ignore;
         self

@@ -98,6 +98,7 @@ impl Feedback {
 
     /// Adds the status of the response the feedback is about (the backoff
     /// layer adds it), for the scope's [`ScopeManager`](crate::ScopeManager).
+    #[must_use]
     pub fn with_status(mut self, status: http::StatusCode) -> Self {
         self.status = Some(status);
         self
@@ -105,6 +106,7 @@ impl Feedback {
 
     /// Adds what kind of error the feedback is about (the backoff layer
     /// adds it), for the scope's [`ScopeManager`](crate::ScopeManager).
+    #[must_use]
     pub fn with_error_kind(mut self, kind: ErrorKind) -> Self {
         self.error_kind = Some(kind);
         self
@@ -113,6 +115,7 @@ impl Feedback {
     /// Adds the request's latency, from its send to its response or error
     /// (the backoff layer measures it), for the scope's
     /// [`ScopeManager`](crate::ScopeManager).
+    #[must_use]
     pub fn with_latency(mut self, latency: Duration) -> Self {
         self.latency = Some(latency);
         self
@@ -141,6 +144,7 @@ impl Feedback {
     /// (expected 2, actual 2.5: the window shows 0.5 more spent). The
     /// registry also keeps the sum per scope
     /// ([`ScopeStats::reported_cost`](crate::ScopeStats::reported_cost)).
+    #[must_use]
     pub fn with_actual_cost(mut self, cost: f64) -> Self {
         self.actual_cost = (cost.is_finite() && cost >= 0.0).then_some(cost);
         self
@@ -151,6 +155,7 @@ impl Feedback {
     /// the window's spending becomes `quota − remaining` (quota 10,
     /// remaining 3: 7 spent). Values that are not finite or are negative are
     /// dropped.
+    #[must_use]
     pub fn with_remaining_quota(mut self, remaining: f64) -> Self {
         self.remaining_quota = (remaining.is_finite() && remaining >= 0.0).then_some(remaining);
         self

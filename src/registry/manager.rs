@@ -429,6 +429,7 @@ impl ManagerLimits {
     /// AutoThrottle, Retry-After holds, pacing, quotas, `max_concurrency`,
     /// and this answer's own `delay`, `concurrency` and hold. This is how
     /// [`Rampup`] searches for a server's rate.
+    #[must_use]
     pub fn pace(mut self, delay: Duration, lanes: u32) -> Self {
         self.pace = Some((delay, lanes.max(1)));
         self
@@ -436,6 +437,7 @@ impl ManagerLimits {
 
     /// At least `delay` between two sends of the scope (the largest delay
     /// of all contributions applies).
+    #[must_use]
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
         self
@@ -443,6 +445,7 @@ impl ManagerLimits {
 
     /// At most `lanes` requests in flight (the smallest concurrency of all
     /// contributions applies; 0 counts as 1).
+    #[must_use]
     pub fn concurrency(mut self, lanes: u32) -> Self {
         self.concurrency = Some(lanes.max(1));
         self
@@ -452,6 +455,7 @@ impl ManagerLimits {
     /// holds it is not capped at the backoff `max_delay` (the manager is
     /// your policy), only at [`MAX_CONFIG_DELAY`](crate::registry::MAX_CONFIG_DELAY)
     /// from now.
+    #[must_use]
     pub fn hold_until(mut self, until: Instant) -> Self {
         self.hold_until = Some(until);
         self
@@ -460,6 +464,7 @@ impl ManagerLimits {
     /// The answer changes by itself at `at` (a quiet window ends): requests
     /// waiting for the scope are looked at again then. Without it, a
     /// waiter sleeps until the limits it last saw let it go.
+    #[must_use]
     pub fn review_at(mut self, at: Instant) -> Self {
         self.review_at = Some(at);
         self

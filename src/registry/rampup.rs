@@ -78,6 +78,7 @@ impl RampupConfig {
     /// Backoff feedbacks per window to aim at (default `1..=1`; must not be
     /// empty). Both bounds are used: fewer means "go faster", more means
     /// "slow down".
+    #[must_use]
     pub fn backoff_target(mut self, target: RangeInclusive<u32>) -> Self {
         self.backoff_target = target;
         self
@@ -85,6 +86,7 @@ impl RampupConfig {
 
     /// The window backoffs are counted over (default 60 s; must be
     /// positive).
+    #[must_use]
     pub fn window(mut self, window: Duration) -> Self {
         self.window = window;
         self
@@ -92,12 +94,14 @@ impl RampupConfig {
 
     /// The smallest delay rampup sets (default 0: only the server limits
     /// it; must not exceed `max_delay`).
+    #[must_use]
     pub fn min_delay(mut self, delay: Duration) -> Self {
         self.min_delay = delay;
         self
     }
 
     /// The largest delay rampup sets when slowing down (default 300 s).
+    #[must_use]
     pub fn max_delay(mut self, delay: Duration) -> Self {
         self.max_delay = delay;
         self
@@ -105,6 +109,7 @@ impl RampupConfig {
 
     /// How much slower to go, at most, when backoffs exceed the target at a
     /// pace believed safe (default 2.0; must be finite and above 1.0).
+    #[must_use]
     pub fn factor(mut self, factor: f64) -> Self {
         self.factor = factor;
         self

@@ -51,6 +51,7 @@ impl ScopeReport {
 
     /// Backoff, success or quota feedback, as [`Registry::feedback`]
     /// applies it.
+    #[must_use]
     pub fn feedback(mut self, feedback: Feedback) -> Self {
         self.feedback = Some(feedback);
         self
@@ -58,6 +59,7 @@ impl ScopeReport {
 
     /// A hold from now, as [`Registry::hold`] applies it (capped at the
     /// scope's backoff `max_delay`, never shortening a longer hold).
+    #[must_use]
     pub fn hold(mut self, duration: Duration) -> Self {
         self.hold = Some(duration);
         self
@@ -65,6 +67,7 @@ impl ScopeReport {
 
     /// At least `delay` between sends until `until`, as
     /// [`Registry::set_pacing`] applies it.
+    #[must_use]
     pub fn pacing(mut self, delay: Duration, until: Instant) -> Self {
         self.pacing = Some((delay, until));
         self
@@ -72,6 +75,7 @@ impl ScopeReport {
 
     /// What the server announced about the scope's limits, for
     /// [`ScopeStats::announced`](super::ScopeStats::announced).
+    #[must_use]
     pub fn announced(mut self, limits: AnnouncedLimits) -> Self {
         self.announced = Some(limits);
         self

@@ -52,6 +52,7 @@ impl RetryAfterLayer {
     /// The longest a `Retry-After` on a redirect (3xx) holds the request's
     /// scopes (default 10 s). `Duration::ZERO` ignores `Retry-After` on
     /// redirects. The scope's backoff `max_delay` caps it too.
+    #[must_use]
     pub fn redirect_max_delay(mut self, max: Duration) -> Self {
         self.settings.redirect_max_delay = max;
         self
@@ -62,6 +63,7 @@ impl RetryAfterLayer {
     /// units left and a reset in `t` paces the scope at `t / max(r, 1)`
     /// between sends until the reset. See the [module
     /// docs](crate::retry_after#pacing-to-an-announced-policy).
+    #[must_use]
     pub fn pace_to_policy(mut self, pace: bool) -> Self {
         self.settings.pace_to_policy = pace;
         self
@@ -91,6 +93,7 @@ impl RetryAfterLayer {
     /// # drop(client);
     /// # Ok::<(), tower_throttle::ConfigError>(())
     /// ```
+    #[must_use]
     pub fn remaining_quota(mut self, feed: bool) -> Self {
         self.settings.remaining_quota = feed;
         self

@@ -108,6 +108,7 @@ impl RobotsDelayLayer {
     /// It is also sent as the `User-Agent` header of the robots.txt fetch
     /// when the request that triggered the fetch has none (and the name is
     /// a valid header value).
+    #[must_use]
     pub fn user_agent(self, user_agent: impl Into<String>) -> Self {
         let user_agent = user_agent.into();
         self.with(|config| config.user_agent = user_agent)
@@ -115,6 +116,7 @@ impl RobotsDelayLayer {
 
     /// The largest Crawl-delay applied (default 60 s): a longer one is
     /// capped to this.
+    #[must_use]
     pub fn max_delay(self, max_delay: Duration) -> Self {
         self.with(|config| config.max_delay = max_delay)
     }
@@ -124,6 +126,7 @@ impl RobotsDelayLayer {
     /// fetches it again and waits for it, like the first request ever.
     /// It also caps the retry backoff of an unreachable robots.txt. A TTL
     /// too large to add to an instant (`Duration::MAX`) counts as 7 days.
+    #[must_use]
     pub fn cache_ttl(self, ttl: Duration) -> Self {
         self.with(|config| config.cache_ttl = ttl)
     }
@@ -136,6 +139,7 @@ impl RobotsDelayLayer {
     /// values are lowered to [`MAX_ROBOTS_TXT_BYTES`], as the parser reads
     /// no further; smaller ones serve clients with little memory (or
     /// tests).
+    #[must_use]
     pub fn max_body_bytes(self, max: usize) -> Self {
         self.with(|config| config.max_body_bytes = max.min(MAX_ROBOTS_TXT_BYTES))
     }
@@ -146,6 +150,7 @@ impl RobotsDelayLayer {
     /// the fetch waits for its scope's turn counts too (the fetch does go
     /// ahead of the scope's queued requests), so allow for the scope's
     /// delay.
+    #[must_use]
     pub fn fetch_timeout(self, timeout: Duration) -> Self {
         self.with(|config| config.fetch_timeout = timeout)
     }
@@ -157,6 +162,7 @@ impl RobotsDelayLayer {
     /// without reaching the inner service; so does every request to an
     /// origin whose robots.txt is unreachable (a 5xx, a timeout) until a
     /// retry reaches it, as RFC 9309 prescribes.
+    #[must_use]
     pub fn obey(self, obey: bool) -> Self {
         self.with(|config| config.obey = obey)
     }

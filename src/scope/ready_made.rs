@@ -125,6 +125,7 @@ impl ScrapingApiResolver {
 
 impl<I, T> ScrapingApiResolver<I, T> {
     /// The query parameter that holds the target URL (default `url`).
+    #[must_use]
     pub fn parameter(mut self, name: impl Into<String>) -> Self {
         self.parameter = name.into();
         self
@@ -133,6 +134,7 @@ impl<I, T> ScrapingApiResolver<I, T> {
     /// Whether the parameter's value is percent-decoded as a form value
     /// (default `true`). With `false` the raw value up to the next `&` is
     /// the target URL, for APIs that take it unencoded.
+    #[must_use]
     pub fn percent_decoded(mut self, decoded: bool) -> Self {
         self.percent_decoded = decoded;
         self

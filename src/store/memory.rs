@@ -106,6 +106,7 @@ impl MemoryStore {
     /// How long a lease nobody releases keeps its lane (default 60 s). It
     /// must exceed the longest request: a lease that expires while its
     /// request is still in flight lets another request take the lane.
+    #[must_use]
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
         self

@@ -214,6 +214,7 @@ impl RedisStore {
 
     /// The prefix of every key (default `tower-throttle:`): workers share
     /// scopes exactly when they use the same Redis and prefix.
+    #[must_use]
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into().into();
         self
@@ -222,6 +223,7 @@ impl RedisStore {
     /// How long a lease nobody releases keeps its lane (default 60 s). It
     /// must exceed the longest request: a lease that expires while its
     /// request is still in flight lets another request take the lane.
+    #[must_use]
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
         self
@@ -229,6 +231,7 @@ impl RedisStore {
 
     /// The limit on each call to Redis, connecting included (default
     /// 500 ms). A call past it is a store failure.
+    #[must_use]
     pub fn call_timeout(mut self, limit: Duration) -> Self {
         self.call_timeout = limit;
         self

@@ -68,6 +68,7 @@ impl<M> ThrottleLayer<M> {
     /// Binds every request of the service to `scopes` (ignoring the resolver
     /// and any `Scopes` extension). Then `poll_ready` is `Pending` until
     /// those scopes admit a send, and `call` sends at once.
+    #[must_use]
     pub fn fixed_scope(mut self, scopes: impl Into<Scopes>) -> Self {
         self.fixed = Some(scopes.into());
         self
@@ -85,6 +86,7 @@ impl<M> ThrottleLayer<M> {
     /// [`fixed_scope`](Self::fixed_scope)). It costs about a fifth of
     /// Throttle's per-request work: http's extension map allocates three
     /// times on first insert.
+    #[must_use]
     pub fn record_scopes(mut self, record: bool) -> Self {
         self.record_scopes = record;
         self
