@@ -5,9 +5,11 @@
 //! scheduler's lock would cost a lock per feedback layer and response, so
 //! the registry keeps this table beside the scheduler: the default config
 //! and every scope's own one, the same `Arc`s the scheduler's scopes hold.
-//! Only [`Registry::set_scope`](super::Registry::set_scope) writes it (under
-//! the scheduler's lock, so both change together); readers share a read
-//! lock that never waits for the scheduler.
+//! It is the one place the configs are kept: the scheduler reads a scope's
+//! config here when it creates the scope, and only
+//! [`Registry::set_scope`](super::Registry::set_scope) writes it (under the
+//! scheduler's lock, so a scope's config and the table change together);
+//! readers outside share a read lock that never waits for the scheduler.
 
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -48,9 +50,39 @@ impl ConfigTable {
         }
     }
 
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
+        self.table.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The default config.
+    pub(crate) fn default_config(&self) -> Arc<ScopeConfig> {
+        self.read().default.clone()
+    }
+
+    /// The config of scope `name`, and whether it is the scope's own.
+    pub(crate) fn config_of(&self, name: &str) -> (Arc<ScopeConfig>, bool) {
+        let table = self.read();
+        match table.own.get(name) {
+            Some(config) => (config.clone(), true),
+            None => (table.default.clone(), false),
+        }
+    }
+
+    /// The default config and every scope's own config.
+    #[cfg(feature = "serde")]
+    pub(crate) fn snapshot(&self) -> (ScopeConfig, Vec<(Scope, ScopeConfig)>) {
+        let table = self.read();
+        let own = table
+            .own
+            .iter()
+            .map(|(key, config)| (key.clone(), ScopeConfig::clone(config)))
+            .collect();
+        (ScopeConfig::clone(&table.default), own)
+    }
+
     /// The config of each of `scopes`, in their order, under one read lock.
     pub(crate) fn configs_of(&self, scopes: &Scopes) -> ConfigsOf {
-        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
+        let table = self.read();
         scopes
             .iter()
             .map(|(scope, _)| table.own.get(scope.as_str()).unwrap_or(&table.default).clone())

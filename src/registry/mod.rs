@@ -249,7 +249,7 @@ struct RegistryShared {
     /// (then the throttle finds a host's scope by name, without a key).
     resolves_hosts: bool,
     /// The scope configs, read without the lock to judge responses.
-    configs: configs::ConfigTable,
+    configs: Arc<configs::ConfigTable>,
 }
 
 impl fmt::Debug for Registry {
@@ -351,10 +351,7 @@ impl Registry {
         self.shared.backoff_statuses.add(&config);
         self.with_scheduler(|scheduler, now, wake| {
             config::warn_about_settings_without_effect(key.as_str(), &config, scheduler.max_concurrency());
-            let config = scheduler.set_scope(key.clone(), config, now, wake);
-            // Under the same lock: the table and the scheduler change
-            // together.
-            self.shared.configs.set(key, config);
+            scheduler.set_scope(key, config, now, wake);
         });
         Ok(())
     }

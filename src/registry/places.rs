@@ -247,72 +247,69 @@ mod tests {
         assert!(!places.has_waiters.load(Ordering::SeqCst), "it left the line");
     }
 
-    #[test]
-    fn a_place_given_back_wakes_the_first_waiter_in_line() {
+    /// A handle and the waker it polls with, counting its wake-ups.
+    struct Waiter {
+        handle: PlaceHandle,
+        count: Arc<Count>,
+        waker: Waker,
+    }
+
+    impl Waiter {
+        fn poll(&mut self) -> Poll<QueuePlace> {
+            self.handle.poll_take(&mut Context::from_waker(&self.waker))
+        }
+
+        fn woken(&self) -> usize {
+            woken(&self.count)
+        }
+    }
+
+    /// The one place of a registry taken, and two handles waiting for it,
+    /// in line in this order.
+    fn one_place_held_and_two_waiting() -> (Poll<QueuePlace>, Waiter, Waiter) {
         let places = QueuePlaces::new(1);
         let (_, waker) = counter();
         let held = PlaceHandle::new(places.clone()).poll_take(&mut Context::from_waker(&waker));
-        let (first_count, first_waker) = counter();
-        let (second_count, second_waker) = counter();
-        let mut first = PlaceHandle::new(places.clone());
-        let mut second = PlaceHandle::new(places.clone());
-        assert!(first
-            .poll_take(&mut Context::from_waker(&first_waker))
-            .is_pending());
-        assert!(second
-            .poll_take(&mut Context::from_waker(&second_waker))
-            .is_pending());
+        let waiter = || {
+            let (count, waker) = counter();
+            let mut waiter = Waiter {
+                handle: PlaceHandle::new(places.clone()),
+                count,
+                waker,
+            };
+            assert!(waiter.poll().is_pending());
+            waiter
+        };
+        let first = waiter();
+        let second = waiter();
+        (held, first, second)
+    }
+
+    #[test]
+    fn a_place_given_back_wakes_the_first_waiter_in_line() {
+        let (held, mut first, second) = one_place_held_and_two_waiting();
         drop(held);
-        assert_eq!((woken(&first_count), woken(&second_count)), (1, 0));
-        assert!(first.poll_take(&mut Context::from_waker(&first_waker)).is_ready());
+        assert_eq!((first.woken(), second.woken()), (1, 0));
+        assert!(first.poll().is_ready());
     }
 
     #[test]
     fn a_woken_waiter_that_goes_away_passes_the_wake_up_on() {
-        let places = QueuePlaces::new(1);
-        let (_, waker) = counter();
-        let held = PlaceHandle::new(places.clone()).poll_take(&mut Context::from_waker(&waker));
-        let (first_count, first_waker) = counter();
-        let (second_count, second_waker) = counter();
-        let mut first = PlaceHandle::new(places.clone());
-        let mut second = PlaceHandle::new(places.clone());
-        assert!(first
-            .poll_take(&mut Context::from_waker(&first_waker))
-            .is_pending());
-        assert!(second
-            .poll_take(&mut Context::from_waker(&second_waker))
-            .is_pending());
+        let (held, first, mut second) = one_place_held_and_two_waiting();
         drop(held);
-        assert_eq!(woken(&first_count), 1);
+        assert_eq!(first.woken(), 1);
         drop(first);
-        assert_eq!(
-            woken(&second_count),
-            1,
-            "the place went to nobody: the next is woken"
-        );
-        assert!(second
-            .poll_take(&mut Context::from_waker(&second_waker))
-            .is_ready());
+        assert_eq!(second.woken(), 1, "the place went to nobody: the next is woken");
+        assert!(second.poll().is_ready());
     }
 
     #[test]
     fn a_waiter_that_goes_away_unwoken_just_leaves_the_line() {
-        let places = QueuePlaces::new(1);
-        let (_, waker) = counter();
-        let held = PlaceHandle::new(places.clone()).poll_take(&mut Context::from_waker(&waker));
-        let (first_count, first_waker) = counter();
-        let (second_count, second_waker) = counter();
-        let mut first = PlaceHandle::new(places.clone());
-        let mut second = PlaceHandle::new(places.clone());
-        assert!(first
-            .poll_take(&mut Context::from_waker(&first_waker))
-            .is_pending());
-        assert!(second
-            .poll_take(&mut Context::from_waker(&second_waker))
-            .is_pending());
+        let (held, first, second) = one_place_held_and_two_waiting();
+        let first_count = first.count.clone();
         drop(first);
         drop(held);
-        assert_eq!((woken(&first_count), woken(&second_count)), (0, 1));
+        assert_eq!((woken(&first_count), second.woken()), (0, 1));
     }
 
     #[test]

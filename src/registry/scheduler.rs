@@ -18,6 +18,7 @@ use slab::Slab;
 use tokio::time::Instant;
 
 use super::config::ScopeConfig;
+use super::configs::ConfigTable;
 use super::metrics::Metrics;
 use super::scope_state::{Effective, ScopeCheck, ScopeState, Sending};
 use super::ticket::{OrderKey, Seat, Seats, Status, TicketState};
@@ -25,8 +26,6 @@ pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList}
 use crate::scope::{Scope, Scopes, DEFAULT_COST};
 use crate::time::Stamp;
 pub(crate) use entry::ScopeEntry;
-
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// How many waiters behind the head of a scope a dispatch looks at when the
 /// head is held back by another of its scopes. Bounds the work per event.
@@ -48,10 +47,10 @@ enum Verdict {
 /// The whole scheduling state of a registry.
 #[derive(Debug)]
 pub(crate) struct Scheduler {
-    /// Scope configs are shared: every scope without its own config points
-    /// at this one.
-    default_config: Arc<ScopeConfig>,
-    overrides: HashMap<Scope, Arc<ScopeConfig>>,
+    /// The scope configs, shared with the registry (which reads them
+    /// without this lock): every scope without its own config points at
+    /// the default one.
+    configs: Arc<ConfigTable>,
     index: ScopeIndex,
     scopes: Slab<ScopeEntry>,
     tickets: Slab<TicketState>,
@@ -80,15 +79,12 @@ impl Scheduler {
         max_concurrency: u32,
         rng: fastrand::Rng,
     ) -> Self {
-        let mut overrides_map = HashMap::default();
-        overrides_map.extend(
-            overrides
-                .into_iter()
-                .map(|(key, config)| (key, Arc::new(config.inherit_from(&default_config)))),
-        );
+        let own: Vec<_> = overrides
+            .into_iter()
+            .map(|(key, config)| (key, Arc::new(config.inherit_from(&default_config))))
+            .collect();
         Scheduler {
-            default_config: Arc::new(default_config),
-            overrides: overrides_map,
+            configs: Arc::new(ConfigTable::new(Arc::new(default_config), own)),
             index: ScopeIndex::default(),
             scopes: Slab::new(),
             tickets: Slab::new(),
@@ -173,10 +169,7 @@ impl Scheduler {
             return id;
         }
         self.make_room(now);
-        let (config, explicit) = match self.overrides.get(name) {
-            Some(config) => (config.clone(), true),
-            None => (self.default_config.clone(), false),
-        };
+        let (config, explicit) = self.configs.config_of(name);
         let id = self
             .scopes
             .insert(ScopeEntry::new(ScopeState::new(key(), config, explicit, now)));

@@ -23,33 +23,22 @@ impl Scheduler {
         id
     }
 
-    /// Replaces a scope's config; waiters re-evaluate at once. Returns the
-    /// config as the scope now has it (completed from the default).
-    pub(crate) fn set_scope(
-        &mut self,
-        key: Scope,
-        config: ScopeConfig,
-        now: Instant,
-        wake: &mut WakeList,
-    ) -> Arc<ScopeConfig> {
-        let config = Arc::new(config.inherit_from(&self.default_config));
+    /// Replaces a scope's config (completed from the default, in the
+    /// shared table too); waiters re-evaluate at once.
+    pub(crate) fn set_scope(&mut self, key: Scope, config: ScopeConfig, now: Instant, wake: &mut WakeList) {
+        let config = Arc::new(config.inherit_from(&self.configs.default_config()));
         if let Some(id) = self.index.get(key.as_str(), &self.scopes) {
             self.scopes[id].state.replace_config(config.clone(), now);
             self.dirty.push(id);
         }
-        self.overrides.insert(key, config.clone());
+        self.configs.set(key, config);
         self.run_dispatch(now, wake);
-        config
     }
 
-    /// A table of the configs, readable without this lock (the same
-    /// `Arc`s: see [`ConfigTable`]).
-    pub(crate) fn config_table(&self) -> ConfigTable {
-        let own = self
-            .overrides
-            .iter()
-            .map(|(key, config)| (key.clone(), config.clone()));
-        ConfigTable::new(self.default_config.clone(), own)
+    /// The configs, for the registry to read without this lock (see
+    /// [`ConfigTable`]).
+    pub(crate) fn config_table(&self) -> Arc<ConfigTable> {
+        self.configs.clone()
     }
 
     /// Applies feedback about one response (or error) of a request sent
@@ -79,7 +68,7 @@ impl Scheduler {
     pub(crate) fn config_arc(&self, key: &str) -> Arc<ScopeConfig> {
         match self.index.get(key, &self.scopes) {
             Some(id) => self.scopes[id].state.config.clone(),
-            None => self.overrides.get(key).unwrap_or(&self.default_config).clone(),
+            None => self.configs.config_of(key).0,
         }
     }
 
@@ -129,19 +118,13 @@ impl Scheduler {
     }
 
     pub(crate) fn config_of(&self, key: &str) -> ScopeConfig {
-        let config = self.overrides.get(key).unwrap_or(&self.default_config);
-        ScopeConfig::clone(config)
+        ScopeConfig::clone(&self.configs.config_of(key).0)
     }
 
     /// The default config and every scope's own config.
     #[cfg(feature = "serde")]
     pub(crate) fn scope_configs(&self) -> (ScopeConfig, Vec<(Scope, ScopeConfig)>) {
-        let overrides = self
-            .overrides
-            .iter()
-            .map(|(key, config)| (key.clone(), ScopeConfig::clone(config)))
-            .collect();
-        (ScopeConfig::clone(&self.default_config), overrides)
+        self.configs.snapshot()
     }
 
     /// Every scope the scheduler knows, with its id.
