@@ -12,6 +12,7 @@ use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_throttle::departure::{DepartureStampLayer, StampedBody};
+use tower_throttle::store::MemoryStore;
 use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
 
 fn ms(millis: u64) -> Duration {
@@ -131,6 +132,47 @@ async fn without_it_the_gap_runs_from_the_hand_over_and_the_site_sees_it_short()
         .service(slow_to_write_client::<Full<Bytes>>(start, arrivals.clone()));
     // 70 ms at the site, for a delay of 100 ms: what the layer prevents.
     assert_eq!(next_arrival(client, &arrivals).await, 100);
+}
+
+/// In a fleet the store spaces the workers: the lane's lease, given back
+/// when `/slow` ends, carries the gap from its write, so the other worker's
+/// next request reaches the site the delay after `/slow` did (with the
+/// hand-over's reading it came 70 ms after).
+#[tokio::test(start_paused = true)]
+async fn in_a_fleet_the_next_workers_gap_runs_from_the_write() {
+    let store = MemoryStore::new();
+    let start = Instant::now();
+    let arrivals = Arrivals::default();
+    let worker = || {
+        let registry = Registry::builder()
+            .default_scope(
+                ScopeConfig::default()
+                    .delay(ms(100))
+                    .delay_per_slot(Duration::ZERO)
+                    .jitter(0.0),
+            )
+            .store(store.clone())
+            .build()
+            .unwrap();
+        ServiceBuilder::new()
+            .layer(ThrottleLayer::new(registry))
+            .layer(DepartureStampLayer::new())
+            .service(slow_to_write_client::<StampedBody<Full<Bytes>>>(
+                start,
+                arrivals.clone(),
+            ))
+    };
+    let (one, two) = (worker(), worker());
+    // Each worker's first request to a scope is spaced from its end.
+    one.clone().oneshot(request("/warm-one")).await.unwrap();
+    two.clone().oneshot(request("/warm-two")).await.unwrap();
+    tokio::time::sleep_until(start + ms(1_000)).await;
+    let slow = tokio::spawn(one.oneshot(request("/slow")));
+    tokio::task::yield_now().await;
+    two.oneshot(request("/next")).await.unwrap();
+    slow.await.unwrap().unwrap();
+    assert_eq!(arrivals.of("/slow"), 1_030, "written 30 ms after its hand-over");
+    assert_eq!(arrivals.of("/next") - arrivals.of("/slow"), 100);
 }
 
 /// A request whose body the client never asks (it failed before writing)

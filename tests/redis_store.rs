@@ -21,10 +21,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
+use tower_throttle::departure::{DepartureStampLayer, StampedBody};
 use tower_throttle::store::{RedisStore, StoreFailure};
 use tower_throttle::{BackoffLayer, LimitSource, Registry, RetryAfterLayer, ThrottleLayer};
 
-use support::{full_request, loopback_client, one_lane_every, serve, text};
+use support::{full_request, loopback_client, loopback_client_for, one_lane_every, serve, text};
 
 const DELAY: Duration = Duration::from_millis(100);
 
@@ -119,10 +120,10 @@ impl Site {
         hosts
     }
 
-    fn arrive(&self, host: &str, path: &str) {
+    fn arrive(&self, host: &str, path: &str, at: Instant) {
         let mut hosts = self.by_host.lock().unwrap();
         let host = hosts.entry(host.to_owned()).or_default();
-        host.arrivals.push((Instant::now(), path.to_owned()));
+        host.arrivals.push((at, path.to_owned()));
         host.in_flight += 1;
         host.most_at_once = host.most_at_once.max(host.in_flight);
     }
@@ -166,6 +167,7 @@ async fn serve_site(seen: Arc<Site>) -> SocketAddr {
     serve(move |request| {
         let site = seen.clone();
         async move {
+            let arrived = support::KernelArrival::of(&request);
             let path = request.uri().path().to_owned();
             let host = request
                 .headers()
@@ -174,8 +176,8 @@ async fn serve_site(seen: Arc<Site>) -> SocketAddr {
                 .and_then(|host| host.split(':').next())
                 .unwrap_or_default()
                 .to_owned();
-            site.arrivals.lock().unwrap().push((Instant::now(), path.clone()));
-            site.arrive(&host, &path);
+            site.arrivals.lock().unwrap().push((arrived, path.clone()));
+            site.arrive(&host, &path, arrived);
             let now = site.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             site.most_at_once.fetch_max(now, Ordering::SeqCst);
             if path == "/hang" {
@@ -219,17 +221,17 @@ type Worker = tower::util::BoxCloneSyncService<
     tower_throttle::Error,
 >;
 
-/// One worker: its own registry and its own hyper-util client.
+/// One worker: its own registry and its own hyper-util client, whose writes
+/// time the departures (see `departure`): a send the client's runtime
+/// writes late spaces the fleet's next send from the write, not from the
+/// hand-over.
 fn worker(registry: &Registry) -> Worker {
-    worker_over(registry, loopback_client())
-}
-
-fn worker_over(registry: &Registry, client: support::LoopbackClient) -> Worker {
     tower::util::BoxCloneSyncService::new(
         ServiceBuilder::new()
             .layer(ThrottleLayer::new(registry.clone()).store_errors())
             .layer(RetryAfterLayer::new(registry.clone()))
-            .service(client),
+            .layer(DepartureStampLayer::new())
+            .service(loopback_client_for::<StampedBody<Full<Bytes>>>()),
     )
 }
 
@@ -417,7 +419,8 @@ fn stamped_worker(registry: &Registry, departures: &Departures) -> Worker {
                 departures.lock().unwrap().insert(path, Instant::now());
                 request
             })
-            .service(loopback_client()),
+            .layer(DepartureStampLayer::new())
+            .service(loopback_client_for::<StampedBody<Full<Bytes>>>()),
     )
 }
 
@@ -461,14 +464,18 @@ const FLEET_PAGES_PER_SITE: usize = 400;
 /// What the fleet controls is checked strictly: no two sends of a host
 /// closer than the delay (stamped between the throttle and the client, in
 /// the poll that hands the request over), and never two requests of a host
-/// at the server at once. What the site sees is each send plus that
-/// request's path lag (the client's runtime running hyper-util's connection
-/// task, the kernel, the server thread reading the head), which on this
-/// debug build sharing two cores with Redis and the site reached 4.2 ms in
-/// a clean CI run (3 of 1 995 gaps below 48 ms, each sent at least 50.4 ms
-/// apart): so at the server at most 1 % of the gaps may fall below the
-/// delay − 2 ms (DESIGN §5's allowance), and none below the delay − 8 ms. A
-/// fleet that did not share its delay would put most gaps far below both.
+/// at the server at once. The site's view is its kernel's receive stamps
+/// (`support::KernelArrival`), and the workers' departures are their
+/// clients' writes (`DepartureStampLayer`; the store's lease spaces the
+/// next send from the write): so a client runtime that writes a request
+/// late, or a site thread that reads it late, no longer shortens the gap
+/// the site sees. What remains is a thread preempted between the write
+/// stamp and the write itself: on this 2-core machine with two busy loops
+/// beside the test, 1.8 ms at most in 2 runs (none in 3 unloaded runs;
+/// before the stamps, a clean CI run saw 13.5 ms). So at the server at
+/// most 1 % of the gaps may fall below the delay − 2 ms (DESIGN §5's
+/// allowance), and none below the delay − 8 ms. A fleet that did not share
+/// its delay would put most gaps far below both.
 /// `examples/fleet.rs`, in release, holds every gap to the delay − 2 ms.
 async fn a_fleet_keeps_one_delay_per_host(workers: usize) {
     let _alone = ONE_AT_A_TIME.lock().await;

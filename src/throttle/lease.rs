@@ -32,9 +32,12 @@ impl HeldLease {
         }
     }
 
-    /// Notes that the request leaves now.
-    pub(crate) fn depart(&mut self, now: Instant) {
-        self.departed_at.get_or_insert(now);
+    /// Notes that the request left at `at`: the hand-over, then the
+    /// client's write when it stamps it ([`crate::departure`]). The later
+    /// reading wins, so a client that wrote late spaces the fleet's next
+    /// send from the write the site saw.
+    pub(crate) fn depart(&mut self, at: Instant) {
+        self.departed_at = Some(self.departed_at.map_or(at, |earlier| earlier.max(at)));
     }
 
     /// The lease to give back at `now`, when the request has ended: each

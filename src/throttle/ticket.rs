@@ -226,6 +226,7 @@ impl Ticket {
         };
         let written = if report { stamp.poll_get(cx) } else { stamp.get() };
         if let Some(written) = written {
+            self.lease_departs(written);
             self.depart_at(at.max(Stamp::of(written)), report);
         }
         reading
@@ -236,7 +237,11 @@ impl Ticket {
     /// completion brings it), else the hand-over.
     pub(crate) fn settle_write(&mut self, stamp: &WriteStamp) {
         if let Stage::Handed { at, .. } = self.stage {
-            let at = stamp.get().map_or(at, |written| at.max(Stamp::of(written)));
+            let written = stamp.get();
+            if let Some(written) = written {
+                self.lease_departs(written);
+            }
+            let at = written.map_or(at, |written| at.max(Stamp::of(written)));
             self.stage = Stage::Departed { at, reported: false };
         }
     }
@@ -244,10 +249,16 @@ impl Ticket {
     /// Reads the clock at the hand-over; the store's lease departs then.
     fn hand_over_now(&mut self) -> Instant {
         let instant = Instant::now();
-        if let Some(lease) = &mut self.lease {
-            lease.depart(instant);
-        }
+        self.lease_departs(instant);
         instant
+    }
+
+    /// Tells the store's lease, if any, that the request left at `at` (the
+    /// lease keeps the latest reading: see [`HeldLease::depart`]).
+    fn lease_departs(&mut self, at: Instant) {
+        if let Some(lease) = &mut self.lease {
+            lease.depart(at);
+        }
     }
 
     /// Departs at `at`: under a lock at once when `report`, else with the

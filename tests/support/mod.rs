@@ -2,6 +2,8 @@
 //! instants) and a loopback hyper server (for real-socket tests).
 #![allow(dead_code, unreachable_pub)]
 
+pub mod kernel_stamps;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -98,16 +100,25 @@ where
     H: Fn(http::Request<hyper::body::Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = http::Response<Full<Bytes>>> + Send + 'static,
 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    kernel_stamps::receive_stamps::enable_on_listener(&listener);
+    listener.set_nonblocking(true).unwrap();
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
     let addr = listener.local_addr().unwrap();
+    let clock = kernel_stamps::RealtimeClock::sample();
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
             let handler = handler.clone();
+            let stamp = Arc::new(kernel_stamps::KernelStamp::default());
+            let stream = kernel_stamps::receive_stamps::wrap(stream, stamp.clone());
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request| {
+                let service = hyper::service::service_fn(move |mut request: http::Request<_>| {
+                    // Taken for every request: it lets the next read stamp the next one.
+                    let kernel = stamp.take().map(|since_epoch| clock.instant(since_epoch));
+                    request.extensions_mut().insert(KernelArrival(kernel));
                     let response = handler(request);
                     async move { Ok::<_, Infallible>(response.await) }
                 });
@@ -118,6 +129,25 @@ where
         }
     });
     addr
+}
+
+/// When the site's kernel received a request's head (`SO_TIMESTAMPNS`,
+/// mapped onto the `Instant` timeline), before any thread of the site ran:
+/// a request extension [`serve`] sets. `None` off Linux, or when the kernel
+/// gave no stamp.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelArrival(pub Option<std::time::Instant>);
+
+impl KernelArrival {
+    /// The kernel's stamp of `request`, else the clock now (the site
+    /// thread's view, later by however long that thread took to run).
+    pub fn of<B>(request: &http::Request<B>) -> std::time::Instant {
+        request
+            .extensions()
+            .get::<KernelArrival>()
+            .and_then(|arrival| arrival.0)
+            .unwrap_or_else(std::time::Instant::now)
+    }
 }
 
 /// Resolves every host name to 127.0.0.1, so tests and the demo can crawl
@@ -139,13 +169,23 @@ impl tower::Service<hyper_util::client::legacy::connect::dns::Name> for Loopback
     }
 }
 
-pub type LoopbackClient = hyper_util::client::legacy::Client<
+pub type LoopbackClient<B = Full<Bytes>> = hyper_util::client::legacy::Client<
     hyper_util::client::legacy::connect::HttpConnector<LoopbackResolver>,
-    Full<Bytes>,
+    B,
 >;
 
 /// A real hyper-util client whose every host resolves to loopback.
 pub fn loopback_client() -> LoopbackClient {
+    loopback_client_for()
+}
+
+/// [`loopback_client`] for requests with bodies of type `B` (say, a
+/// `departure::StampedBody`).
+pub fn loopback_client_for<B>() -> LoopbackClient<B>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+{
     let connector = hyper_util::client::legacy::connect::HttpConnector::new_with_resolver(LoopbackResolver);
     hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector)
 }
