@@ -23,7 +23,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_throttle::{BackoffLayer, RampupConfig, Registry, ScopeConfig, ThrottleLayer};
+use tower_throttle::registry::RampupConfig;
+use tower_throttle::{BackoffLayer, Registry, ScopeConfig, ThrottleLayer};
 
 const WINDOW: Duration = Duration::from_secs(5);
 

@@ -35,7 +35,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt};
-use tower_throttle::{BackoffLayer, Registry, RequestHead, ScopeConfig, Scopes, ThrottleLayer};
+use tower_throttle::scope::RequestHead;
+use tower_throttle::{BackoffLayer, Registry, ScopeConfig, Scopes, ThrottleLayer};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

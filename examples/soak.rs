@@ -41,9 +41,9 @@ use tokio::sync::Semaphore;
 use tower::retry::RetryLayer;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::backoff::BackoffRetry;
+use tower_throttle::registry::BackoffConfig;
 use tower_throttle::{
-    BackoffConfig, BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ScopeConfig, Scopes,
-    ThrottleLayer,
+    BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ScopeConfig, Scopes, ThrottleLayer,
 };
 
 struct Options {

@@ -5,14 +5,37 @@
 //! follows Scrapy's throttling design: requests are grouped into **scopes**
 //! (by default, one per host), and each scope has a number of lanes
 //! (concurrency), a minimum delay between sends, a minimum delay per lane,
-//! and jitter. One shared [`Registry`] holds all of it; [`ThrottleLayer`]
-//! wraps any `Service<http::Request<B>>` (a hyper-util client, reqwest, an
-//! axum outbound call) and sends each request when its scopes allow it.
+//! and jitter.
+//!
+//! # The stack
+//!
+//! ```text
+//! request ──► RobotsDelay ──► Throttle ──► RetryAfter ──► Backoff ──► inner client
+//! ```
+//!
+//! [`Throttle`] is the one scheduler: it decides *when* a request is sent,
+//! and lets backpressure flow through `poll_ready`. The other layers
+//! observe each response and report to the registry, which changes what
+//! `Throttle` allows next: [`Backoff`] slows a scope down on 429/5xx and
+//! timeouts, [`RetryAfter`] holds it as `Retry-After` and rate-limit headers
+//! say, [`RobotsDelay`] applies each site's robots.txt Crawl-delay. Only
+//! `Throttle` is needed; add the others for the feedback they bring.
+//!
+//! # What you configure
+//!
+//! - [`Registry`], built with [`Registry::builder`]: the shared state of
+//!   every scope, one `Arc` that all the layers (and every clone of the
+//!   stack) hold; the global concurrency and queue bounds.
+//! - [`ScopeConfig`]: a scope's lanes, delays, jitter, backoff,
+//!   AutoThrottle, rampup and quota; a default for all scopes, and one per
+//!   scope name.
+//! - The layers: [`ThrottleLayer`], [`RetryAfterLayer`], [`BackoffLayer`],
+//!   [`RobotsDelayLayer`], each built from the registry.
 //!
 //! ```
 //! use std::time::Duration;
 //! use tower::{ServiceBuilder, ServiceExt};
-//! use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
+//! use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, ScopeConfig, Scopes, ThrottleLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,6 +47,8 @@
 //!
 //! let client = ServiceBuilder::new()
 //!     .layer(ThrottleLayer::new(registry.clone()))
+//!     .layer(RetryAfterLayer::new(registry.clone()))
+//!     .layer(BackoffLayer::new(registry.clone()))
 //!     .service(tower::service_fn(|_request: http::Request<()>| async {
 //!         Ok::<_, std::convert::Infallible>(http::Response::new(()))
 //!     }));
@@ -37,35 +62,26 @@
 //! # }
 //! ```
 //!
-//! # The layers
+//! # Where things live
 //!
-//! ```text
-//! request ──► RobotsDelay ──► Throttle ──► RetryAfter ──► Backoff ──► inner client
-//! ```
+//! The crate root holds what a first program needs. The rest is in the
+//! module of the part it belongs to:
 //!
-//! [`Throttle`] is the one scheduler: it decides *when* a request is sent.
-//! The other layers observe and report **feedback** to the registry, which
-//! changes what `Throttle` allows next:
-//!
-//! - [`backoff`]: 429/5xx, timeouts and connection failures slow the scope
-//!   down exponentially; quiet windows recover it. Opt-in
-//!   [rampup](RampupConfig) searches for the fastest pace a server accepts;
-//!   [`backoff::BackoffRetry`] re-sends through the throttle.
-//! - [`retry_after`]: `Retry-After` and rate-limit headers hold scopes until
-//!   the server says, and can pace a scope to an announced quota.
-//! - AutoThrottle ([`AutoThrottleConfig`]): Scrapy's latency-adaptive delay,
-//!   computed by `Throttle` itself.
-//! - [`robots`]: [`RobotsDelayLayer`] fetches each site's robots.txt once,
-//!   applies its Crawl-delay and, optionally, its Allow/Disallow rules.
-//!
-//! How a scope *reacts* to backoff feedback is pluggable too: a
-//! [`ScopeManager`] (per scope or for all) replaces the built-in
-//! exponential backoff and rampup; see [`registry::manager`].
+//! | module | what is in it |
+//! |---|---|
+//! | [`registry`] | the builder, feedback ([`registry::Feedback`]), statistics ([`registry::Stats`], [`registry::LimitSource`]), the configs of backoff, AutoThrottle and rampup, the state model and admission rules |
+//! | [`registry::manager`] | [`ScopeManager`](registry::manager::ScopeManager): how a scope reacts to feedback, pluggable per scope |
+//! | [`scope`] | resolvers (request → scopes): by host, endpoint, registrable domain, scraping API |
+//! | [`throttle`], [`backoff`], [`retry_after`], [`robots`] | each layer, its service, its response future and its hooks ([`backoff::BackoffRetry`] re-sends through the throttle) |
+//! | [`departure`] | departures timed by the client's write, for busy machines |
+//! | [`store`] | a store shared by a fleet of workers (in memory, Redis) |
+//! | `config_file` | the registry from a TOML or JSON file (feature `serde`) |
+//! | `reqwest` | the stack for a `reqwest::Client` (feature `reqwest`) |
 //!
 //! The effective limits of a scope are the most restrictive of its config
-//! and every contribution; [`Registry::scope_stats`] shows each of them and
-//! which one is in force. See the [`registry`] module for the state model
-//! and admission rules.
+//! and every contribution (backoff, AutoThrottle, robots.txt, rampup, a
+//! fleet); [`Registry::scope_stats`] shows each of them and which one is in
+//! force.
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -84,7 +100,7 @@ pub mod backoff;
 pub mod config_file;
 pub mod departure;
 mod error;
-pub mod parse;
+mod parse;
 pub mod registry;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
@@ -97,18 +113,20 @@ pub mod throttle;
 mod time;
 
 pub use backoff::{Backoff, BackoffLayer};
-#[cfg(feature = "serde")]
-pub use config_file::{ConfigFileError, RegistryConfig};
 pub use error::{ConfigError, Error};
-pub use registry::{
-    AnnouncedLimits, AutoThrottleConfig, BackoffConfig, BaseLimits, ErrorKind, Feedback, FeedbackKind,
-    Jitter, LimitSource, ManagerFeedback, ManagerLimits, QuotaStats, RampupConfig, Registry, RegistryBuilder,
-    ScopeConfig, ScopeManager, ScopeStats, Stats,
-};
+pub use registry::{Registry, ScopeConfig, ScopeStats};
 pub use retry_after::{RetryAfter, RetryAfterLayer};
 pub use robots::{RobotsDelay, RobotsDelayLayer};
-pub use scope::{AutoThrottleExempt, HostResolver, Priority, RequestHead, Scope, ScopeResolver, Scopes};
+pub use scope::{Priority, Scope, Scopes};
 pub use throttle::{Throttle, ThrottleLayer};
+
+/// The parsers, for the fuzz targets only (feature `fuzzing`): not part of
+/// the API, and may change in any release.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::parse::{rate_limit_headers, robots_txt};
+}
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

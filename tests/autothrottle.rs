@@ -11,9 +11,9 @@ use std::time::Duration;
 use support::{duplex_service, full_request, full_status, get};
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_throttle::{
-    AutoThrottleConfig, AutoThrottleExempt, LimitSource, Registry, ScopeConfig, Scopes, ThrottleLayer,
-};
+use tower_throttle::registry::{AutoThrottleConfig, LimitSource};
+use tower_throttle::scope::AutoThrottleExempt;
+use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
 
 fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)

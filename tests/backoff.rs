@@ -14,9 +14,8 @@ use tokio::time::Instant;
 use tower::retry::RetryLayer;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::backoff::{BackoffRetry, TryCloneBody};
-use tower_throttle::{
-    BackoffConfig, BackoffLayer, Feedback, LimitSource, RampupConfig, Registry, ScopeConfig, ThrottleLayer,
-};
+use tower_throttle::registry::{BackoffConfig, Feedback, LimitSource, RampupConfig};
+use tower_throttle::{BackoffLayer, Registry, ScopeConfig, ThrottleLayer};
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
@@ -308,9 +307,9 @@ async fn a_custom_hook_reads_the_upstream_status_and_the_actual_cost() {
             .unwrap();
         let cost = head.headers["X-Actual-Cost"].to_str().unwrap().parse().unwrap();
         let feedback = if config.is_backoff_status(upstream) {
-            tower_throttle::Feedback::backoff()
+            tower_throttle::registry::Feedback::backoff()
         } else {
-            tower_throttle::Feedback::success()
+            tower_throttle::registry::Feedback::success()
         };
         feedback.with_actual_cost(cost)
     });
@@ -564,11 +563,12 @@ async fn rate_limited_crawl(scope: ScopeConfig) -> (Vec<(u32, u32)>, Registry) {
 /// takes exactly the steps the built-in rampup takes.
 #[tokio::test(start_paused = true)]
 async fn the_rampup_manager_finds_the_server_rate_exactly_as_the_built_in_rampup() {
-    let manager = |_scope: &tower_throttle::Scope| -> Box<dyn tower_throttle::ScopeManager> {
-        Box::new(tower_throttle::registry::manager::Rampup::new(
-            RampupConfig::default(),
-        ))
-    };
+    let manager =
+        |_scope: &tower_throttle::Scope| -> Box<dyn tower_throttle::registry::manager::ScopeManager> {
+            Box::new(tower_throttle::registry::manager::Rampup::new(
+                RampupConfig::default(),
+            ))
+        };
     let (built_in, _) = rate_limited_crawl(exact(1).delay(secs(1)).rampup(RampupConfig::default())).await;
     let (managed, registry) = rate_limited_crawl(exact(1).delay(secs(1)).manager(manager)).await;
     assert_eq!(managed, built_in, "(accepted, rejected) per minute");

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_throttle::{Jitter, RegistryConfig, ScopeConfig, ThrottleLayer};
+use tower_throttle::config_file::RegistryConfig;
+use tower_throttle::registry::Jitter;
+use tower_throttle::{ScopeConfig, ThrottleLayer};
 
 /// Every key the file format has.
 const FULL: &str = r#"
@@ -362,7 +364,7 @@ fn the_config_of_a_running_registry_includes_scopes_set_since() {
 
 mod generated {
     use proptest::prelude::*;
-    use tower_throttle::RegistryConfig;
+    use tower_throttle::config_file::RegistryConfig;
 
     const TABLES: &[&str] = &[
         "",

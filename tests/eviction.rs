@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use support::{get, robots_txt, Recorder, RobotsSite};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
-use tower_throttle::{
-    AutoThrottleConfig, Feedback, Registry, RobotsDelayLayer, ScopeConfig, Scopes, ThrottleLayer,
-};
+use tower_throttle::registry::{AutoThrottleConfig, Feedback};
+use tower_throttle::{Registry, RobotsDelayLayer, ScopeConfig, Scopes, ThrottleLayer};
 
 fn secs(secs: u64) -> Duration {
     Duration::from_secs(secs)

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt};
+use tower_throttle::registry::{Feedback, LimitSource};
 use tower_throttle::store::MemoryStore;
-use tower_throttle::{Feedback, LimitSource, Registry, Scopes, ThrottleLayer};
+use tower_throttle::{Registry, Scopes, ThrottleLayer};
 
 use support::one_lane_every;
 

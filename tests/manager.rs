@@ -12,10 +12,9 @@ use std::time::Duration;
 use support::get;
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_throttle::{
-    BackoffConfig, BackoffLayer, BaseLimits, ErrorKind, Feedback, LimitSource, ManagerFeedback,
-    ManagerLimits, Registry, ScopeConfig, ScopeManager, Scopes, ThrottleLayer,
-};
+use tower_throttle::registry::manager::{BaseLimits, ManagerFeedback, ManagerLimits, ScopeManager};
+use tower_throttle::registry::{BackoffConfig, ErrorKind, Feedback, LimitSource};
+use tower_throttle::{BackoffLayer, Registry, ScopeConfig, Scopes, ThrottleLayer};
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
@@ -515,7 +514,7 @@ async fn a_custom_manager_replaces_rampup() {
     let registry = Registry::builder()
         .default_scope(
             exact()
-                .rampup(tower_throttle::RampupConfig::default())
+                .rampup(tower_throttle::registry::RampupConfig::default())
                 .manager(|_scope| Steps::boxed("steps", secs(2))),
         )
         .build()
@@ -612,7 +611,7 @@ async fn a_registrys_config_keeps_its_managers_in_memory_but_not_in_files() {
     let rebuilt = config.build().unwrap();
     rebuilt.feedback(&Scopes::from("api"), Feedback::backoff());
     assert_eq!(rebuilt.scope_stats("api").unwrap().manager, "steps");
-    let from_file = tower_throttle::RegistryConfig::from_toml_str(&toml)
+    let from_file = tower_throttle::config_file::RegistryConfig::from_toml_str(&toml)
         .unwrap()
         .build()
         .unwrap();
@@ -631,7 +630,7 @@ async fn a_scope_paced_by_a_manager_is_evicted_once_idle() {
         .default_scope(exact())
         .scope_manager(|_scope| {
             Box::new(tower_throttle::registry::manager::Rampup::new(
-                tower_throttle::RampupConfig::default(),
+                tower_throttle::registry::RampupConfig::default(),
             ))
         })
         .build()

@@ -10,7 +10,8 @@ use std::time::Duration;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use support::{get, Recorder};
 use tower::{Layer, Service, ServiceExt};
-use tower_throttle::{Feedback, Registry, ScopeConfig, Scopes, ThrottleLayer};
+use tower_throttle::registry::Feedback;
+use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
 
 /// A metric's name, labels and value.
 type Metric = (String, Vec<(String, String)>, DebugValue);

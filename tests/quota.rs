@@ -10,10 +10,8 @@ use std::time::Duration;
 use support::{get, Recorder};
 use tokio::task::JoinHandle;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
-use tower_throttle::{
-    BackoffLayer, Feedback, LimitSource, Priority, Registry, RetryAfterLayer, ScopeConfig, Scopes,
-    ThrottleLayer,
-};
+use tower_throttle::registry::{Feedback, LimitSource};
+use tower_throttle::{BackoffLayer, Priority, Registry, RetryAfterLayer, ScopeConfig, Scopes, ThrottleLayer};
 
 const WINDOW: Duration = Duration::from_secs(60);
 

@@ -22,8 +22,9 @@ use bytes::Bytes;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::departure::{DepartureStampLayer, StampedBody};
+use tower_throttle::registry::LimitSource;
 use tower_throttle::store::{RedisStore, StoreFailure};
-use tower_throttle::{BackoffLayer, LimitSource, Registry, RetryAfterLayer, ThrottleLayer};
+use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, ThrottleLayer};
 
 use support::{full_request, loopback_client, loopback_client_for, one_lane_every, serve, text};
 

@@ -154,7 +154,7 @@ async fn a_status_made_a_backoff_status_at_runtime_is_reported_under_the_complet
                 .delay(Duration::ZERO)
                 .delay_per_slot(Duration::ZERO)
                 .jitter(0.0)
-                .backoff(tower_throttle::BackoffConfig::default().http_codes([200])),
+                .backoff(tower_throttle::registry::BackoffConfig::default().http_codes([200])),
         )
         .unwrap();
     let Some((locks, registry)) = locks_through(registry, &["strict"], 200, &[]).await else {

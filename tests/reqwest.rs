@@ -16,10 +16,10 @@ use hyper::body::Bytes;
 use tokio::time::Instant;
 use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_throttle::registry::{BackoffConfig, LimitSource};
 use tower_throttle::reqwest::{HttpClient, ReqwestLayer};
 use tower_throttle::{
-    BackoffConfig, BackoffLayer, LimitSource, Registry, RetryAfterLayer, RobotsDelayLayer, ScopeConfig,
-    ScopeStats, ThrottleLayer,
+    BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ScopeConfig, ScopeStats, ThrottleLayer,
 };
 
 /// Real sockets add scheduling noise between the client's send and the

@@ -20,10 +20,8 @@ use hyper::body::Bytes;
 use support::{get, loopback_client, serve, Recorder};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
-use tower_throttle::{
-    BackoffConfig, LimitSource, Registry, RetryAfter, RetryAfterLayer, ScopeConfig, Scopes, Throttle,
-    ThrottleLayer,
-};
+use tower_throttle::registry::{BackoffConfig, LimitSource};
+use tower_throttle::{Registry, RetryAfter, RetryAfterLayer, ScopeConfig, Scopes, Throttle, ThrottleLayer};
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)

@@ -20,7 +20,8 @@ use support::{
 };
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_throttle::{LimitSource, Priority, Registry, RobotsDelayLayer, ScopeConfig, Scopes, ThrottleLayer};
+use tower_throttle::registry::LimitSource;
+use tower_throttle::{Priority, Registry, RobotsDelayLayer, ScopeConfig, Scopes, ThrottleLayer};
 
 fn secs(secs: u64) -> Duration {
     Duration::from_secs(secs)

@@ -659,23 +659,29 @@ async fn robots_yields_only_to_the_limits_a_scope_config_sets() {
     let lanes = registry.scope_stats("lanes.example").unwrap();
     assert_eq!(
         (lanes.concurrency, lanes.concurrency_limited_by),
-        (2, tower_throttle::LimitSource::Config)
+        (2, tower_throttle::registry::LimitSource::Config)
     );
     assert_eq!(
         (lanes.delay, lanes.delay_limited_by),
-        (Duration::from_secs(3), tower_throttle::LimitSource::Robots)
+        (
+            Duration::from_secs(3),
+            tower_throttle::registry::LimitSource::Robots
+        )
     );
     assert!(lanes.robots_delay_applies);
     let paced = registry.scope_stats("paced.example").unwrap();
     assert_eq!(
         (paced.delay, paced.delay_limited_by),
-        (ms(500), tower_throttle::LimitSource::Config)
+        (ms(500), tower_throttle::registry::LimitSource::Config)
     );
     assert_eq!(paced.concurrency, 1);
     let default = registry.scope_stats("default.example").unwrap();
     assert_eq!(
         (default.delay, default.delay_limited_by),
-        (Duration::from_secs(3), tower_throttle::LimitSource::Robots)
+        (
+            Duration::from_secs(3),
+            tower_throttle::registry::LimitSource::Robots
+        )
     );
 }
 

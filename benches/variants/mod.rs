@@ -59,7 +59,7 @@ pub fn unthrottled_registry() -> Registry {
 
 /// The builder of [`unthrottled_registry`], for variants that add to it
 /// (a scope store).
-pub fn unthrottled_builder() -> tower_throttle::RegistryBuilder {
+pub fn unthrottled_builder() -> tower_throttle::registry::RegistryBuilder {
     Registry::builder().max_concurrency(1_000).default_scope(
         ScopeConfig::default()
             .concurrency(1_000)

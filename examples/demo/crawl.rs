@@ -11,7 +11,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use tokio::time::{Instant, MissedTickBehavior};
 use tower::{Service, ServiceExt};
-use tower_throttle::{LimitSource, Registry, ScopeStats};
+use tower_throttle::registry::LimitSource;
+use tower_throttle::{Registry, ScopeStats};
 
 use crate::client::{self, SendLog};
 use crate::progress::{Reporter, SiteStatus};

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use tower_throttle::{BackoffConfig, ConfigError, Registry, ScopeConfig};
+use tower_throttle::registry::BackoffConfig;
+use tower_throttle::{ConfigError, Registry, ScopeConfig};
 
 /// The pace of every site without a config of its own: one lane, 250 ms
 /// between sends, ±50 % jitter.

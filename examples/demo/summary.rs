@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use tower_throttle::LimitSource;
+use tower_throttle::registry::LimitSource;
 
 use crate::crawl::{Run, Sample};
 

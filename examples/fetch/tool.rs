@@ -19,9 +19,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_throttle::{
-    BackoffLayer, Registry, RegistryConfig, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer,
-};
+use tower_throttle::config_file::RegistryConfig;
+use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

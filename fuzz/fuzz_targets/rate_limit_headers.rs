@@ -11,7 +11,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use tower_throttle::parse::rate_limit_headers::{
+use tower_throttle::fuzzing::rate_limit_headers::{
     parse_delta_seconds, parse_ratelimit, parse_ratelimit_policy, parse_remaining, parse_retry_after,
     parse_x_ratelimit_reset, RateLimitHeaders, HEADER_NAMES, MAX_HEADER_VALUE_LEN,
 };

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
-use tower_throttle::parse::robots_txt::{RobotsRules, MAX_ROBOTS_TXT_BYTES};
+use tower_throttle::fuzzing::robots_txt::{RobotsRules, MAX_ROBOTS_TXT_BYTES};
 
 #[derive(Debug, Arbitrary)]
 struct Input {

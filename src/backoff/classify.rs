@@ -7,8 +7,10 @@ use std::fmt;
 
 use crate::registry::{BackoffConfig, ErrorKind, Feedback};
 
-/// The head of a response, as a classification hook sees it.
+/// The head of a response, as a classification hook sees it. Made with
+/// [`ResponseHead::of`] (it may gain fields).
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct ResponseHead<'a> {
     /// The status code.
     pub status: http::StatusCode,

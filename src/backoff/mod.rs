@@ -11,8 +11,8 @@
 //! `delay_factor` (at least `min_delay`, at most `max_delay`) and its
 //! concurrency by `concurrency_factor`; after `window` without new backoff
 //! feedback the scope steps back, until it is on its configured limits again
-//! (see [`BackoffConfig`](crate::BackoffConfig)). A scope with
-//! [rampup](crate::RampupConfig) hands its backoff feedback to rampup
+//! (see [`BackoffConfig`](crate::registry::BackoffConfig)). A scope with
+//! [rampup](crate::registry::RampupConfig) hands its backoff feedback to rampup
 //! instead.
 //!
 //! The request's scopes are the ones [`Throttle`](crate::Throttle)
@@ -28,14 +28,15 @@
 //!
 //! Classification is a hook: [`BackoffLayer::on_response`] and
 //! [`BackoffLayer::on_error`] take functions returning a
-//! [`Feedback`](crate::Feedback). A scraping API that reports the target
+//! [`Feedback`](crate::registry::Feedback). A scraping API that reports the target
 //! site's status in a header, and the real cost of each call in another:
 //!
 //! ```
 //! use std::time::Duration;
 //! use tower::{ServiceBuilder, ServiceExt};
 //! use tower_throttle::backoff::ResponseHead;
-//! use tower_throttle::{BackoffConfig, BackoffLayer, Feedback, Registry, ScopeConfig, ThrottleLayer};
+//! use tower_throttle::{BackoffLayer, Registry, ScopeConfig, ThrottleLayer};
+//! use tower_throttle::registry::{BackoffConfig, Feedback};
 //!
 //! fn upstream_status(head: &ResponseHead<'_>, config: &BackoffConfig) -> Feedback {
 //!     let upstream = head

@@ -12,7 +12,8 @@
 //!
 //! ```
 //! use tower::{ServiceBuilder, ServiceExt};
-//! use tower_throttle::{RegistryConfig, ThrottleLayer};
+//! use tower_throttle::{ThrottleLayer};
+//! use tower_throttle::config_file::RegistryConfig;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -109,7 +110,7 @@
 //! [`ConfigFileError`] that names the key path and the value:
 //!
 //! ```
-//! use tower_throttle::RegistryConfig;
+//! use tower_throttle::config_file::RegistryConfig;
 //!
 //! let err = RegistryConfig::from_toml_str(
 //!     r#"
@@ -155,7 +156,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub use error::ConfigFileError;
 
 use crate::registry::GlobalSettings;
-use crate::{Registry, RegistryBuilder, ScopeConfig};
+use crate::registry::RegistryBuilder;
+use crate::{Registry, ScopeConfig};
 use tables::FileTable;
 
 /// A registry's whole config: the global settings, the default scope and

@@ -9,8 +9,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::values::{OneOrPair, Seconds, Switch};
+use crate::registry::{AutoThrottleConfig, BackoffConfig, Jitter, RampupConfig};
 use crate::registry::{GlobalSettings, Setting};
-use crate::{AutoThrottleConfig, BackoffConfig, Jitter, RampupConfig, ScopeConfig};
+use crate::ScopeConfig;
 
 /// The whole file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -45,7 +45,9 @@ const RATELIMIT_REMAINING: &str = "ratelimit-remaining";
 const X_RESET: [&str; 2] = ["x-ratelimit-reset", "x-rate-limit-reset"];
 const X_REMAINING: [&str; 2] = ["x-ratelimit-remaining", "x-rate-limit-remaining"];
 
-/// Every header [`RateLimitHeaders::from_headers`] reads, lower-case.
+/// Every header [`RateLimitHeaders::from_headers`] reads, lower-case (for
+/// the tests and the fuzz targets).
+#[cfg_attr(not(any(test, feature = "fuzzing")), allow(dead_code))]
 pub const HEADER_NAMES: [&str; 9] = [
     RETRY_AFTER,
     RATELIMIT,

@@ -23,7 +23,7 @@ use texting_robots::Robot;
 
 /// Bytes of robots.txt we parse at most; RFC 9309 requires at least 500 KiB.
 ///
-/// [`RobotsRules::parse`] ignores everything past this many bytes of the
+/// The robots.txt parser ignores everything past this many bytes of the
 /// body, so a hostile or broken server cannot make us spend unbounded time or
 /// memory on its robots.txt. Groups and rules that start after the bound are
 /// not seen at all.

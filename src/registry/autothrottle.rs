@@ -9,7 +9,7 @@
 //!    `new <= old`, the delay stays `old`.
 //!
 //! The delay starts at `max(configured delay, start_delay)`. A request
-//! carrying the [`AutoThrottleExempt`](crate::AutoThrottleExempt)
+//! carrying the [`AutoThrottleExempt`](crate::scope::AutoThrottleExempt)
 //! extension does not adjust it; a request with several scopes adjusts each.
 
 use std::time::Duration;
@@ -23,7 +23,8 @@ use crate::time::validate_delay;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_throttle::{AutoThrottleConfig, Registry, ScopeConfig};
+/// use tower_throttle::{Registry, ScopeConfig};
+/// use tower_throttle::registry::AutoThrottleConfig;
 ///
 /// let registry = Registry::builder()
 ///     .default_scope(

@@ -36,7 +36,8 @@ pub const DEFAULT_BACKOFF_CODES: [u16; 9] = [429, 502, 503, 504, 520, 521, 522, 
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_throttle::{BackoffConfig, ScopeConfig};
+/// use tower_throttle::{ScopeConfig};
+/// use tower_throttle::registry::BackoffConfig;
 ///
 /// let patient = ScopeConfig::default().backoff(
 ///     BackoffConfig::default()

@@ -202,9 +202,9 @@ impl ScopeConfig {
     /// the current window. A request whose cost alone exceeds the quota is
     /// sent at the start of an empty window rather than never. Feedback may
     /// correct the spending with the actual cost
-    /// ([`Feedback::with_actual_cost`](crate::Feedback::with_actual_cost))
+    /// ([`Feedback::with_actual_cost`](crate::registry::Feedback::with_actual_cost))
     /// or what the server says is left
-    /// ([`Feedback::with_remaining_quota`](crate::Feedback::with_remaining_quota)).
+    /// ([`Feedback::with_remaining_quota`](crate::registry::Feedback::with_remaining_quota)).
     ///
     /// A window starts with the first send after the previous one ended and
     /// lasts `window`; then the spending starts again from zero.
@@ -226,7 +226,7 @@ impl ScopeConfig {
     }
 
     /// The length of this scope's quota windows (default: the registry's
-    /// [`quota_window`](crate::RegistryBuilder::quota_window), 60 s).
+    /// [`quota_window`](crate::registry::RegistryBuilder::quota_window), 60 s).
     #[must_use]
     pub fn window(mut self, window: Duration) -> Self {
         self.window = Some(window);
@@ -258,7 +258,7 @@ impl ScopeConfig {
     /// Replaces how this scope reacts to feedback: `factory` makes the
     /// scope's [`ScopeManager`] on its first feedback (and again after the
     /// scope was evicted). Set on the default scope, or with
-    /// [`RegistryBuilder::scope_manager`](crate::RegistryBuilder::scope_manager),
+    /// [`RegistryBuilder::scope_manager`](crate::registry::RegistryBuilder::scope_manager),
     /// it applies to every scope whose config does not set its own. The
     /// scope then runs neither the exponential backoff nor rampup; see the
     /// [`manager`](crate::registry::manager) module.
@@ -268,7 +268,8 @@ impl ScopeConfig {
     ///
     /// ```
     /// use tokio::time::Instant;
-    /// use tower_throttle::{BaseLimits, ManagerFeedback, ManagerLimits, ScopeConfig, ScopeManager};
+    /// use tower_throttle::{ScopeConfig};
+    /// use tower_throttle::registry::manager::{BaseLimits, ManagerFeedback, ManagerLimits, ScopeManager};
     ///
     /// /// Never slows down, whatever the server says.
     /// struct Stubborn;
@@ -303,7 +304,7 @@ impl ScopeConfig {
 
     /// Silences the warning logged when robots.txt asks for a Crawl-delay
     /// that this scope's own config overrides. (A scope config given with
-    /// [`RegistryBuilder::scope`](crate::RegistryBuilder::scope) or
+    /// [`RegistryBuilder::scope`](crate::registry::RegistryBuilder::scope) or
     /// [`Registry::set_scope`](crate::Registry::set_scope) keeps the
     /// `concurrency` and `delay` it sets explicitly; robots.txt still applies
     /// to the ones it leaves at their defaults.)

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 /// backoff layer's classifier, or by your own hook:
 ///
 /// ```
-/// use tower_throttle::Feedback;
+/// use tower_throttle::registry::Feedback;
 ///
 /// // A scraping API that forwards the target site's status in a header.
 /// fn classify(response: &http::Response<()>) -> Feedback {
@@ -45,7 +45,7 @@ pub struct Feedback {
 }
 
 /// What kind of error a [`Feedback`] is about, for a
-/// [`ScopeManager`](crate::ScopeManager) that reacts to errors differently.
+/// [`ScopeManager`](crate::registry::manager::ScopeManager) that reacts to errors differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -97,7 +97,7 @@ impl Feedback {
     }
 
     /// Adds the status of the response the feedback is about (the backoff
-    /// layer adds it), for the scope's [`ScopeManager`](crate::ScopeManager).
+    /// layer adds it), for the scope's [`ScopeManager`](crate::registry::manager::ScopeManager).
     #[must_use]
     pub fn with_status(mut self, status: http::StatusCode) -> Self {
         self.status = Some(status);
@@ -105,7 +105,7 @@ impl Feedback {
     }
 
     /// Adds what kind of error the feedback is about (the backoff layer
-    /// adds it), for the scope's [`ScopeManager`](crate::ScopeManager).
+    /// adds it), for the scope's [`ScopeManager`](crate::registry::manager::ScopeManager).
     #[must_use]
     pub fn with_error_kind(mut self, kind: ErrorKind) -> Self {
         self.error_kind = Some(kind);
@@ -114,7 +114,7 @@ impl Feedback {
 
     /// Adds the request's latency, from its send to its response or error
     /// (the backoff layer measures it), for the scope's
-    /// [`ScopeManager`](crate::ScopeManager).
+    /// [`ScopeManager`](crate::registry::manager::ScopeManager).
     #[must_use]
     pub fn with_latency(mut self, latency: Duration) -> Self {
         self.latency = Some(latency);

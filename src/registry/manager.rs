@@ -4,15 +4,15 @@
 //! a hook of yours); a scope's **manager** decides what the scope does about
 //! it. The built-in manager (named `"default"` in
 //! [`ScopeStats::manager`](crate::ScopeStats::manager)) is the exponential
-//! backoff of [`BackoffConfig`](crate::BackoffConfig) with quiet-window
-//! recovery, or the [rampup](crate::RampupConfig) search when the scope
+//! backoff of [`BackoffConfig`](crate::registry::BackoffConfig) with quiet-window
+//! recovery, or the [rampup](crate::registry::RampupConfig) search when the scope
 //! opted in. Both are also [`ScopeManager`]s, [`ExponentialBackoff`] and
 //! [`Rampup`], taking the same steps by the same code (tests check the
 //! send instants and per-minute counts are identical), to build on; a
 //! scope without a custom manager runs that code inline, with no dynamic
 //! dispatch on the request path. To react differently, implement [`ScopeManager`] and give the
 //! registry a factory for it: for every scope with
-//! [`RegistryBuilder::scope_manager`](crate::RegistryBuilder::scope_manager),
+//! [`RegistryBuilder::scope_manager`](crate::registry::RegistryBuilder::scope_manager),
 //! or for one scope with [`ScopeConfig::manager`](crate::ScopeConfig::manager)
 //! (the per-scope one wins). This is the seeds' `THROTTLING_SCOPE_MANAGER`
 //! setting and its per-scope `"manager"` key.
@@ -30,7 +30,7 @@
 //!   ([`on_feedback`](ScopeManager::on_feedback)): backoff or success, the
 //!   response status or the error kind when known, the actual cost, the
 //!   latency, the instant, and the scope's limits without the manager.
-//!   Feedback the classifier marks [`Ignore`](crate::FeedbackKind::Ignore)
+//!   Feedback the classifier marks [`Ignore`](crate::registry::FeedbackKind::Ignore)
 //!   is not passed on.
 //! - **Asked for its contribution** at an instant
 //!   ([`limits`](ScopeManager::limits)): a delay, a concurrency, a hold, or
@@ -38,7 +38,7 @@
 //!   contribution (the largest delay and the smallest concurrency win);
 //!   when the manager's answer is the one that binds,
 //!   [`ScopeStats`](crate::ScopeStats) says
-//!   [`LimitSource::Manager`](crate::LimitSource::Manager).
+//!   [`LimitSource::Manager`](crate::registry::LimitSource::Manager).
 //!
 //! ## No timers: recovery is computed when asked
 //!
@@ -58,9 +58,9 @@
 //! ## What a custom manager replaces
 //!
 //! A scope with a custom manager runs neither the exponential backoff nor
-//! rampup (its [`BackoffConfig`](crate::BackoffConfig) still says which
+//! rampup (its [`BackoffConfig`](crate::registry::BackoffConfig) still says which
 //! statuses are backoff feedback and caps Retry-After holds; its
-//! [`RampupConfig`](crate::RampupConfig), if any, is unused). Everything else
+//! [`RampupConfig`](crate::registry::RampupConfig), if any, is unused). Everything else
 //! applies as usual: config, robots.txt, AutoThrottle, Retry-After holds,
 //! pacing, quotas. The scope's own jitter applies to the manager's delay.
 //!
@@ -73,10 +73,9 @@
 //! use std::time::Duration;
 //! use tokio::time::Instant;
 //! use tower::{ServiceBuilder, ServiceExt};
-//! use tower_throttle::{
-//!     BackoffLayer, BaseLimits, LimitSource, ManagerFeedback, ManagerLimits, Registry,
-//!     ScopeConfig, ScopeManager, ThrottleLayer,
-//! };
+//! use tower_throttle::{BackoffLayer, Registry, ScopeConfig, ThrottleLayer};
+//! use tower_throttle::registry::LimitSource;
+//! use tower_throttle::registry::manager::{BaseLimits, ManagerFeedback, ManagerLimits, ScopeManager};
 //!
 //! const WINDOW: Duration = Duration::from_secs(60);
 //!
@@ -176,10 +175,9 @@
 //! use tokio::time::Instant;
 //! use tower::{ServiceBuilder, ServiceExt};
 //! use tower_throttle::backoff::{default_response_feedback, ResponseHead};
-//! use tower_throttle::{
-//!     BackoffConfig, BackoffLayer, BaseLimits, Feedback, LimitSource, ManagerFeedback, ManagerLimits,
-//!     Registry, ScopeConfig, ScopeManager, ThrottleLayer,
-//! };
+//! use tower_throttle::{BackoffLayer, Registry, ScopeConfig, ThrottleLayer};
+//! use tower_throttle::registry::{BackoffConfig, Feedback, LimitSource};
+//! use tower_throttle::registry::manager::{BaseLimits, ManagerFeedback, ManagerLimits, ScopeManager};
 //!
 //! const BAN: Duration = Duration::from_secs(600);
 //!
@@ -274,7 +272,7 @@ pub use rampup::Rampup;
 /// How one scope reacts to feedback; see the [module docs](self).
 ///
 /// One instance per scope, made by the factory given to
-/// [`RegistryBuilder::scope_manager`](crate::RegistryBuilder::scope_manager)
+/// [`RegistryBuilder::scope_manager`](crate::registry::RegistryBuilder::scope_manager)
 /// or [`ScopeConfig::manager`](crate::ScopeConfig::manager) on the scope's
 /// first feedback. Its methods run under the registry's lock: keep them
 /// short, and never block in them. `Send + Sync` because the registry is
@@ -401,7 +399,7 @@ impl ManagerFeedback {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_throttle::ManagerLimits;
+/// use tower_throttle::registry::manager::ManagerLimits;
 ///
 /// let slower = ManagerLimits::none().delay(Duration::from_secs(2)).concurrency(1);
 /// assert_eq!(slower.get_delay(), Some(Duration::from_secs(2)));
@@ -511,7 +509,7 @@ type Factory = dyn Fn(&Scope) -> Box<dyn ScopeManager> + Send + Sync;
 
 /// Makes a scope's [`ScopeManager`]; what
 /// [`ScopeConfig::manager`](crate::ScopeConfig::manager) and
-/// [`RegistryBuilder::scope_manager`](crate::RegistryBuilder::scope_manager)
+/// [`RegistryBuilder::scope_manager`](crate::registry::RegistryBuilder::scope_manager)
 /// keep.
 ///
 /// Two factories are equal when they are the same one (`Arc::ptr_eq`):

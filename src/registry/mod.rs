@@ -169,7 +169,6 @@ pub use builder::RegistryBuilder;
 pub(crate) use config::Setting;
 pub use config::{ScopeConfig, DEFAULT_QUOTA_WINDOW};
 pub use feedback::{AnnouncedLimits, ErrorKind, Feedback, FeedbackKind};
-pub use manager::{BaseLimits, ManagerFeedback, ManagerLimits, ScopeManager};
 pub use rampup::RampupConfig;
 pub use report::ScopeReport;
 pub use scope_state::LimitSource;
@@ -245,7 +244,7 @@ struct RegistryShared {
     locks: std::sync::atomic::AtomicU64,
     /// Every backoff status of every scope config, read without the lock.
     backoff_statuses: report::BackoffStatuses,
-    /// Whether the resolver is the built-in [`HostResolver`](crate::HostResolver)
+    /// Whether the resolver is the built-in [`HostResolver`](crate::scope::HostResolver)
     /// (then the throttle finds a host's scope by name, without a key).
     resolves_hosts: bool,
     /// The scope configs, read without the lock to judge responses.

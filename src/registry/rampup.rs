@@ -35,7 +35,8 @@ use crate::time::validate_delay;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_throttle::{RampupConfig, ScopeConfig};
+/// use tower_throttle::{ScopeConfig};
+/// use tower_throttle::registry::RampupConfig;
 ///
 /// // Aim at one to three rate-limit responses per minute.
 /// let api = ScopeConfig::default().rampup(RampupConfig::default().backoff_target(1..=3));

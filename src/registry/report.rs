@@ -27,7 +27,7 @@ pub(crate) use collect::{Collected, ScopeReports};
 /// ```
 /// use std::time::Duration;
 /// use tower_throttle::registry::ScopeReport;
-/// use tower_throttle::Feedback;
+/// use tower_throttle::registry::Feedback;
 ///
 /// let report = ScopeReport::new()
 ///     .feedback(Feedback::backoff())
@@ -168,7 +168,8 @@ impl Registry {
     /// ```
     /// use std::time::Duration;
     /// use tower_throttle::registry::ScopeReport;
-    /// use tower_throttle::{Feedback, Registry, Scopes};
+    /// use tower_throttle::{Registry, Scopes};
+    /// use tower_throttle::registry::Feedback;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {

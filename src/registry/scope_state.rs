@@ -51,7 +51,7 @@ pub enum LimitSource {
     /// A backoff another worker of the fleet reported to the registry's
     /// [scope store](crate::store).
     Fleet,
-    /// The scope's custom [`ScopeManager`](crate::ScopeManager): its delay,
+    /// The scope's custom [`ScopeManager`](crate::registry::manager::ScopeManager): its delay,
     /// concurrency or hold is the one in force. (A source of its own rather
     /// than `Backoff` or `Rampup`: those name the built-in manager's
     /// settings, which a custom manager does not use.)

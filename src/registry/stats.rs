@@ -36,9 +36,9 @@ pub struct ScopeStats {
     /// Time left on a hold (Retry-After, rate-limit reset, or the scope's
     /// custom manager), if one is active.
     pub held_for: Option<Duration>,
-    /// The name of the [`ScopeManager`](crate::ScopeManager) the scope runs:
+    /// The name of the [`ScopeManager`](crate::registry::manager::ScopeManager) the scope runs:
     /// `"default"` for the built-in backoff and rampup, the custom
-    /// manager's [`name`](crate::ScopeManager::name) once it is made (on
+    /// manager's [`name`](crate::registry::manager::ScopeManager::name) once it is made (on
     /// the scope's first feedback), and `"custom (not yet created: no
     /// feedback)"` before that.
     pub manager: Cow<'static, str>,

@@ -14,7 +14,7 @@
 //!
 //! | response | hold |
 //! |---|---|
-//! | a backoff status of the scope (its [`BackoffConfig`](crate::BackoffConfig) `http_codes`: 429, 502, 503, 504, 520–524 by default) | `Retry-After`; without it, the quota reset (`RateLimit` `t`, `RateLimit-Reset`, `X-RateLimit-Reset`). `Retry-After` wins when both are present, as the IETF draft requires |
+//! | a backoff status of the scope (its [`BackoffConfig`](crate::registry::BackoffConfig) `http_codes`: 429, 502, 503, 504, 520–524 by default) | `Retry-After`; without it, the quota reset (`RateLimit` `t`, `RateLimit-Reset`, `X-RateLimit-Reset`). `Retry-After` wins when both are present, as the IETF draft requires |
 //! | any status whose remaining quota is 0 (`RateLimit: "p";r=0;t=10`, `RateLimit-Remaining: 0`, `X-RateLimit-Remaining: 0`) | until the announced reset, *before* the server has to refuse anything. A 403 with `X-RateLimit-Remaining: 0` is a rate limit (GitHub's), not a ban |
 //! | a redirect (3xx) with `Retry-After` | `Retry-After`, at most `redirect_max_delay` (default 10 s): the followed redirect, sent through the same scopes, waits |
 //! | `Retry-After` on any other status (a 200, a 403 with quota left) | none: RFC 9110 gives it no meaning there |
@@ -26,7 +26,7 @@
 //! - `0`, a date in the past, `-5`, `1.5`, `nan`, non-ASCII digits and any
 //!   other malformed value mean "no hold" and cost a `tracing` debug event
 //!   (target `tower_throttle`) naming the header and the scopes; never a
-//!   panic. The parsers are in [`parse::rate_limit_headers`](crate::parse::rate_limit_headers).
+//!   panic (the parsers are fuzzed: `fuzz/`).
 //! - A hold is a one-time pause, not a new steady delay: once it ends the
 //!   scope sends at its effective limits again. Backoff steps are the
 //!   backoff feedback's business (the same 429 is backoff feedback too);
@@ -85,7 +85,7 @@
 //! hold until the reset covers it and the pacing is left alone. The pacing
 //! delay is capped at the scope's backoff `max_delay`, is the largest of
 //! the delays in force (config, backoff, AutoThrottle, robots.txt), and
-//! shows in stats as [`LimitSource::RateLimitPolicy`](crate::LimitSource::RateLimitPolicy).
+//! shows in stats as [`LimitSource::RateLimitPolicy`](crate::registry::LimitSource::RateLimitPolicy).
 //! It spaces sends; it does not count requests already in flight, so a
 //! scope with many lanes may still use up the quota a little early.
 //!

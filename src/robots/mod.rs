@@ -107,7 +107,8 @@
 //! ```
 //! use std::time::Duration;
 //! use tower::{ServiceBuilder, ServiceExt};
-//! use tower_throttle::{LimitSource, Registry, RobotsDelayLayer, ThrottleLayer};
+//! use tower_throttle::{Registry, RobotsDelayLayer, ThrottleLayer};
+//! use tower_throttle::registry::LimitSource;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -150,10 +151,9 @@ mod service;
 
 use std::time::Duration;
 
+pub use crate::parse::robots_txt::MAX_ROBOTS_TXT_BYTES;
 pub use layer::RobotsDelayLayer;
 pub use service::RobotsDelay;
-
-use crate::parse::robots_txt::MAX_ROBOTS_TXT_BYTES;
 
 /// The layer's settings (here, where the layer, the service and the
 /// cache all read them).

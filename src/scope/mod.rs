@@ -272,7 +272,7 @@ pub struct Priority(pub i32);
 /// AutoThrottle's delay (Scrapy's `autothrottle_dont_adjust_delay`).
 ///
 /// ```
-/// use tower_throttle::AutoThrottleExempt;
+/// use tower_throttle::scope::AutoThrottleExempt;
 ///
 /// let mut request = http::Request::get("https://example.com/huge-export").body(()).unwrap();
 /// request.extensions_mut().insert(AutoThrottleExempt);

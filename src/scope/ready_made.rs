@@ -11,7 +11,8 @@ use super::{HostResolver, RequestHead, ScopeResolver, Scopes};
 ///
 /// ```
 /// use tower_throttle::scope::EndpointResolver;
-/// use tower_throttle::{Registry, RequestHead, ScopeResolver};
+/// use tower_throttle::{Registry};
+/// use tower_throttle::scope::{RequestHead, ScopeResolver};
 ///
 /// let resolver = EndpointResolver::segments(1);
 /// let request = http::Request::get("https://api.example.com/v1/users/7").body(()).unwrap();
@@ -81,7 +82,8 @@ impl ScopeResolver for EndpointResolver {
 /// ```
 /// use std::time::Duration;
 /// use tower_throttle::scope::ScrapingApiResolver;
-/// use tower_throttle::{Registry, RequestHead, ScopeConfig, ScopeResolver};
+/// use tower_throttle::{Registry, ScopeConfig};
+/// use tower_throttle::scope::{RequestHead, ScopeResolver};
 ///
 /// let resolver = ScrapingApiResolver::new(["api.example"]);
 /// let request = http::Request::get("https://api.example/?url=https%3A%2F%2FSite.example%2Fa")
@@ -247,7 +249,7 @@ mod public_suffix {
     ///
     /// ```
     /// use tower_throttle::scope::RegistrableDomainResolver;
-    /// use tower_throttle::{RequestHead, ScopeResolver};
+    /// use tower_throttle::scope::{RequestHead, ScopeResolver};
     ///
     /// let request = http::Request::get("https://books.toscrape.com/").body(()).unwrap();
     /// let scopes = RegistrableDomainResolver.resolve(&RequestHead::of(&request));
@@ -273,7 +275,8 @@ mod public_suffix {
     /// ```
     /// use std::time::Duration;
     /// use tower_throttle::scope::HostAndParentsResolver;
-    /// use tower_throttle::{Registry, RequestHead, ScopeConfig, ScopeResolver};
+    /// use tower_throttle::{Registry, ScopeConfig};
+    /// use tower_throttle::scope::{RequestHead, ScopeResolver};
     ///
     /// let request = http::Request::get("https://books.toscrape.com/").body(()).unwrap();
     /// let scopes = HostAndParentsResolver.resolve(&RequestHead::of(&request));

@@ -152,7 +152,8 @@ impl<'a> RequestHead<'a> {
 /// Closures of the right shape implement it:
 ///
 /// ```
-/// use tower_throttle::{Registry, RequestHead, Scopes};
+/// use tower_throttle::{Registry, Scopes};
+/// use tower_throttle::scope::RequestHead;
 ///
 /// // Throttle API calls and page loads of every host separately.
 /// let registry = Registry::builder()

@@ -35,7 +35,7 @@
 //! scope's next send instant, at least a few milliseconds away): no polling
 //! loop faster than the delay. Each answer also brings the scopes' stored
 //! hold and backoff delay, which the local scope applies as limits of its
-//! own ([`LimitSource::Fleet`](crate::LimitSource::Fleet) in its stats), so
+//! own ([`LimitSource::Fleet`](crate::registry::LimitSource::Fleet) in its stats), so
 //! the local scheduler stops admitting what the fleet would make wait.
 //!
 //!
@@ -74,7 +74,7 @@
 //! # When the store is unreachable
 //!
 //! The registry fails in the direction chosen with
-//! [`RegistryBuilder::store_failure`](crate::RegistryBuilder::store_failure):
+//! [`RegistryBuilder::store_failure`](crate::registry::RegistryBuilder::store_failure):
 //!
 //! - [`StoreFailure::FailClosed`] (the default): the request fails with an
 //!   [`Error`](crate::Error) whose [`is_store`](crate::Error::is_store) is
@@ -280,8 +280,10 @@ impl Lease {
     }
 }
 
-/// A store's answer to a [`Reservation`].
+/// A store's answer to a [`Reservation`]. Made with [`Grant::new`] (it may
+/// gain fields).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Grant {
     /// Whether the lanes were taken, and when to send or ask again.
     pub answer: Answer,
@@ -289,8 +291,17 @@ pub struct Grant {
     pub facts: Vec<SharedFacts>,
 }
 
+impl Grant {
+    /// The answer `answer`, with each scope's shared `facts` in the
+    /// reservation's order.
+    pub fn new(answer: Answer, facts: Vec<SharedFacts>) -> Self {
+        Grant { answer, facts }
+    }
+}
+
 /// Whether a reservation was granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Answer {
     /// The leases are taken: send `wait` from now.
     Granted {
@@ -305,8 +316,11 @@ pub enum Answer {
     },
 }
 
-/// What the store knows of one scope, as of its answer.
+/// What the store knows of one scope, as of its answer. Start from
+/// `SharedFacts::default()` (nothing known) and set the fields (it may gain
+/// fields).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SharedFacts {
     /// Time left of the scope's hold (zero: none).
     pub hold: Duration,
@@ -319,6 +333,7 @@ pub struct SharedFacts {
 /// What a registry does when its store cannot be reached; see the
 /// [module docs](self#when-the-store-is-unreachable).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreFailure {
     /// Requests fail with a store error (or wait, if the throttle cannot
     /// return one). Nothing is sent without the store's word.

@@ -19,7 +19,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use sfv::{BareItem, ListEntry, Parser, Version};
-use tower_throttle::parse::rate_limit_headers::{
+use tower_throttle::fuzzing::rate_limit_headers::{
     parse_ratelimit, parse_ratelimit_policy, MAX_HEADER_VALUE_LEN,
 };
 

@@ -15,13 +15,14 @@ use crate::registry::backoff::{BackoffConfig, BackoffState};
 /// Two differences from the built-in manager, both of presentation: the
 /// scope's own jitter applies to its delay (the built-in one switches to the
 /// backoff `jitter`), and [`ScopeStats`](crate::ScopeStats) shows its steps
-/// as [`LimitSource::Manager`](crate::LimitSource::Manager), not in
+/// as [`LimitSource::Manager`](crate::registry::LimitSource::Manager), not in
 /// `backoff_level`.
 ///
 /// ```
 /// use std::time::Duration;
 /// use tower_throttle::registry::manager::ExponentialBackoff;
-/// use tower_throttle::{BackoffConfig, Feedback, Registry, ScopeConfig, Scopes};
+/// use tower_throttle::{Registry, ScopeConfig, Scopes};
+/// use tower_throttle::registry::{BackoffConfig, Feedback};
 ///
 /// let registry = Registry::builder()
 ///     .scope_manager(|_scope| {

@@ -21,12 +21,13 @@ use crate::registry::rampup::{RampupConfig, RampupState};
 /// one's, what it learnt goes with the scope when an idle scope is evicted
 /// (a pace is not a limit in force).
 /// [`ScopeStats`](crate::ScopeStats) shows its pace as
-/// [`LimitSource::Manager`](crate::LimitSource::Manager).
+/// [`LimitSource::Manager`](crate::registry::LimitSource::Manager).
 ///
 /// ```
 /// use std::time::Duration;
 /// use tower_throttle::registry::manager::Rampup;
-/// use tower_throttle::{Feedback, LimitSource, RampupConfig, Registry, ScopeConfig, Scopes};
+/// use tower_throttle::{Registry, ScopeConfig, Scopes};
+/// use tower_throttle::registry::{Feedback, LimitSource, RampupConfig};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), tower_throttle::ConfigError> {
