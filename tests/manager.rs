@@ -13,7 +13,7 @@ use support::get;
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_throttle::registry::manager::{BaseLimits, ManagerFeedback, ManagerLimits, ScopeManager};
-use tower_throttle::registry::{BackoffConfig, ErrorKind, Feedback, LimitSource};
+use tower_throttle::registry::{BackoffConfig, ErrorKind, Feedback, LimitSource, RampupConfig};
 use tower_throttle::{BackoffLayer, Registry, ScopeConfig, Scopes, ThrottleLayer};
 
 fn secs(s: u64) -> Duration {
@@ -497,6 +497,43 @@ async fn set_scope_with_another_factory_replaces_the_manager() {
     registry.feedback(&Scopes::from("api"), Feedback::backoff());
     let stats = registry.scope_stats("api").unwrap();
     assert_eq!((stats.manager.as_ref(), stats.delay), ("default", secs(1)));
+}
+
+/// A scope has one manager, chosen by its config: a config change that
+/// keeps the kind keeps what the manager learnt; another kind starts fresh.
+#[tokio::test(start_paused = true)]
+async fn set_scope_keeps_the_managers_state_only_while_its_kind_stays() {
+    let registry = Registry::builder().default_scope(exact()).build().unwrap();
+    registry.feedback(&Scopes::from("api"), Feedback::backoff());
+    let backoff = |registry: &Registry| {
+        let stats = registry.scope_stats("api").unwrap();
+        (stats.backoff_level, stats.delay, stats.rampup_delay)
+    };
+    assert_eq!(backoff(&registry), (1, secs(1), None));
+    // The built-in backoff still: its step stays.
+    registry.set_scope("api", exact().concurrency(2)).unwrap();
+    assert_eq!(backoff(&registry), (1, secs(1), None));
+    // Rampup: its search starts from the configured delay, the backoff's
+    // step goes with the backoff.
+    let ramping = exact().delay(secs(2)).rampup(RampupConfig::default());
+    registry.set_scope("api", ramping.clone()).unwrap();
+    assert_eq!(backoff(&registry), (0, secs(2), Some(secs(2))));
+    // Backoff feedback now goes to rampup, which slows down once a window
+    // has more than its target (one).
+    registry.feedback(&Scopes::from("api"), Feedback::backoff());
+    registry.feedback(&Scopes::from("api"), Feedback::backoff());
+    let (level, _, slowed) = backoff(&registry);
+    assert_eq!(level, 0);
+    assert!(slowed.unwrap() > secs(2), "{slowed:?}");
+    // Rampup still (another window, say): what it learnt stays.
+    registry.set_scope("api", ramping.concurrency(2)).unwrap();
+    assert_eq!(backoff(&registry).2, slowed);
+    // Back to the built-in backoff: nothing in force, the next feedback
+    // steps from the config.
+    registry.set_scope("api", exact()).unwrap();
+    assert_eq!(backoff(&registry), (0, Duration::ZERO, None));
+    registry.feedback(&Scopes::from("api"), Feedback::backoff());
+    assert_eq!(backoff(&registry), (1, secs(1), None));
 }
 
 #[test]

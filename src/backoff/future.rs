@@ -33,7 +33,7 @@ pin_project! {
 
 impl<F> ResponseFuture<F> {
     pub(crate) fn new(inner: F, scopes: Scopes, shared: Arc<BackoffShared>) -> Self {
-        let sent_at = shared.registry.has_custom_managers().then(Instant::now);
+        let sent_at = shared.registry.managers_hear_successes().then(Instant::now);
         ResponseFuture {
             inner,
             scopes,
@@ -79,7 +79,7 @@ where
                 };
                 let surely_success = !shared.custom_on_response
                     && cost_from_header.is_none()
-                    && !registry.has_custom_managers()
+                    && !registry.managers_hear_successes()
                     && !registry.may_back_off_on(head.status.as_u16());
                 if surely_success {
                     // The built-in rule says success in every scope, which

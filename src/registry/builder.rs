@@ -298,8 +298,9 @@ impl RegistryBuilder {
         let backoff_statuses = BackoffStatuses::of(
             std::iter::once(&self.default_scope).chain(self.scopes.iter().map(|(_, config)| config)),
         );
-        let custom_managers = self.default_scope.has_custom_manager()
-            || self.scopes.iter().any(|(_, config)| config.has_custom_manager());
+        let managers_hear_successes = std::iter::once(&self.default_scope)
+            .chain(self.scopes.iter().map(|(_, config)| config))
+            .any(|config| config.manager_kind().hears_successes());
         let rng = match self.seed {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
@@ -312,7 +313,7 @@ impl RegistryBuilder {
             });
         Ok(Registry {
             shared: Arc::new(RegistryShared {
-                custom_managers: AtomicBool::new(custom_managers),
+                managers_hear_successes: AtomicBool::new(managers_hear_successes),
                 #[cfg(debug_assertions)]
                 locks: std::sync::atomic::AtomicU64::new(0),
                 backoff_statuses,

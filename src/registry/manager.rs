@@ -6,11 +6,13 @@
 //! [`ScopeStats::manager`](crate::ScopeStats::manager)) is the exponential
 //! backoff of [`BackoffConfig`](crate::registry::BackoffConfig) with quiet-window
 //! recovery, or the [rampup](crate::registry::RampupConfig) search when the scope
-//! opted in. Both are also [`ScopeManager`]s, [`ExponentialBackoff`] and
-//! [`Rampup`], taking the same steps by the same code (tests check the
-//! send instants and per-minute counts are identical), to build on; a
-//! scope without a custom manager runs that code inline, with no dynamic
-//! dispatch on the request path. To react differently, implement [`ScopeManager`] and give the
+//! opted in. Each scope has exactly **one** manager, chosen by its config:
+//! a custom factory wins, then rampup, then the exponential backoff. The
+//! built-ins run with no dynamic dispatch (a scope's manager state is one
+//! enum: backoff, rampup or custom), and are also [`ScopeManager`]s,
+//! [`ExponentialBackoff`] and [`Rampup`], taking the same steps by the same
+//! state machines (tests check the send instants and per-minute counts are
+//! identical), to build on. To react differently, implement [`ScopeManager`] and give the
 //! registry a factory for it: for every scope with
 //! [`RegistryBuilder::scope_manager`](crate::registry::RegistryBuilder::scope_manager),
 //! or for one scope with [`ScopeConfig::manager`](crate::ScopeConfig::manager)

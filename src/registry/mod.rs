@@ -234,10 +234,10 @@ struct RegistryShared {
     queue_places: Arc<places::QueuePlaces>,
     /// The scope store shared with other workers, if any.
     fleet: Option<Arc<StoreHandle>>,
-    /// Whether any scope config has a custom manager (set once, never
-    /// cleared): only then do feedback layers measure what managers alone
-    /// use, such as latency.
-    custom_managers: AtomicBool,
+    /// Whether some scope's manager hears successes (a config with a custom
+    /// manager; set once, never cleared): only then do feedback layers
+    /// measure what managers alone use, such as latency.
+    managers_hear_successes: AtomicBool,
     /// Times the scheduler's lock was taken, counted in debug builds only
     /// (tests check the locking per request with it).
     #[cfg(debug_assertions)]
@@ -342,8 +342,8 @@ impl Registry {
     pub fn set_scope(&self, key: impl Into<Scope>, config: ScopeConfig) -> Result<(), ConfigError> {
         let key = key.into();
         config.validate(&format!("scope {:?}", key.as_str()))?;
-        if config.has_custom_manager() {
-            self.shared.custom_managers.store(true, Ordering::Relaxed);
+        if config.manager_kind().hears_successes() {
+            self.shared.managers_hear_successes.store(true, Ordering::Relaxed);
         }
         // Before the config takes effect: a response judged by it must not
         // skip the lock.
@@ -530,10 +530,10 @@ impl Registry {
         Arc::as_ptr(&self.shared) as usize
     }
 
-    /// Whether some scope may run a custom manager: the feedback layers
-    /// measure latency for managers only then.
-    pub(crate) fn has_custom_managers(&self) -> bool {
-        self.shared.custom_managers.load(Ordering::Relaxed)
+    /// Whether some scope's manager may hear successes (a custom one): the
+    /// feedback layers measure latency, and report successes, only then.
+    pub(crate) fn managers_hear_successes(&self) -> bool {
+        self.shared.managers_hear_successes.load(Ordering::Relaxed)
     }
 
     /// A handle that reserves places among `max_queued` (one per service

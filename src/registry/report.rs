@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::configs::ConfigsOf;
-use super::feedback::{AnnouncedLimits, Feedback, FeedbackKind};
+use super::feedback::{AnnouncedLimits, Feedback};
 use super::scheduler::{Scheduler, WakeList};
 use super::{Registry, ScopeConfig};
 use crate::scope::{Scope, Scopes};
@@ -299,9 +299,11 @@ fn apply_reports(
 ) {
     for ((scope, expected_cost), report) in scopes.iter().zip(reports) {
         if let Some(feedback) = report.feedback {
-            let tells_manager = scheduler.config_arc(scope.as_str()).has_custom_manager()
-                && feedback.kind() != FeedbackKind::Ignore;
-            if feedback.says_something() || tells_manager {
+            let heard = scheduler
+                .config_arc(scope.as_str())
+                .manager_kind()
+                .hears(&feedback);
+            if feedback.says_something() || heard {
                 scheduler.feedback(scope, feedback, expected_cost, now, wake);
                 if let (true, true, Some((delay, left))) =
                     (shared, feedback.is_backoff(), scheduler.backoff_left(scope, now))

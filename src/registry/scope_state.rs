@@ -16,11 +16,11 @@ use tokio::time::Instant;
 
 use super::backoff::BackoffNow;
 use super::config::ScopeConfig;
-use super::rampup::RampupState;
 use crate::scope::Scope;
 use crate::time::{scale, Jitter, Stamp};
 use contributions::NO_CONTRIBUTIONS;
 pub(crate) use contributions::{Contributions, QuotaWindow, RobotsContribution};
+pub(crate) use manager::Manager;
 
 /// What set an effective limit of a scope, so you can see *why* a scope is
 /// slow.
@@ -227,9 +227,9 @@ impl ScopeState {
             let contributions: &mut Contributions = contributed.get_or_insert_with(Box::default);
             contributions.autothrottle_delay = Some(autothrottle.start(config.delay));
         }
-        if config.get_rampup().is_some() && !config.has_custom_manager() {
+        if let Some(manager) = Manager::initial(&config, now) {
             let contributions: &mut Contributions = contributed.get_or_insert_with(Box::default);
-            contributions.rampup = Some(Box::new(RampupState::new(config.delay, now)));
+            contributions.manager = Some(manager);
         }
         let plain = config.is_plain();
         ScopeState {
@@ -370,16 +370,15 @@ impl ScopeState {
         sending: Sending,
     ) -> TakenLane {
         let Sending { enqueued_at, cost } = sending;
-        if let Some(contributed) = self.contributed.as_deref_mut() {
-            if let (Some(rampup), Some(config)) = (contributed.rampup.as_mut(), self.config.get_rampup()) {
-                rampup.roll(now, config);
-            }
-            if let Some(manager) = contributed.manager.as_mut() {
-                manager.on_send(now);
-            }
+        if let Some(manager) = self
+            .contributed
+            .as_deref_mut()
+            .and_then(|contributed| contributed.manager.as_mut())
+        {
+            manager.on_send(now, &self.config);
         }
         let (check, effective) = match chosen {
-            Some((lane, effective)) if self.contributions().backoff.is_none() => {
+            Some((lane, effective)) if self.contributions().backoff().is_none() => {
                 (ScopeCheck::Ready { lane }, effective)
             }
             _ => {
@@ -561,5 +560,6 @@ impl ScopeState {
 
 mod contributions;
 mod limits;
+mod manager;
 mod quota;
 mod updates;

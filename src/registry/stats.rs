@@ -7,9 +7,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::feedback::AnnouncedLimits;
-use super::manager::{DEFAULT_MANAGER_NAME, PENDING_MANAGER_NAME};
 use super::scheduler::{Scheduler, ScopeEntry};
-use super::scope_state::{Effective, LimitSource, ScopeState};
+use super::scope_state::{Effective, LimitSource, Manager, ScopeState};
 use crate::scope::Scope;
 use crate::time::{saturating_add, Stamp};
 
@@ -169,11 +168,7 @@ impl ScopeEntry {
                 .max(effective.manager_hold.map(Stamp::instant))
                 .map(|until| until.saturating_duration_since(now))
                 .filter(|left| !left.is_zero()),
-            manager: match &contributions.manager {
-                Some(manager) => Cow::Owned(manager.name().to_owned()),
-                None if scope.config.has_custom_manager() => Cow::Borrowed(PENDING_MANAGER_NAME),
-                None => Cow::Borrowed(DEFAULT_MANAGER_NAME),
-            },
+            manager: Manager::name_in_stats(contributions.manager.as_ref(), &scope.config),
             sent: scope.sent,
             backoff_level: effective.backoff.map_or(0, |backoff| backoff.level),
             backoff_delay: effective.backoff.map(|backoff| backoff.delay),
@@ -181,8 +176,8 @@ impl ScopeEntry {
             autothrottle_delay: contributions.autothrottle_delay,
             robots_delay: contributions.robots.map(|robots| robots.crawl_delay),
             robots_delay_applies: contributions.robots.is_some_and(|robots| robots.applies()),
-            rampup_delay: contributions.rampup.as_ref().map(|rampup| rampup.delay),
-            rampup_windows: contributions.rampup.as_ref().map_or(0, |rampup| rampup.windows),
+            rampup_delay: contributions.rampup().map(|rampup| rampup.delay),
+            rampup_windows: contributions.rampup().map_or(0, |rampup| rampup.windows),
             latency: scope.latency(),
             reported_cost: contributions.reported_cost,
             pacing_delay: contributions

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::manager::Manager;
 use crate::registry::backoff::BackoffState;
 use crate::registry::config::ScopeConfig;
 use crate::registry::feedback::AnnouncedLimits;
@@ -18,9 +19,6 @@ use crate::registry::rampup::RampupState;
 pub(crate) struct Contributions {
     /// Nothing is sent before this instant (Retry-After, rate-limit resets).
     pub(crate) hold_until: Option<Instant>,
-    /// Exponential backoff after the last step (recovery is computed from
-    /// it when read).
-    pub(crate) backoff: Option<BackoffState>,
     /// AutoThrottle's current delay, when AutoThrottle is on.
     pub(crate) autothrottle_delay: Option<Duration>,
     /// robots.txt Crawl-delay, and whether it applies (a scope with an
@@ -34,8 +32,6 @@ pub(crate) struct Contributions {
     pub(crate) fleet_backoff: Option<(Duration, Instant)>,
     /// What the server last announced about its limits (for stats).
     pub(crate) announced: Option<Box<AnnouncedLimits>>,
-    /// The rampup controller, when rampup is on.
-    pub(crate) rampup: Option<Box<RampupState>>,
     /// The current quota window, when the scope has a quota and has spent
     /// from it (boxed: most scopes have no quota).
     pub(crate) quota: Option<Box<QuotaWindow>>,
@@ -45,28 +41,60 @@ pub(crate) struct Contributions {
     pub(crate) backoff_feedbacks: u64,
     /// Sum of the actual costs feedback reported (for stats).
     pub(crate) reported_cost: f64,
-    /// The scope's custom manager, made on its first feedback when its
-    /// config has one (then `backoff` and `rampup` stay empty: it replaces
-    /// them).
-    pub(crate) manager: Option<CustomManager>,
+    /// The state of the scope's one manager (see [`Manager`]): the
+    /// built-in backoff after a step (recovery is computed from it when
+    /// read), rampup's controller, or a custom manager once made.
+    pub(crate) manager: Option<Manager>,
 }
 
 /// The contributions of a scope that has none: what
 /// [`ScopeState::contributions`] reads for most scopes.
 pub(super) static NO_CONTRIBUTIONS: Contributions = Contributions {
     hold_until: None,
-    backoff: None,
     autothrottle_delay: None,
     robots: None,
     pacing: None,
     fleet_backoff: None,
     announced: None,
-    rampup: None,
     quota: None,
     backoff_feedbacks: 0,
     reported_cost: 0.0,
     manager: None,
 };
+
+impl Contributions {
+    /// The built-in backoff's state, if the scope is backing off.
+    pub(crate) fn backoff(&self) -> Option<BackoffState> {
+        match &self.manager {
+            Some(Manager::Backoff(state)) => Some(*state),
+            _ => None,
+        }
+    }
+
+    /// Sets the built-in backoff's state (`None`: recovered). A no-op on a
+    /// scope whose manager is another one.
+    pub(crate) fn set_backoff(&mut self, state: Option<BackoffState>) {
+        if matches!(self.manager, None | Some(Manager::Backoff(_))) {
+            self.manager = state.map(Manager::Backoff);
+        }
+    }
+
+    /// Rampup's controller, if the scope ramps up.
+    pub(crate) fn rampup(&self) -> Option<&RampupState> {
+        match &self.manager {
+            Some(Manager::Rampup(rampup)) => Some(rampup),
+            _ => None,
+        }
+    }
+
+    /// The custom manager, once made.
+    pub(crate) fn custom(&self) -> Option<&CustomManager> {
+        match &self.manager {
+            Some(Manager::Custom(custom)) => Some(custom),
+            _ => None,
+        }
+    }
+}
 
 /// What a scope with a quota has spent in its current window.
 #[derive(Debug, Clone, Copy, PartialEq)]

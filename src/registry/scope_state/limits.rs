@@ -24,7 +24,7 @@ impl ScopeState {
     /// The limits without backoff: config, global cap, robots.txt and
     /// AutoThrottle. Backoff steps multiply these.
     pub(super) fn effective_before_backoff(&self, max_concurrency: u32) -> Effective {
-        let pace = self.contributions().rampup.as_ref().map(|rampup| Pace {
+        let pace = self.contributions().rampup().map(|rampup| Pace {
             delay: rampup.delay,
             lanes: self.rampup_lanes(rampup.delay),
             source: LimitSource::Rampup,
@@ -86,7 +86,7 @@ impl ScopeState {
     /// looked at (recovery is computed lazily, so this is when it is seen),
     /// and drops the backoff state once the scope is back on its limits.
     pub(super) fn note_backoff_recovery(&mut self, now: Instant, max_concurrency: u32) {
-        let Some(state) = self.contributions().backoff else {
+        let Some(state) = self.contributions().backoff() else {
             return;
         };
         let base = self.effective_before_backoff(max_concurrency);
@@ -102,10 +102,11 @@ impl ScopeState {
                 "backoff step down"
             );
         }
-        self.contributions_mut().backoff = current.map(|_| BackoffState {
-            reported_level: level,
-            ..state
-        });
+        self.contributions_mut()
+            .set_backoff(current.map(|_| BackoffState {
+                reported_level: level,
+                ..state
+            }));
     }
 
     /// Lanes a rampup scope needs to keep its pace at the observed latency
@@ -118,7 +119,7 @@ impl ScopeState {
 
     pub(crate) fn effective(&self, now: Instant, max_concurrency: u32) -> Effective {
         let mut effective = self.effective_before_backoff(max_concurrency);
-        let managed = self.contributions().manager.as_ref().map(|manager| {
+        let managed = self.contributions().custom().map(|manager| {
             let base = BaseLimits::new(effective.delay, effective.concurrency, self.latency());
             manager.limits(now, &base)
         });
@@ -143,7 +144,7 @@ impl ScopeState {
         let backoff_config = self.config.get_backoff();
         let backoff = self
             .contributions()
-            .backoff
+            .backoff()
             .and_then(|state| state.at(now, backoff_config, effective.concurrency));
         if let Some(backoff) = backoff {
             effective.raise_delay(backoff.delay, LimitSource::Backoff);

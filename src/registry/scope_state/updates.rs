@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{QuotaWindow, RobotsContribution, ScopeState};
+use super::manager::ManagerKind;
+use super::{Manager, QuotaWindow, RobotsContribution, ScopeState};
 use crate::registry::backoff::BackoffState;
 use crate::registry::config::ScopeConfig;
-use crate::registry::feedback::{AnnouncedLimits, Feedback, FeedbackKind};
-use crate::registry::manager::{BaseLimits, ManagerFeedback};
-use crate::registry::rampup::RampupState;
+use crate::registry::feedback::{AnnouncedLimits, Feedback};
+use crate::registry::manager::{BaseLimits, ManagerFactory, ManagerFeedback};
+use crate::registry::rampup::{RampupConfig, RampupState};
 use crate::time::{saturating_add, MAX_CONFIG_DELAY};
 
 impl ScopeState {
@@ -27,21 +28,10 @@ impl ScopeState {
         if let Some(robots) = &mut contributions.robots {
             *robots = RobotsContribution::for_config(robots.crawl_delay, &config, true, robots.pinned_until);
         }
-        if self.config.manager != config.manager {
-            // Another factory (or none): its state means nothing to the new
-            // one, which is made on the next feedback.
-            contributions.manager = None;
-        }
-        if config.has_custom_manager() {
-            contributions.backoff = None;
-            contributions.rampup = None;
-        }
-        match (config.get_rampup(), &contributions.rampup) {
-            (None, _) => contributions.rampup = None,
-            (Some(_), None) if config.has_custom_manager() => {}
-            (Some(_), None) => contributions.rampup = Some(Box::new(RampupState::new(config.delay, now))),
-            (Some(_), Some(_)) => {}
-        }
+        // Another kind of manager (or another factory): the old state means
+        // nothing to the new one.
+        contributions.manager =
+            Manager::across_config_change(contributions.manager.take(), &self.config, &config, now);
         self.plain = config.is_plain();
         self.config = config;
         self.explicit = true;
@@ -64,66 +54,84 @@ impl ScopeState {
         if let Some(remaining) = feedback.remaining_quota() {
             quota_changed |= self.set_remaining_quota(remaining, now);
         }
-        if self.config.has_custom_manager() && feedback.kind() != FeedbackKind::Ignore {
-            self.tell_manager(feedback, now, max_concurrency);
-            return true;
-        }
-        if feedback.kind() != FeedbackKind::Backoff {
+        let config = Arc::clone(&self.config);
+        let kind = config.manager_kind();
+        if !kind.hears(&feedback) {
             return quota_changed;
         }
-        self.contributions_mut().backoff_feedbacks += 1;
-        let rampup = self
-            .contributed
-            .as_deref_mut()
-            .and_then(|contributed| contributed.rampup.as_mut());
-        if let (Some(rampup), Some(config)) = (rampup, self.config.get_rampup()) {
-            let before = rampup.delay;
-            rampup.on_backoff(now, config);
-            tracing::debug!(
-                target: "tower_throttle",
-                scope = %self.key,
-                old_delay_ms = before.as_secs_f64() * 1000.0,
-                new_delay_ms = rampup.delay.as_secs_f64() * 1000.0,
-                "rampup: backoff feedback"
-            );
-        } else {
-            self.note_backoff_recovery(now, max_concurrency);
-            let base = self.effective_before_backoff(max_concurrency);
-            let config = self.config.get_backoff();
-            let current = self
-                .contributions()
-                .backoff
-                .and_then(|state| state.at(now, config, base.concurrency));
-            let stepped = BackoffState::step(current, now, config, base.delay, base.concurrency);
-            tracing::debug!(
-                target: "tower_throttle",
-                scope = %self.key,
-                level = stepped.level,
-                delay_ms = stepped.delay.as_millis() as u64,
-                concurrency = stepped.concurrency,
-                "backoff step up"
-            );
-            self.contributions_mut().backoff = Some(stepped);
+        if feedback.is_backoff() {
+            self.contributions_mut().backoff_feedbacks += 1;
+        }
+        match kind {
+            ManagerKind::Backoff => self.step_backoff(now, max_concurrency),
+            ManagerKind::Rampup(rampup) => self.tell_rampup(rampup, now),
+            ManagerKind::Custom(factory) => self.tell_custom_manager(factory, feedback, now, max_concurrency),
         }
         true
+    }
+
+    /// The built-in backoff's step up on backoff feedback, from the limits
+    /// in force at `now` (after the steps back quiet windows earned).
+    fn step_backoff(&mut self, now: Instant, max_concurrency: u32) {
+        self.note_backoff_recovery(now, max_concurrency);
+        let base = self.effective_before_backoff(max_concurrency);
+        let config = self.config.get_backoff();
+        let current = self
+            .contributions()
+            .backoff()
+            .and_then(|state| state.at(now, config, base.concurrency));
+        let stepped = BackoffState::step(current, now, config, base.delay, base.concurrency);
+        tracing::debug!(
+            target: "tower_throttle",
+            scope = %self.key,
+            level = stepped.level,
+            delay_ms = stepped.delay.as_millis() as u64,
+            concurrency = stepped.concurrency,
+            "backoff step up"
+        );
+        self.contributions_mut().set_backoff(Some(stepped));
+    }
+
+    /// Rampup's slow-down on backoff feedback.
+    fn tell_rampup(&mut self, config: &RampupConfig, now: Instant) {
+        let delay = self.config.delay;
+        let contributions = self.contributed.get_or_insert_with(Box::default);
+        if !matches!(contributions.manager, Some(Manager::Rampup(_))) {
+            contributions.manager = Some(Manager::Rampup(Box::new(RampupState::new(delay, now))));
+        }
+        let Some(Manager::Rampup(rampup)) = contributions.manager.as_mut() else {
+            return;
+        };
+        let before = rampup.delay;
+        rampup.on_backoff(now, config);
+        tracing::debug!(
+            target: "tower_throttle",
+            scope = %self.key,
+            old_delay_ms = before.as_secs_f64() * 1000.0,
+            new_delay_ms = rampup.delay.as_secs_f64() * 1000.0,
+            "rampup: backoff feedback"
+        );
     }
 
     /// Tells the scope's custom manager about `feedback`, making the
     /// manager first if this is the scope's first feedback since it was
     /// created.
-    fn tell_manager(&mut self, feedback: Feedback, now: Instant, max_concurrency: u32) {
-        if feedback.is_backoff() {
-            self.contributions_mut().backoff_feedbacks += 1;
-        }
+    fn tell_custom_manager(
+        &mut self,
+        factory: &ManagerFactory,
+        feedback: Feedback,
+        now: Instant,
+        max_concurrency: u32,
+    ) {
         let base = self.effective_before_backoff(max_concurrency);
         let base = BaseLimits::new(base.delay, base.concurrency, self.latency());
-        let Some(factory) = &self.config.manager else {
+        let contributions = self.contributed.get_or_insert_with(Box::default);
+        if !matches!(contributions.manager, Some(Manager::Custom(_))) {
+            contributions.manager = Some(Manager::Custom(factory.create(&self.key)));
+        }
+        let Some(Manager::Custom(manager)) = contributions.manager.as_mut() else {
             return;
         };
-        let contributions = self.contributed.get_or_insert_with(Box::default);
-        let manager = contributions
-            .manager
-            .get_or_insert_with(|| factory.create(&self.key));
         manager.on_feedback(&ManagerFeedback::new(feedback, now, base));
         tracing::debug!(
             target: "tower_throttle",
@@ -256,7 +264,7 @@ impl ScopeState {
     pub(crate) fn may_be_forgotten(&self, now: Instant, under_pressure: bool) -> bool {
         let contributions = self.contributions();
         let held = contributions.hold_until.is_some_and(|until| until > now);
-        let backing_off = contributions.backoff.is_some_and(|state| {
+        let backing_off = contributions.backoff().is_some_and(|state| {
             state
                 .at(now, self.config.get_backoff(), self.config.concurrency)
                 .is_some()
@@ -267,8 +275,8 @@ impl ScopeState {
             .robots
             .and_then(|robots| robots.pinned_until)
             .is_some_and(|until| until > now);
-        let rampup_kept = under_pressure && contributions.rampup.is_some();
-        let managed = contributions.manager.as_ref().is_some_and(|manager| {
+        let rampup_kept = under_pressure && contributions.rampup().is_some();
+        let managed = contributions.custom().is_some_and(|manager| {
             let base = BaseLimits::new(self.config.delay, self.config.concurrency, self.latency());
             manager.limits(now, &base).limits_anything(now)
         });
