@@ -102,6 +102,8 @@ enum Failure {
     },
     /// The scope store could not be reached (the registry fails closed).
     Store(StoreError),
+    /// The request's host could not be resolved (`IpScopeLayer`).
+    Dns(crate::ip::LookupFailure),
     Inner(BoxError),
 }
 
@@ -113,6 +115,12 @@ impl Error {
                 path,
                 unreachable,
             },
+        }
+    }
+
+    pub(crate) fn dns(failure: crate::ip::LookupFailure) -> Self {
+        Error {
+            kind: Failure::Dns(failure),
         }
     }
 
@@ -149,6 +157,14 @@ impl Error {
         matches!(self.kind, Failure::Store(_))
     }
 
+    /// Whether the request's host could not be resolved
+    /// ([`IpScopeLayer`](crate::ip::IpScopeLayer)): the lookup failed or
+    /// found no address. The inner service never saw the request. The
+    /// lookup's error is the [`source`](std::error::Error::source).
+    pub fn is_dns(&self) -> bool {
+        matches!(self.kind, Failure::Dns(_))
+    }
+
     /// Whether the inner service failed (its error is the
     /// [`source`](std::error::Error::source)).
     pub fn is_inner(&self) -> bool {
@@ -160,7 +176,7 @@ impl Error {
     pub fn into_inner(self) -> Option<BoxError> {
         match self.kind {
             Failure::Inner(err) => Some(err),
-            Failure::RobotsDisallowed { .. } | Failure::Store(_) => None,
+            Failure::RobotsDisallowed { .. } | Failure::Store(_) | Failure::Dns(_) => None,
         }
     }
 }
@@ -183,6 +199,13 @@ impl fmt::Debug for Error {
                 .debug_struct("Error")
                 .field("kind", &"Store")
                 .field("source", err)
+                .finish(),
+            Failure::Dns(failure) => f
+                .debug_struct("Error")
+                .field("kind", &"Dns")
+                .field("host", &failure.host)
+                .field("io_kind", &failure.kind)
+                .field("error", &failure.message)
                 .finish(),
             Failure::Inner(err) => f
                 .debug_struct("Error")
@@ -210,6 +233,7 @@ impl fmt::Display for Error {
                 "robots.txt of {origin} is unreachable, so {path} is disallowed until it can be fetched"
             ),
             Failure::Store(_) => f.write_str("scope store unreachable, and the registry fails closed"),
+            Failure::Dns(failure) => write!(f, "{failure}"),
             Failure::Inner(_) => f.write_str("inner service error"),
         }
     }
@@ -229,6 +253,7 @@ impl std::error::Error for Error {
         match &self.kind {
             Failure::Inner(err) => Some(&**err),
             Failure::Store(err) => Some(err),
+            Failure::Dns(failure) => Some(failure),
             Failure::RobotsDisallowed { .. } => None,
         }
     }

@@ -75,6 +75,7 @@
 //! | [`throttle`], [`backoff`], [`retry_after`], [`robots`] | each layer, its service, its response future and its hooks ([`backoff::BackoffRetry`] re-sends through the throttle) |
 //! | [`departure`] | departures timed by the client's write, for busy machines |
 //! | [`store`] | a store shared by a fleet of workers (in memory, Redis) |
+//! | [`ip`] | scopes by server address, with name resolution before admission |
 //! | `config_file` | the registry from a TOML or JSON file (feature `serde`) |
 //! | `reqwest` | the stack for a `reqwest::Client` (feature `reqwest`) |
 //!
@@ -100,6 +101,7 @@ pub mod backoff;
 pub mod config_file;
 pub mod departure;
 mod error;
+pub mod ip;
 mod parse;
 pub mod registry;
 #[cfg(feature = "reqwest")]

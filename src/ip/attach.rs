@@ -1,0 +1,56 @@
+//! What a request gets once its server is known: its server address and
+//! IP scope, or its DNS error (a leaf: the service and its future use it).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::cache::Answer;
+use super::layer::IpShared;
+use super::{ip_scope, ServerAddr};
+use crate::error::Error;
+use crate::registry::Feedback;
+use crate::scope::Scopes;
+
+/// The request with its server address and its IP scope added.
+pub(crate) fn with_server<B>(
+    mut request: http::Request<B>,
+    scopes: &Scopes,
+    address: IpAddr,
+    shared: &IpShared,
+) -> http::Request<B> {
+    let ip = ip_scope(address, shared.ipv4_prefix, shared.ipv6_prefix);
+    let with_ip = Scopes::with_costs(
+        scopes
+            .iter()
+            .map(|(scope, cost)| (scope.clone(), cost))
+            .chain(std::iter::once((ip, 1.0))),
+    );
+    request.extensions_mut().insert(with_ip);
+    request.extensions_mut().insert(ServerAddr(address));
+    request
+}
+
+/// What a finished lookup means for the request that waited: its server,
+/// or a DNS error (the request that started the lookup reports the failure
+/// as backoff feedback on its own scopes, once per lookup).
+pub(crate) fn settle<B>(
+    answer: Answer,
+    request: http::Request<B>,
+    (shared, scopes, report): &(Arc<IpShared>, Scopes, Option<Scopes>),
+) -> Result<http::Request<B>, Error> {
+    match answer {
+        Ok(address) => Ok(with_server(request, scopes, address, shared)),
+        Err(failure) => {
+            if let Some(scopes) = report {
+                tracing::debug!(
+                    target: "tower_throttle",
+                    host = %failure.host,
+                    error = %failure.message,
+                    "lookup failed: backoff feedback for the request's scopes"
+                );
+                shared.registry.feedback(scopes, Feedback::backoff());
+            }
+            Err(Error::dns(failure))
+        }
+    }
+}
