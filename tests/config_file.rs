@@ -152,7 +152,7 @@ fn bad_files_name_the_key_path_and_the_value() {
             "max_concurency = 3",
             "max_concurency: unknown field `max_concurency`, expected one of `max_concurrency`, `max_queued`, \
              `quota_window`, `idle_ttl`, `max_scopes`, `delayed_warn_threshold`, `metrics_per_scope`, \
-             `jitter_seed`, `default_scope`, `scopes`",
+             `jitter_seed`, `default_scope`, `ip_scopes`, `scopes`",
         ),
         (
             "[scopes.\"api.example\"]\ndelai = 1",
@@ -293,6 +293,43 @@ fn json_files_have_the_same_keys_and_errors() {
     let from_toml = RegistryConfig::from_toml_str(FULL).unwrap();
     let json = from_toml.to_json_string().unwrap();
     assert_eq!(RegistryConfig::from_json_str(&json).unwrap(), from_toml);
+}
+
+/// `[ip_scopes]`: every IP scope without its own config (inheriting from
+/// `[default_scope]`), an address of its own still by name; written back
+/// as read; errors name the table.
+#[test]
+fn ip_scopes_have_a_table_of_their_own() {
+    let text = r#"
+        [default_scope]
+        delay = "2s"
+        jitter = 0.0
+
+        [ip_scopes]
+        concurrency = 2
+
+        [scopes."ip:203.0.113.7"]
+        concurrency = 1
+        "#;
+    let config = RegistryConfig::from_toml_str(text).unwrap();
+    let ip = config.ip_scopes().unwrap();
+    assert_eq!(
+        (ip.get_concurrency(), ip.get_delay()),
+        (2, Duration::from_secs(2))
+    );
+    let registry = config.clone().build().unwrap();
+    let any_server = registry.scope_config("ip:198.51.100.1");
+    assert_eq!(
+        (any_server.get_concurrency(), any_server.get_delay()),
+        (2, Duration::from_secs(2))
+    );
+    assert_eq!(registry.scope_config("ip:203.0.113.7").get_concurrency(), 1);
+    assert_eq!(registry.scope_config("books.example").get_concurrency(), 1);
+    let written = registry.config().to_toml_string().unwrap();
+    assert!(written.contains("[ip_scopes]\nconcurrency = 2\n"), "{written}");
+    assert_eq!(RegistryConfig::from_toml_str(&written).unwrap(), config);
+    let error = RegistryConfig::from_toml_str("[ip_scopes]\nconcurrency = 0").unwrap_err();
+    assert!(error.to_string().starts_with("ip_scopes.concurrency"), "{error}");
 }
 
 #[test]

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_throttle::departure::{DepartureStampLayer, StampedBody};
 use tower_throttle::store::MemoryStore;
-use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
 
 fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
@@ -121,6 +121,41 @@ async fn with_a_departure_stamp_the_next_gap_runs_from_the_write_not_the_hand_ov
         // reports the departure; one lane: the completion brings it.
         assert_eq!(next_arrival(client, &arrivals).await, 130, "{lanes} lane(s)");
     }
+}
+
+/// The same for a request with two scopes, as `ip::IpScopeLayer` gives it
+/// (its host, no delay and 8 lanes; its server, 100 ms and 2 lanes): the
+/// server's gap runs from the write.
+#[tokio::test(start_paused = true)]
+async fn a_request_of_two_scopes_departs_at_its_write_in_both() {
+    let start = Instant::now();
+    let arrivals = Arrivals::default();
+    let registry = Registry::builder()
+        .default_scope(ScopeConfig::default().concurrency(8).delay(Duration::ZERO))
+        .scope(
+            "server",
+            ScopeConfig::default()
+                .concurrency(2)
+                .delay(ms(100))
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap();
+    let client = ServiceBuilder::new()
+        .map_request(|mut request: http::Request<Full<Bytes>>| {
+            request
+                .extensions_mut()
+                .insert(Scopes::from(["example.com", "server"]));
+            request
+        })
+        .layer(ThrottleLayer::new(registry))
+        .layer(DepartureStampLayer::new())
+        .service(slow_to_write_client::<StampedBody<Full<Bytes>>>(
+            start,
+            arrivals.clone(),
+        ));
+    assert_eq!(next_arrival(client, &arrivals).await, 130);
 }
 
 #[tokio::test(start_paused = true)]

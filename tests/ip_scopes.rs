@@ -25,7 +25,7 @@ fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
 }
 
-/// Host scopes: 8 lanes, no delay; the server at 127.0.0.1: 2 lanes, 50 ms.
+/// Host scopes: 8 lanes, no delay; every server (IP scope): 2 lanes, 50 ms.
 fn shared_server_registry() -> Registry {
     Registry::builder()
         .max_concurrency(64)
@@ -35,16 +35,7 @@ fn shared_server_registry() -> Registry {
                 .delay(Duration::ZERO)
                 .jitter(0.0),
         )
-        .scope(
-            "ip:127.0.0.1",
-            ScopeConfig::default()
-                .concurrency(2)
-                .delay(ms(50))
-                .delay_per_slot(Duration::ZERO)
-                .jitter(0.0),
-        )
-        .scope(
-            "ip:127.0.0.3",
+        .ip_scopes(
             ScopeConfig::default()
                 .concurrency(2)
                 .delay(ms(50))

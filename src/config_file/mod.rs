@@ -53,7 +53,9 @@
 //! # Keys
 //!
 //! Every key is optional; the table's second part is the keys of
-//! `[default_scope]` and of each `[scopes."NAME"]`. Durations are seconds
+//! `[default_scope]`, of `[ip_scopes]` (every IP scope without its own,
+//! `ip:…`: see [`crate::ip`] and [`RegistryBuilder::ip_scopes`]) and of each
+//! `[scopes."NAME"]` (an address or network too: `[scopes."ip:203.0.113.0/24"]`). Durations are seconds
 //! as a number (`1.5`) or a string with a unit: `"1.5s"`, `"250ms"`,
 //! `"2m"`, `"1h"` (digits, an optional fraction, the unit; nothing
 //! negative, no spaces). Jitter is a factor (`0.5`: every wait times
@@ -173,6 +175,7 @@ use tables::FileTable;
 pub struct RegistryConfig {
     settings: GlobalSettings,
     default_scope: ScopeConfig,
+    ip_scopes: Option<ScopeConfig>,
     scopes: BTreeMap<String, ScopeConfig>,
 }
 
@@ -246,6 +249,11 @@ impl RegistryConfig {
         self.default_scope
             .validate("")
             .map_err(|err| ConfigFileError::invalid(prefix, &err))?;
+        if let Some(config) = &self.ip_scopes {
+            config
+                .validate("")
+                .map_err(|err| ConfigFileError::invalid("ip_scopes", &err))?;
+        }
         for (key, config) in &self.scopes {
             config
                 .validate("")
@@ -282,6 +290,12 @@ impl RegistryConfig {
         &self.default_scope
     }
 
+    /// The config of IP scopes without their own (`[ip_scopes]`; see
+    /// [`RegistryBuilder::ip_scopes`]), if set.
+    pub fn ip_scopes(&self) -> Option<&ScopeConfig> {
+        self.ip_scopes.as_ref()
+    }
+
     /// The config of scope `key`, if it has its own (with the settings it
     /// inherits filled in).
     pub fn scope(&self, key: &str) -> Option<&ScopeConfig> {
@@ -306,15 +320,25 @@ impl RegistryConfig {
             .iter()
             .map(|(key, table)| (key.clone(), tables::scope(table, &default_scope)))
             .collect();
+        let ip_scopes = file
+            .ip_scopes
+            .as_ref()
+            .map(|table| tables::scope(table, &default_scope));
         RegistryConfig {
             settings,
             default_scope,
+            ip_scopes,
             scopes,
         }
     }
 
     fn canonical_file(&self) -> FileTable {
-        tables::canonical_file(&self.settings, &self.default_scope, &self.scopes)
+        tables::canonical_file(
+            &self.settings,
+            &self.default_scope,
+            self.ip_scopes.as_ref(),
+            &self.scopes,
+        )
     }
 
     fn builder_unchecked(&self) -> RegistryBuilder {
@@ -327,6 +351,9 @@ impl RegistryConfig {
             .delayed_warn_threshold(settings.delayed_warn_threshold)
             .metrics_per_scope(settings.metrics_per_scope)
             .default_scope(self.default_scope.clone());
+        if let Some(config) = &self.ip_scopes {
+            builder = builder.ip_scopes(config.clone());
+        }
         if let Some(window) = settings.quota_window {
             builder = builder.quota_window(window);
         }
@@ -394,6 +421,7 @@ impl Registry {
         RegistryConfig {
             settings: self.global_settings(),
             default_scope,
+            ip_scopes: self.ip_scopes_config(),
             scopes: scopes
                 .into_iter()
                 .map(|(key, config)| (key.as_str().to_owned(), config))

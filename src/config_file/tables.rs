@@ -35,6 +35,8 @@ pub(crate) struct FileTable {
     pub(crate) jitter_seed: Option<u64>,
     #[serde(default, skip_serializing_if = "ScopeTable::is_empty")]
     pub(crate) default_scope: ScopeTable,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ip_scopes: Option<ScopeTable>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) scopes: BTreeMap<String, ScopeTable>,
 }
@@ -289,6 +291,7 @@ fn apply_rampup(mut rampup: RampupConfig, table: &RampupTable) -> RampupConfig {
 pub(crate) fn canonical_file(
     settings: &GlobalSettings,
     default: &ScopeConfig,
+    ip_scopes: Option<&ScopeConfig>,
     scopes: &BTreeMap<String, ScopeConfig>,
 ) -> FileTable {
     let built_in = GlobalSettings::default();
@@ -306,6 +309,7 @@ pub(crate) fn canonical_file(
         metrics_per_scope: changed(settings.metrics_per_scope, built_in.metrics_per_scope, |v| v),
         jitter_seed: settings.jitter_seed,
         default_scope: default_scope_table(default, settings.quota_window),
+        ip_scopes: ip_scopes.map(|config| scope_table(config, default)),
         scopes: scopes
             .iter()
             .map(|(key, config)| (key.clone(), scope_table(config, default)))

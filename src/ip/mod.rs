@@ -6,8 +6,10 @@
 //! resolves each request's host before admission and adds the scope of the
 //! address it found, `ip:203.0.113.7`, to the request's own scopes (the
 //! host scope, by default): the request is sent when *all* of them allow it,
-//! as any multi-scope request. Configure IP scopes as any scope, by name:
-//! `Registry::builder().scope("ip:203.0.113.7", config)`; with
+//! as any multi-scope request. Configure every IP scope at once with
+//! [`RegistryBuilder::ip_scopes`](crate::registry::RegistryBuilder::ip_scopes)
+//! (`[ip_scopes]` in the config file), and one address or network by
+//! name: `Registry::builder().scope("ip:203.0.113.7", config)`. With
 //! [`ipv4_prefix`](IpScopeLayerBuilder::ipv4_prefix) or
 //! [`ipv6_prefix`](IpScopeLayerBuilder::ipv6_prefix) one scope covers a
 //! network (`ip:203.0.113.0/24`, `ip:2001:db8::/64`). IP scopes show in
@@ -67,7 +69,7 @@
 //!     .jitter(0.0);
 //! let registry = Registry::builder()
 //!     .default_scope(ScopeConfig::default().concurrency(8).delay(Duration::ZERO))
-//!     .scope("ip:127.0.0.2", server)
+//!     .ip_scopes(server)
 //!     .build()?;
 //! let resolver = FixedResolver::new()
 //!     .with("a.example", [[127, 0, 0, 2]])

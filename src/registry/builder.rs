@@ -45,6 +45,7 @@ pub struct RegistryBuilder {
     max_queued: usize,
     default_scope: ScopeConfig,
     scopes: Vec<(Scope, ScopeConfig)>,
+    ip_scopes: Option<ScopeConfig>,
     resolver: Box<dyn ScopeResolver>,
     /// Whether `resolver` is the default [`HostResolver`].
     resolves_hosts: bool,
@@ -79,6 +80,7 @@ impl Default for RegistryBuilder {
             max_queued: DEFAULT_MAX_QUEUED,
             default_scope: ScopeConfig::default(),
             scopes: Vec::new(),
+            ip_scopes: None,
             resolver: Box::new(HostResolver),
             resolves_hosts: true,
             seed: None,
@@ -122,6 +124,32 @@ impl RegistryBuilder {
     #[must_use]
     pub fn scope(mut self, key: impl Into<Scope>, config: ScopeConfig) -> Self {
         self.scopes.push((key.into(), config));
+        self
+    }
+
+    /// The config of every IP scope (`ip:203.0.113.7`, `ip:203.0.113.0/24`:
+    /// see [`crate::ip`]) without one of its own, completed from the
+    /// default scope as a config given to [`scope`](Self::scope) is. An
+    /// address or network of its own still takes [`scope`](Self::scope),
+    /// which wins.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::{Registry, ScopeConfig};
+    ///
+    /// # fn main() -> Result<(), tower_throttle::ConfigError> {
+    /// let registry = Registry::builder()
+    ///     .ip_scopes(ScopeConfig::default().concurrency(4).delay(Duration::from_millis(250)))
+    ///     .scope("ip:203.0.113.7", ScopeConfig::default().concurrency(1))
+    ///     .build()?;
+    /// assert_eq!(registry.scope_config("ip:198.51.100.1").get_concurrency(), 4);
+    /// assert_eq!(registry.scope_config("ip:203.0.113.7").get_concurrency(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn ip_scopes(mut self, config: ScopeConfig) -> Self {
+        self.ip_scopes = Some(config);
         self
     }
 
@@ -285,6 +313,10 @@ impl RegistryBuilder {
 
     fn build_checked(self) -> Result<Registry, ConfigError> {
         self.default_scope.validate("default scope")?;
+        if let Some(config) = &self.ip_scopes {
+            config.validate("ip scopes")?;
+            config::warn_about_settings_without_effect("ip scopes", config, self.max_concurrency);
+        }
         for (key, config) in &self.scopes {
             config.validate(&format!("scope {:?}", key.as_str()))?;
             config::warn_about_settings_without_effect(key.as_str(), config, self.max_concurrency);
@@ -295,17 +327,19 @@ impl RegistryBuilder {
             self.max_concurrency,
         );
         let settings = self.global_settings();
-        let backoff_statuses = BackoffStatuses::of(
-            std::iter::once(&self.default_scope).chain(self.scopes.iter().map(|(_, config)| config)),
-        );
-        let managers_hear_successes = std::iter::once(&self.default_scope)
-            .chain(self.scopes.iter().map(|(_, config)| config))
-            .any(|config| config.manager_kind().hears_successes());
+        let every_config = || {
+            std::iter::once(&self.default_scope)
+                .chain(self.ip_scopes.iter())
+                .chain(self.scopes.iter().map(|(_, config)| config))
+        };
+        let backoff_statuses = BackoffStatuses::of(every_config());
+        let managers_hear_successes = every_config().any(|config| config.manager_kind().hears_successes());
         let rng = match self.seed {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
         };
         let scheduler = Scheduler::new(self.default_scope, self.scopes, self.max_concurrency, rng)
+            .with_ip_scopes(self.ip_scopes)
             .with_eviction(self.idle_ttl, self.max_scopes)
             .with_delayed_warn_threshold(self.delayed_warn_threshold)
             .with_metrics(metrics::Metrics {

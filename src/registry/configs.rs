@@ -33,7 +33,27 @@ pub(crate) struct ConfigTable {
 struct Table {
     default: Arc<ScopeConfig>,
     own: HashMap<Scope, Arc<ScopeConfig>>,
+    /// The config of IP scopes (`ip:…`) without one of their own, if set
+    /// (`RegistryBuilder::ip_scopes`).
+    ip_scopes: Option<Arc<ScopeConfig>>,
 }
+
+impl Table {
+    /// The config scope `name` runs with, and whether it was set for it
+    /// (its own, or the IP scopes' for an IP scope) rather than the default.
+    fn of(&self, name: &str) -> (&Arc<ScopeConfig>, bool) {
+        if let Some(config) = self.own.get(name) {
+            return (config, true);
+        }
+        match &self.ip_scopes {
+            Some(config) if name.starts_with(IP_SCOPE_PREFIX) => (config, true),
+            _ => (&self.default, false),
+        }
+    }
+}
+
+/// How the names of IP scopes begin (see `crate::ip`).
+pub(crate) const IP_SCOPE_PREFIX: &str = "ip:";
 
 impl ConfigTable {
     /// A table of `default` and the scopes' `own` configs (already
@@ -46,6 +66,7 @@ impl ConfigTable {
             table: RwLock::new(Table {
                 default,
                 own: own.into_iter().collect(),
+                ip_scopes: None,
             }),
         }
     }
@@ -62,10 +83,23 @@ impl ConfigTable {
     /// The config of scope `name`, and whether it is the scope's own.
     pub(crate) fn config_of(&self, name: &str) -> (Arc<ScopeConfig>, bool) {
         let table = self.read();
-        match table.own.get(name) {
-            Some(config) => (config.clone(), true),
-            None => (table.default.clone(), false),
-        }
+        let (config, own) = table.of(name);
+        (config.clone(), own)
+    }
+
+    /// Sets the config of IP scopes without one of their own (completed
+    /// from the default).
+    pub(crate) fn set_ip_scopes(&self, config: Option<Arc<ScopeConfig>>) {
+        self.table
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .ip_scopes = config;
+    }
+
+    /// The config of IP scopes without one of their own, if set.
+    #[cfg(feature = "serde")]
+    pub(crate) fn ip_scopes(&self) -> Option<ScopeConfig> {
+        self.read().ip_scopes.as_deref().cloned()
     }
 
     /// The default config and every scope's own config.
@@ -85,7 +119,7 @@ impl ConfigTable {
         let table = self.read();
         scopes
             .iter()
-            .map(|(scope, _)| table.own.get(scope.as_str()).unwrap_or(&table.default).clone())
+            .map(|(scope, _)| table.of(scope.as_str()).0.clone())
             .collect()
     }
 
@@ -104,6 +138,30 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn an_ip_scope_without_its_own_reads_the_ip_scopes_config() {
+        let default = Arc::new(ScopeConfig::default().delay(Duration::from_secs(1)));
+        let ip = Arc::new(ScopeConfig::default().delay(Duration::from_secs(3)));
+        let one = Arc::new(ScopeConfig::default().delay(Duration::from_secs(4)));
+        let table = ConfigTable::new(default.clone(), [(Scope::new("ip:10.0.0.1"), one.clone())]);
+        assert!(
+            Arc::ptr_eq(&table.config_of("ip:10.0.0.2").0, &default),
+            "none set yet"
+        );
+        table.set_ip_scopes(Some(ip.clone()));
+        let configs = table.configs_of(&Scopes::from(["ip:10.0.0.2", "ip:10.0.0.1", "ipsum.example"]));
+        assert!(Arc::ptr_eq(&configs[0], &ip));
+        assert!(Arc::ptr_eq(&configs[1], &one), "an address's own config wins");
+        assert!(
+            Arc::ptr_eq(&configs[2], &default),
+            "only names that begin with ip:"
+        );
+        assert!(
+            table.config_of("ip:10.0.0.2").1,
+            "set for it, as an own config is"
+        );
+    }
 
     #[test]
     fn a_scope_without_a_config_of_its_own_reads_the_default() {

@@ -473,6 +473,12 @@ impl Registry {
         self.shared.settings
     }
 
+    /// The config of IP scopes without their own, if set.
+    #[cfg(feature = "serde")]
+    pub(crate) fn ip_scopes_config(&self) -> Option<ScopeConfig> {
+        self.shared.configs.ip_scopes()
+    }
+
     /// The default scope's config and every scope's own config (with the
     /// settings it inherits filled in), as they are now.
     #[cfg(feature = "serde")]

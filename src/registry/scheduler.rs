@@ -144,6 +144,14 @@ impl Scheduler {
 
     /// Evicts scopes idle for `idle_ttl`, and idle ones first past
     /// `max_scopes`; see the `eviction` module.
+    /// IP scopes without a config of their own run with `config`
+    /// (completed from the default).
+    pub(crate) fn with_ip_scopes(self, config: Option<ScopeConfig>) -> Self {
+        let config = config.map(|config| Arc::new(config.inherit_from(&self.configs.default_config())));
+        self.configs.set_ip_scopes(config);
+        self
+    }
+
     pub(crate) fn with_eviction(mut self, idle_ttl: Duration, max_scopes: usize) -> Self {
         self.eviction = Eviction::new(idle_ttl, max_scopes);
         self
