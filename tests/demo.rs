@@ -87,8 +87,13 @@ async fn the_timeline_has_one_row_per_site_and_one_tick_per_send() {
         .descendants()
         .filter(|node| node.has_tag_name("g") && node.attribute("class") == Some("row"))
         .collect();
-    assert_eq!(rows.len(), 6, "one row per site (6 kinds × 1)");
-    assert_eq!(run.sites.len(), 6);
+    let sites = 6 + sites::SHARED_NAMES;
+    assert_eq!(
+        rows.len(),
+        sites,
+        "one row per site (6 kinds × 1, and 20 names on one shared server)"
+    );
+    assert_eq!(run.sites.len(), sites);
     for (index, (row, site)) in rows.iter().zip(&run.sites).enumerate() {
         assert_eq!(
             row.attribute("data-site"),
@@ -124,10 +129,37 @@ async fn every_site_is_crawled_once_robots_txt_is_known() {
     let run = run_demo(&options).await;
     std::fs::remove_file(&output).ok();
 
-    let mut addresses = run.addresses.clone();
-    addresses.sort();
-    addresses.dedup_by_key(|address| address.ip());
-    assert_eq!(addresses.len(), run.sites.len(), "each site on its own address");
+    // Each server on an address of its own; a shared server's names on its.
+    let mut servers: Vec<_> = run
+        .sites
+        .iter()
+        .zip(&run.addresses)
+        .map(|(site, address)| (site.server, address.ip()))
+        .collect();
+    servers.sort();
+    servers.dedup();
+    let mut addresses: Vec<_> = servers.iter().map(|(_, ip)| *ip).collect();
+    addresses.dedup();
+    assert_eq!(addresses.len(), servers.len(), "each server on its own address");
+    assert_eq!(servers.len(), 7, "6 sites and one shared server");
+    // The shared server's names together keep its IP scope's gap (the send
+    // log stamps hand-overs, which the scope spaces by its delay at least).
+    let mut shared: Vec<_> = (0..run.sites.len())
+        .filter(|&site| run.sites[site].kind == sites::Kind::Shared)
+        .flat_map(|site| run.sends_of(site).map(|send| send.at))
+        .collect();
+    shared.sort();
+    assert_eq!(
+        shared.len(),
+        sites::SHARED_NAMES * 5,
+        "robots.txt and 4 pages per name"
+    );
+    let closest = shared.windows(2).map(|pair| pair[1] - pair[0]).min().unwrap();
+    assert!(
+        closest >= sites::SHARED_SERVER_DELAY,
+        "two sends to the shared server {closest:?} apart"
+    );
+    assert!(summary::shared_servers(&run).contains("(20 names, one server): 100 sends"));
     for (index, site) in run.sites.iter().enumerate() {
         let sends: Vec<_> = run.sends_of(index).collect();
         assert!(sends[0].robots, "{}: robots.txt goes first", site.host);
@@ -196,7 +228,7 @@ fn flags_parse_and_bad_ones_are_named() {
     let error = |list: &[&str]| cli::parse(args(list)).expect_err("a bad command line");
     let zero = error(&["--sites", "0"]);
     assert!(
-        zero.contains("'0'") && zero.contains("--sites") && zero.contains("1..=40"),
+        zero.contains("'0'") && zero.contains("--sites") && zero.contains("1..=35"),
         "{zero}"
     );
     let many = error(&["--requests", "many"]);

@@ -390,8 +390,16 @@ fn bad_settings_are_refused_naming_the_field() {
         .build()
         .unwrap_err();
     assert_eq!(error.field(), "ipv6_prefix");
-    let error = IpScopeLayer::builder(registry).max_names(0).build().unwrap_err();
+    let error = IpScopeLayer::builder(registry.clone())
+        .max_names(0)
+        .build()
+        .unwrap_err();
     assert_eq!(error.field(), "max_names");
+    let error = IpScopeLayer::builder(registry)
+        .lookup_timeout(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert_eq!(error.field(), "lookup_timeout");
 }
 
 #[tokio::test]

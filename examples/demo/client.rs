@@ -15,6 +15,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder};
+use tower_throttle::ip::{FixedResolver, IpScopeLayer};
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
 
 use crate::crawl::{BoxError, Sent};
@@ -46,6 +47,7 @@ pub fn full_stack(
     ServiceBuilder::new()
         .map_err(BoxError::from)
         .layer(RetryLayer::new(backoff.retry_policy(MAX_RETRIES)))
+        .layer(ip_scopes(registry, sites, addresses))
         .layer(RobotsDelayLayer::new(registry.clone()).user_agent("demo-bot/1.0"))
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(RetryAfterLayer::new(registry.clone()).pace_to_policy(true))
@@ -60,6 +62,20 @@ pub fn full_stack(
 }
 
 /// Where each send is written down.
+/// Each request also in the scope of its server's address (`ip:127.0.0.N`),
+/// resolved before admission as the client resolves it: the `shared` names
+/// of one server share one scope.
+fn ip_scopes(registry: &Registry, sites: &[Site], addresses: &[SocketAddr]) -> IpScopeLayer {
+    let resolver = FixedResolver::new();
+    for (site, address) in sites.iter().zip(addresses) {
+        resolver.set(&site.host, [address.ip()]);
+    }
+    IpScopeLayer::builder(registry.clone())
+        .resolver(resolver)
+        .build()
+        .expect("the defaults with a resolver are valid")
+}
+
 #[derive(Debug)]
 pub struct SendLog {
     start: Instant,

@@ -131,7 +131,7 @@ impl Run {
 /// When the server cannot start or the registry's config is invalid.
 pub async fn crawl(sites: Vec<Site>, requests: usize, reporter: Reporter) -> Result<Run, BoxError> {
     let addresses = crate::server::start(&sites).await?;
-    let registry = sites::registry(&sites)?;
+    let registry = sites::registry(&sites, &addresses)?;
     let start = Instant::now();
     let log = Arc::new(SendLog::new(&sites, start));
     let client = client::full_stack(&registry, &sites, &addresses, log.clone());

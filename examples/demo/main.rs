@@ -60,7 +60,7 @@ fn main() -> ExitCode {
 async fn run(options: &Options) -> Result<(), BoxError> {
     let sites = sites::sites(options.sites_per_kind);
     println!(
-        "Crawling {} pages of each of {} sites, each on its own loopback address:",
+        "Crawling {} pages of each of {} sites, on loopback addresses of their own but the shared ones:",
         options.requests,
         sites.len()
     );
@@ -79,6 +79,10 @@ async fn run(options: &Options) -> Result<(), BoxError> {
         run.requests * run.sites.len()
     );
     print!("{}", summary::table(&run));
+    let shared = summary::shared_servers(&run);
+    if !shared.is_empty() {
+        print!("\n{shared}");
+    }
     timeline::write(&run, &options.output)
         .map_err(|error| format!("cannot write {}: {error}", options.output.display()))?;
     println!("\nTimeline: {}", options.output.display());

@@ -1,6 +1,7 @@
 //! The embedded loopback server: every site on an address of its own
 //! (`127.0.0.2`, `127.0.0.3`, ...), so the client keeps one connection pool
-//! per site, as it would on the internet.
+//! per site, as it would on the internet; the `shared` names of one server
+//! on one address (shared hosting).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -16,26 +17,34 @@ use tokio::time::Instant;
 
 use crate::sites::{Kind, Site, API_QUOTA, API_WINDOW, BUSY_SITE_RATE};
 
-/// The most sites the server can give an address of their own.
+/// The most servers (addresses) the demo can start.
 pub const MAX_SITES: usize = 250;
 
-/// Starts one listener per site; returns their addresses, in the order of
-/// `sites`. The listeners run until the runtime shuts down.
+/// Starts one listener per server; returns each site's address, in the
+/// order of `sites`. The listeners run until the runtime shuts down.
 ///
 /// # Errors
 ///
 /// When a loopback address cannot be bound, or there are more than
 /// [`MAX_SITES`] sites.
 pub async fn start(sites: &[Site]) -> std::io::Result<Vec<SocketAddr>> {
-    if sites.len() > MAX_SITES {
+    let servers = sites.iter().map(|site| site.server + 1).max().unwrap_or(0);
+    if servers > MAX_SITES {
         return Err(std::io::Error::other(format!(
-            "{} sites, at most {MAX_SITES} fit on 127.0.0.x",
-            sites.len()
+            "{servers} servers, at most {MAX_SITES} fit on 127.0.0.x"
         )));
     }
-    let mut addresses = Vec::with_capacity(sites.len());
+    let mut addresses: Vec<SocketAddr> = Vec::with_capacity(sites.len());
     for (index, site) in sites.iter().enumerate() {
-        let ip = Ipv4Addr::new(127, 0, 0, 2 + index as u8);
+        // The names of one shared server share its listener.
+        let earlier = sites[..index]
+            .iter()
+            .position(|other| other.server == site.server);
+        if let Some(earlier) = earlier {
+            addresses.push(addresses[earlier]);
+            continue;
+        }
+        let ip = Ipv4Addr::new(127, 0, 0, 2 + site.server as u8);
         let listener = TcpListener::bind((ip, 0))
             .await
             .map_err(|error| std::io::Error::new(error.kind(), format!("cannot bind {ip}: {error}")))?;

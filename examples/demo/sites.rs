@@ -1,6 +1,7 @@
 //! The kinds of virtual site the demo crawls, what each one teaches, and the
 //! registry config the crawl uses for them.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use tower_throttle::registry::BackoffConfig;
@@ -20,6 +21,16 @@ pub const API_QUOTA: u32 = 10;
 /// The `api` sites' quota window.
 pub const API_WINDOW: Duration = Duration::from_secs(5);
 
+/// How many names each `shared` server answers for (shared hosting).
+pub const SHARED_NAMES: usize = 20;
+
+/// What the crawler allows one `shared` server, whatever the name: its IP
+/// scope's lanes and the gap between its sends (40 a second in all, where
+/// the names' own scopes would let 20 × 4 lanes go at once).
+pub const SHARED_SERVER_LANES: u32 = 2;
+/// See [`SHARED_SERVER_LANES`].
+pub const SHARED_SERVER_DELAY: Duration = Duration::from_millis(25);
+
 /// What a site does; the demo runs `--sites N` of each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -35,17 +46,21 @@ pub enum Kind {
     Api,
     /// A site the crawler has its own config for: 4 lanes, no delay.
     Tuned,
+    /// One of [`SHARED_NAMES`] names on one server (shared hosting): each
+    /// name free (4 lanes, no delay), the server held to its IP scope.
+    Shared,
 }
 
 impl Kind {
     /// Every kind, in the order the demo lists them.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Fast,
         Kind::Slow,
         Kind::Busy,
         Kind::Polite,
         Kind::Api,
         Kind::Tuned,
+        Kind::Shared,
     ];
 
     /// The kind's name, as used in host names.
@@ -57,6 +72,7 @@ impl Kind {
             Kind::Polite => "polite",
             Kind::Api => "api",
             Kind::Tuned => "tuned",
+            Kind::Shared => "shared",
         }
     }
 
@@ -69,6 +85,7 @@ impl Kind {
             Kind::Polite => "robots.txt Crawl-delay: 0.5",
             Kind::Api => "RateLimit headers, 10 per 5 s: paced",
             Kind::Tuned => "own config: 4 lanes, no delay",
+            Kind::Shared => "20 names (4 lanes each), 1 server: 2 lanes, 25 ms in all",
         }
     }
 
@@ -120,6 +137,14 @@ impl Kind {
                     .delay(Duration::ZERO)
                     .delay_per_slot(Duration::ZERO),
             ),
+            // Each name alone could go at will: the server's IP scope is
+            // what holds them back, together.
+            Kind::Shared => Some(
+                ScopeConfig::default()
+                    .concurrency(4)
+                    .delay(Duration::ZERO)
+                    .delay_per_slot(Duration::ZERO),
+            ),
             Kind::Fast | Kind::Slow | Kind::Polite => None,
         }
     }
@@ -132,37 +157,74 @@ pub struct Site {
     pub kind: Kind,
     /// Its host name, which is also its scope.
     pub host: String,
+    /// The server it is on: its own, but one for each [`SHARED_NAMES`]
+    /// `shared` names.
+    pub server: usize,
 }
 
-/// `per_kind` sites of every kind, kind after kind.
+/// `per_kind` sites of every kind, kind after kind; of the `shared` kind,
+/// `per_kind` servers of [`SHARED_NAMES`] names each.
 pub fn sites(per_kind: usize) -> Vec<Site> {
-    Kind::ALL
-        .iter()
-        .flat_map(|&kind| {
-            (1..=per_kind).map(move |number| Site {
-                kind,
-                host: format!("{}-{number}.demo.test", kind.name()),
-            })
-        })
-        .collect()
+    let mut sites = Vec::new();
+    let mut servers = 0;
+    for kind in Kind::ALL {
+        for number in 1..=per_kind {
+            let names = if kind == Kind::Shared { SHARED_NAMES } else { 1 };
+            for name in 1..=names {
+                let host = match kind {
+                    Kind::Shared => format!("{}-{number}-{name}.demo.test", kind.name()),
+                    _ => format!("{}-{number}.demo.test", kind.name()),
+                };
+                sites.push(Site {
+                    kind,
+                    host,
+                    server: servers,
+                });
+            }
+            servers += 1;
+        }
+    }
+    sites
 }
 
 /// The registry the crawl runs on: the default config for most sites, the
-/// kinds' own configs for the others.
+/// kinds' own configs for the others; every server an IP scope that holds
+/// back only the `shared` ones (the others' own scopes are stricter).
 ///
 /// # Errors
 ///
 /// A [`ConfigError`] if a config above is invalid.
-pub fn registry(sites: &[Site]) -> Result<Registry, ConfigError> {
-    let mut builder = Registry::builder().max_concurrency(32).default_scope(
-        ScopeConfig::default()
-            .delay(DEFAULT_DELAY)
-            .delay_per_slot(Duration::ZERO),
-    );
-    for site in sites {
+pub fn registry(sites: &[Site], addresses: &[SocketAddr]) -> Result<Registry, ConfigError> {
+    let mut builder = Registry::builder()
+        .max_concurrency(32)
+        .default_scope(
+            ScopeConfig::default()
+                .delay(DEFAULT_DELAY)
+                .delay_per_slot(Duration::ZERO),
+        )
+        .ip_scopes(
+            ScopeConfig::default()
+                .concurrency(32)
+                .delay(Duration::ZERO)
+                .delay_per_slot(Duration::ZERO),
+        );
+    for (site, address) in sites.iter().zip(addresses) {
         if let Some(config) = site.kind.config() {
             builder = builder.scope(site.host.as_str(), config);
         }
+        if site.kind == Kind::Shared {
+            let server = ScopeConfig::default()
+                .concurrency(SHARED_SERVER_LANES)
+                .delay(SHARED_SERVER_DELAY)
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0);
+            builder = builder.scope(ip_scope(address), server);
+        }
     }
     builder.build()
+}
+
+/// The IP scope of the server at `address` (see `tower_throttle::ip`).
+pub fn ip_scope(address: &SocketAddr) -> String {
+    format!("ip:{}", address.ip())
 }

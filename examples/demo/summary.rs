@@ -84,6 +84,38 @@ fn push_row<'a>(table: &mut String, widths: &[usize], cells: impl Iterator<Item 
     table.push('\n');
 }
 
+/// One line per server that several names share: its IP scope's sends in
+/// all and their rate, which the names' own scopes alone would let go
+/// faster.
+pub fn shared_servers(run: &Run) -> String {
+    let mut lines = String::new();
+    let mut servers: Vec<usize> = run.sites.iter().map(|site| site.server).collect();
+    servers.sort_unstable();
+    servers.dedup();
+    for server in servers {
+        let names: Vec<usize> = (0..run.sites.len())
+            .filter(|&site| run.sites[site].server == server)
+            .collect();
+        if names.len() < 2 {
+            continue;
+        }
+        let mut sends: Vec<Duration> = names
+            .iter()
+            .flat_map(|&site| run.sends_of(site).map(|send| send.at))
+            .collect();
+        sends.sort_unstable();
+        let _ = writeln!(
+            lines,
+            "{} ({} names, one server): {} sends at {} per second in all",
+            crate::sites::ip_scope(&run.addresses[names[0]]),
+            names.len(),
+            sends.len(),
+            achieved_rate(&sends).map_or_else(|| "-".to_owned(), |rate| format!("{rate:.1}")),
+        );
+    }
+    lines
+}
+
 fn row(run: &Run, site: usize) -> [String; 10] {
     let sends: Vec<Duration> = run.sends_of(site).map(|send| send.at).collect();
     let active = match (sends.first(), sends.last()) {

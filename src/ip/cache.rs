@@ -42,6 +42,8 @@ pub(crate) type SharedLookup = Shared<BoxFuture<'static, Answer>>;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CacheSettings {
     pub(crate) ttl: Duration,
+    /// A lookup that takes longer fails (`TimedOut`).
+    pub(crate) timeout: Duration,
     pub(crate) failure_ttl: Duration,
     pub(crate) max_names: usize,
 }
@@ -126,9 +128,16 @@ impl DnsCache {
     /// request polls it then).
     fn start_lookup(self: &Arc<Self>, host: String, flight: u64) -> SharedLookup {
         let cache = Arc::clone(self);
-        let resolving = self.resolver.resolve(&host);
+        let resolving = tokio::time::timeout(self.settings.timeout, self.resolver.resolve(&host));
         async move {
-            let (answer, ttl) = match resolving.await {
+            let resolved = resolving.await.unwrap_or_else(|_| {
+                let timeout = cache.settings.timeout;
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no answer within {timeout:?}"),
+                ))
+            });
+            let (answer, ttl) = match resolved {
                 Ok(resolved) => match resolved.addresses.first() {
                     Some(&address) => (
                         Ok(address),
@@ -211,6 +220,7 @@ mod tests {
             .with("b.test", [[127, 0, 0, 2]]);
         let settings = CacheSettings {
             ttl: Duration::from_secs(60),
+            timeout: Duration::from_secs(10),
             failure_ttl: Duration::from_secs(5),
             max_names,
         };
@@ -241,6 +251,32 @@ mod tests {
             cache.find("a.test", Instant::now()),
             Found::Wait { started: true, .. }
         ));
+    }
+
+    /// Never answers.
+    #[derive(Debug)]
+    struct Silent;
+
+    impl Resolve for Silent {
+        fn resolve(&self, _host: &str) -> crate::ip::Lookup {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lookup_that_takes_too_long_fails_as_timed_out() {
+        let settings = CacheSettings {
+            ttl: Duration::from_secs(60),
+            timeout: Duration::from_secs(10),
+            failure_ttl: Duration::from_secs(5),
+            max_names: 10,
+        };
+        let cache = Arc::new(DnsCache::new(Arc::new(Silent), settings));
+        let start = Instant::now();
+        let failure = answer(&cache, "slow.test").await.unwrap_err();
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
+        assert_eq!(failure.kind, io::ErrorKind::TimedOut);
+        assert!(failure.to_string().contains("no answer within 10s"), "{failure}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -18,6 +18,8 @@ pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(60);
 /// How long a failed lookup is remembered by default: its name's requests
 /// fail at once meanwhile, instead of asking again each.
 pub const DEFAULT_FAILURE_TTL: Duration = Duration::from_secs(5);
+/// How long a lookup may take by default before it fails (`TimedOut`).
+pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many names the cache keeps by default.
 pub const DEFAULT_MAX_NAMES: usize = 10_000;
 
@@ -71,7 +73,8 @@ impl fmt::Debug for IpScopeLayer {
 
 impl IpScopeLayer {
     /// The layer with the system's resolver and the defaults: one scope per
-    /// address, answers kept 60 s, failures 5 s, 10 000 names.
+    /// address, answers kept 60 s, lookups at most 10 s, failures kept 5 s,
+    /// 10 000 names.
     pub fn new(registry: Registry) -> Self {
         IpScopeLayer::builder(registry)
             .build()
@@ -84,6 +87,7 @@ impl IpScopeLayer {
             registry,
             resolver: Arc::new(SystemResolver),
             cache_ttl: DEFAULT_CACHE_TTL,
+            lookup_timeout: DEFAULT_LOOKUP_TIMEOUT,
             failure_ttl: DEFAULT_FAILURE_TTL,
             max_names: DEFAULT_MAX_NAMES,
             ipv4_prefix: 32,
@@ -106,6 +110,7 @@ pub struct IpScopeLayerBuilder {
     registry: Registry,
     resolver: Arc<dyn Resolve>,
     cache_ttl: Duration,
+    lookup_timeout: Duration,
     failure_ttl: Duration,
     max_names: usize,
     ipv4_prefix: u8,
@@ -125,6 +130,14 @@ impl IpScopeLayerBuilder {
     #[must_use]
     pub fn cache_ttl(mut self, ttl: Duration) -> Self {
         self.cache_ttl = ttl;
+        self
+    }
+
+    /// How long a lookup may take (10 s): a resolver that does not answer
+    /// by then fails its requests (`Error::is_dns`), as any failed lookup.
+    #[must_use]
+    pub fn lookup_timeout(mut self, timeout: Duration) -> Self {
+        self.lookup_timeout = timeout;
         self
     }
 
@@ -164,7 +177,8 @@ impl IpScopeLayerBuilder {
     /// # Errors
     ///
     /// A [`ConfigError`] naming the field: a prefix longer than the
-    /// address (32 bits for IPv4, 128 for IPv6) or zero, or `max_names` 0.
+    /// address (32 bits for IPv4, 128 for IPv6) or zero, `max_names` 0, or
+    /// a zero `lookup_timeout`.
     pub fn build(self) -> Result<IpScopeLayer, ConfigError> {
         if !(1..=32).contains(&self.ipv4_prefix) {
             return Err(ConfigError::new(
@@ -180,6 +194,13 @@ impl IpScopeLayerBuilder {
                 "must be 1 to 128 bits",
             ));
         }
+        if self.lookup_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "lookup_timeout",
+                self.lookup_timeout,
+                "must be more than zero",
+            ));
+        }
         if self.max_names == 0 {
             return Err(ConfigError::new(
                 "max_names",
@@ -189,6 +210,7 @@ impl IpScopeLayerBuilder {
         }
         let settings = CacheSettings {
             ttl: self.cache_ttl,
+            timeout: self.lookup_timeout,
             failure_ttl: self.failure_ttl,
             max_names: self.max_names,
         };

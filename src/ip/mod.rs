@@ -30,7 +30,9 @@
 //! - A bounded cache keeps each answer for the resolver's TTL, at most
 //!   [`cache_ttl`](IpScopeLayerBuilder::cache_ttl) (60 s; the system
 //!   resolver does not tell TTLs), and a failure for
-//!   [`failure_ttl`](IpScopeLayerBuilder::failure_ttl) (5 s).
+//!   [`failure_ttl`](IpScopeLayerBuilder::failure_ttl) (5 s). A lookup
+//!   fails after [`lookup_timeout`](IpScopeLayerBuilder::lookup_timeout)
+//!   (10 s), so no request waits on a resolver for ever.
 //! - The requests of a name that arrive during its lookup share it (one
 //!   lookup per name at a time), and hold no readiness of the inner
 //!   service while they wait (with `Throttle` inside, no queue place).
@@ -103,7 +105,8 @@ use std::net::IpAddr;
 
 pub(crate) use cache::LookupFailure;
 pub use layer::{
-    IpScopeLayer, IpScopeLayerBuilder, DEFAULT_CACHE_TTL, DEFAULT_FAILURE_TTL, DEFAULT_MAX_NAMES,
+    IpScopeLayer, IpScopeLayerBuilder, DEFAULT_CACHE_TTL, DEFAULT_FAILURE_TTL, DEFAULT_LOOKUP_TIMEOUT,
+    DEFAULT_MAX_NAMES,
 };
 pub use resolve::{FixedResolver, Lookup, Resolve, Resolved, SystemResolver};
 pub use service::IpScope;
