@@ -234,7 +234,17 @@ async fn requests_carry_their_server_and_scope() {
     let mut own = get("http://books.example/b");
     own.extensions_mut().insert(Scopes::from(["api", "users"]));
     client.clone().oneshot(own).await.unwrap();
-    client.oneshot(get("http://203.0.113.99/c")).await.unwrap();
+    client
+        .clone()
+        .oneshot(get("http://203.0.113.99/c"))
+        .await
+        .unwrap();
+    // A request that comes through again (a retry) keeps one IP scope.
+    let mut again = get("http://books.example/d");
+    again
+        .extensions_mut()
+        .insert(Scopes::from(["books.example", "ip:203.0.113.0/24"]));
+    client.oneshot(again).await.unwrap();
     let seen = seen.lock().unwrap();
     let names = |scopes: &Scopes| {
         scopes
@@ -248,6 +258,7 @@ async fn requests_carry_their_server_and_scope() {
     assert_eq!(names(&seen[1].0), ["api", "users", "ip:203.0.113.0/24"]);
     assert_eq!(names(&seen[2].0), ["203.0.113.99", "ip:203.0.113.0/24"]);
     assert_eq!(seen[2].1, Some(ServerAddr([203, 0, 113, 99].into())));
+    assert_eq!(names(&seen[3].0), ["books.example", "ip:203.0.113.0/24"]);
 }
 
 /// Counts lookups, each taking 100 ms.

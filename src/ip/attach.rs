@@ -11,7 +11,8 @@ use crate::error::Error;
 use crate::registry::Feedback;
 use crate::scope::Scopes;
 
-/// The request with its server address and its IP scope added.
+/// The request with its server address and its IP scope added (once: a
+/// request that comes through again, as a retry does, has it already).
 pub(crate) fn with_server<B>(
     mut request: http::Request<B>,
     scopes: &Scopes,
@@ -19,12 +20,16 @@ pub(crate) fn with_server<B>(
     shared: &IpShared,
 ) -> http::Request<B> {
     let ip = ip_scope(address, shared.ipv4_prefix, shared.ipv6_prefix);
-    let with_ip = Scopes::with_costs(
-        scopes
-            .iter()
-            .map(|(scope, cost)| (scope.clone(), cost))
-            .chain(std::iter::once((ip, 1.0))),
-    );
+    let with_ip = if scopes.contains(ip.as_str()) {
+        scopes.clone()
+    } else {
+        Scopes::with_costs(
+            scopes
+                .iter()
+                .map(|(scope, cost)| (scope.clone(), cost))
+                .chain(std::iter::once((ip, 1.0))),
+        )
+    };
     request.extensions_mut().insert(with_ip);
     request.extensions_mut().insert(ServerAddr(address));
     request
