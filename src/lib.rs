@@ -103,6 +103,7 @@ pub mod departure;
 mod error;
 pub mod ip;
 mod parse;
+mod readiness;
 pub mod registry;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]

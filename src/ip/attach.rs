@@ -1,12 +1,11 @@
 //! What a request gets once its server is known: its server address and
 //! IP scope, or its DNS error (a leaf: the service and its future use it).
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::cache::Answer;
 use super::layer::IpShared;
-use super::{ip_scope, ServerAddr};
+use super::{Server, ServerAddr};
 use crate::error::Error;
 use crate::registry::Feedback;
 use crate::scope::Scopes;
@@ -16,22 +15,20 @@ use crate::scope::Scopes;
 pub(crate) fn with_server<B>(
     mut request: http::Request<B>,
     scopes: &Scopes,
-    address: IpAddr,
-    shared: &IpShared,
+    server: Server,
 ) -> http::Request<B> {
-    let ip = ip_scope(address, shared.ipv4_prefix, shared.ipv6_prefix);
-    let with_ip = if scopes.contains(ip.as_str()) {
+    let with_ip = if scopes.contains(server.scope.as_str()) {
         scopes.clone()
     } else {
         Scopes::with_costs(
             scopes
                 .iter()
                 .map(|(scope, cost)| (scope.clone(), cost))
-                .chain(std::iter::once((ip, 1.0))),
+                .chain(std::iter::once((server.scope, 1.0))),
         )
     };
     request.extensions_mut().insert(with_ip);
-    request.extensions_mut().insert(ServerAddr(address));
+    request.extensions_mut().insert(ServerAddr(server.address));
     request
 }
 
@@ -44,7 +41,7 @@ pub(crate) fn settle<B>(
     (shared, scopes, report): &(Arc<IpShared>, Scopes, Option<Scopes>),
 ) -> Result<http::Request<B>, Error> {
     match answer {
-        Ok(address) => Ok(with_server(request, scopes, address, shared)),
+        Ok(server) => Ok(with_server(request, scopes, server)),
         Err(failure) => {
             if let Some(scopes) = report {
                 tracing::debug!(

@@ -13,6 +13,7 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::time::Instant;
 
 use super::resolve::Resolve;
+use super::Server;
 use crate::time::saturating_add;
 
 /// A failed lookup, as every request that shared it sees it.
@@ -31,9 +32,9 @@ impl fmt::Display for LookupFailure {
 
 impl std::error::Error for LookupFailure {}
 
-/// What a lookup gives its requests: the address to throttle and connect
-/// to (the first the resolver listed), or the failure.
-pub(crate) type Answer = Result<IpAddr, LookupFailure>;
+/// What a lookup gives its requests: the server to throttle for and
+/// connect to (the first address the resolver listed), or the failure.
+pub(crate) type Answer = Result<Server, LookupFailure>;
 
 /// A lookup shared by the requests that wait for it.
 pub(crate) type SharedLookup = Shared<BoxFuture<'static, Answer>>;
@@ -46,6 +47,8 @@ pub(crate) struct CacheSettings {
     pub(crate) timeout: Duration,
     pub(crate) failure_ttl: Duration,
     pub(crate) max_names: usize,
+    /// How IP scopes are cut (IPv4, IPv6 prefix lengths).
+    pub(crate) prefixes: (u8, u8),
 }
 
 pub(crate) struct DnsCache {
@@ -140,7 +143,11 @@ impl DnsCache {
             let (answer, ttl) = match resolved {
                 Ok(resolved) => match resolved.addresses.first() {
                     Some(&address) => (
-                        Ok(address),
+                        Ok(Server::new(
+                            address,
+                            cache.settings.prefixes.0,
+                            cache.settings.prefixes.1,
+                        )),
                         resolved.ttl.unwrap_or(cache.settings.ttl).min(cache.settings.ttl),
                     ),
                     None => (
@@ -172,6 +179,13 @@ impl DnsCache {
                 };
             }
         }
+    }
+
+    /// The server at `address`, its scope cut as the cache cuts them (for
+    /// a request to an IP literal, which needs no lookup).
+    pub(crate) fn server_at(&self, address: IpAddr) -> Server {
+        let (ipv4, ipv6) = self.settings.prefixes;
+        Server::new(address, ipv4, ipv6)
     }
 
     /// Names kept (for tests).
@@ -223,6 +237,7 @@ mod tests {
             timeout: Duration::from_secs(10),
             failure_ttl: Duration::from_secs(5),
             max_names,
+            prefixes: (32, 128),
         };
         Arc::new(DnsCache::new(Arc::new(resolver), settings))
     }
@@ -237,10 +252,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_cache_keeps_at_most_max_names_dropping_the_answer_that_expires_first() {
         let cache = cache(2);
-        assert_eq!(
-            answer(&cache, "a.test").await.unwrap(),
-            IpAddr::from([127, 0, 0, 1])
-        );
+        let server = answer(&cache, "a.test").await.unwrap();
+        assert_eq!(server, Server::new(IpAddr::from([127, 0, 0, 1]), 32, 128));
+        assert_eq!(server.scope.as_str(), "ip:127.0.0.1", "named once, in the answer");
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(answer(&cache, "b.test").await.is_ok());
         assert!(answer(&cache, "c.test").await.is_err());
@@ -270,6 +284,7 @@ mod tests {
             timeout: Duration::from_secs(10),
             failure_ttl: Duration::from_secs(5),
             max_names: 10,
+            prefixes: (32, 128),
         };
         let cache = Arc::new(DnsCache::new(Arc::new(Silent), settings));
         let start = Instant::now();

@@ -57,16 +57,12 @@ pub struct IpScopeLayer {
 pub(crate) struct IpShared {
     pub(crate) registry: Registry,
     pub(crate) cache: Arc<DnsCache>,
-    pub(crate) ipv4_prefix: u8,
-    pub(crate) ipv6_prefix: u8,
 }
 
 impl fmt::Debug for IpScopeLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IpScopeLayer")
             .field("cache", &self.shared.cache)
-            .field("ipv4_prefix", &self.shared.ipv4_prefix)
-            .field("ipv6_prefix", &self.shared.ipv6_prefix)
             .finish()
     }
 }
@@ -213,13 +209,12 @@ impl IpScopeLayerBuilder {
             timeout: self.lookup_timeout,
             failure_ttl: self.failure_ttl,
             max_names: self.max_names,
+            prefixes: (self.ipv4_prefix, self.ipv6_prefix),
         };
         Ok(IpScopeLayer {
             shared: Arc::new(IpShared {
                 registry: self.registry,
                 cache: Arc::new(DnsCache::new(self.resolver, settings)),
-                ipv4_prefix: self.ipv4_prefix,
-                ipv6_prefix: self.ipv6_prefix,
             }),
         })
     }

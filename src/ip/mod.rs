@@ -111,6 +111,7 @@ pub use layer::{
 pub use resolve::{FixedResolver, Lookup, Resolve, Resolved, SystemResolver};
 pub use service::IpScope;
 
+use crate::registry::IP_SCOPE_PREFIX;
 use crate::scope::Scope;
 
 /// The server address a request was throttled for (a request extension
@@ -118,25 +119,39 @@ use crate::scope::Scope;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ServerAddr(pub IpAddr);
 
+/// A server a request goes to: its address, and its IP scope, named once
+/// per lookup (not once per request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Server {
+    pub(crate) address: IpAddr,
+    pub(crate) scope: Scope,
+}
+
+impl Server {
+    /// The server at `address`, its scope cut at these prefix lengths.
+    pub(crate) fn new(address: IpAddr, ipv4_prefix: u8, ipv6_prefix: u8) -> Self {
+        Server {
+            address,
+            scope: ip_scope(address, ipv4_prefix, ipv6_prefix),
+        }
+    }
+}
+
 /// The scope of `address`: `ip:` and the address, or its network with a
 /// prefix shorter than the address.
 fn ip_scope(address: IpAddr, ipv4_prefix: u8, ipv6_prefix: u8) -> Scope {
     let name = match address {
         IpAddr::V4(v4) if ipv4_prefix < 32 => {
             let mask = u32::MAX << (32 - u32::from(ipv4_prefix));
-            format!(
-                "ip:{}/{ipv4_prefix}",
-                std::net::Ipv4Addr::from(u32::from(v4) & mask)
-            )
+            let network = std::net::Ipv4Addr::from(u32::from(v4) & mask);
+            format!("{IP_SCOPE_PREFIX}{network}/{ipv4_prefix}")
         }
         IpAddr::V6(v6) if ipv6_prefix < 128 => {
             let mask = u128::MAX << (128 - u32::from(ipv6_prefix));
-            format!(
-                "ip:{}/{ipv6_prefix}",
-                std::net::Ipv6Addr::from(u128::from(v6) & mask)
-            )
+            let network = std::net::Ipv6Addr::from(u128::from(v6) & mask);
+            format!("{IP_SCOPE_PREFIX}{network}/{ipv6_prefix}")
         }
-        address => format!("ip:{address}"),
+        address => format!("{IP_SCOPE_PREFIX}{address}"),
     };
     Scope::new(name)
 }

@@ -13,6 +13,7 @@ use super::cache::Found;
 use super::future::ResponseFuture;
 use super::layer::IpShared;
 use crate::error::{BoxError, Error};
+use crate::readiness::{release_readied, take_readied};
 
 /// Adds the scope of the server address a request will connect to: see
 /// [`IpScopeLayer`](super::IpScopeLayer).
@@ -55,26 +56,6 @@ impl<S> IpScope<S> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-
-    /// The readied inner service, leaving a fresh clone in its place.
-    fn take_readied(&mut self) -> S
-    where
-        S: Clone,
-    {
-        let clone = self.inner.clone();
-        std::mem::replace(&mut self.inner, clone)
-    }
-
-    /// Gives up what `poll_ready` reserved (with Throttle inside, a queue
-    /// place): a request that waits for its lookup holds nothing.
-    fn release_readiness(&mut self) -> S
-    where
-        S: Clone,
-    {
-        let fresh = self.inner.clone();
-        drop(std::mem::replace(&mut self.inner, fresh));
-        self.inner.clone()
-    }
 }
 
 impl<S, B> Service<http::Request<B>> for IpScope<S>
@@ -93,7 +74,7 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let Some(host) = server_host(&request) else {
             // Nothing to resolve (no host): the request goes as it is.
-            return ResponseFuture::calling(self.take_readied().call(request));
+            return ResponseFuture::calling(take_readied(&mut self.inner).call(request));
         };
         let scopes = self.shared.registry.scopes_of(&request);
         if let Ok(address) = host
@@ -101,17 +82,18 @@ where
             .trim_end_matches(']')
             .parse::<IpAddr>()
         {
-            let request = with_server(request, &scopes, address, &self.shared);
-            return ResponseFuture::calling(self.take_readied().call(request));
+            let request = with_server(request, &scopes, self.shared.cache.server_at(address));
+            return ResponseFuture::calling(take_readied(&mut self.inner).call(request));
         }
         match self.shared.cache.find(&host, Instant::now()) {
-            Found::Now(Ok(address)) => {
-                let request = with_server(request, &scopes, address, &self.shared);
-                ResponseFuture::calling(self.take_readied().call(request))
+            Found::Now(Ok(server)) => {
+                let request = with_server(request, &scopes, server);
+                ResponseFuture::calling(take_readied(&mut self.inner).call(request))
             }
             Found::Now(Err(failure)) => ResponseFuture::failed(Error::dns(failure)),
             Found::Wait { lookup, started } => {
-                let service = self.release_readiness();
+                // A request that waits for its lookup holds nothing.
+                let service = release_readied(&mut self.inner);
                 let report = started.then(|| scopes.clone());
                 ResponseFuture::resolving(lookup, service, request, (self.shared.clone(), scopes, report))
             }

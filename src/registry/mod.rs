@@ -185,6 +185,7 @@ use crate::error::ConfigError;
 use crate::scope::{handover, RequestHead, Scope, ScopeResolver, Scopes};
 use crate::store::StoreHandle;
 use crate::time::saturating_add;
+pub(crate) use configs::IP_SCOPE_PREFIX;
 pub(crate) use places::{PlaceHandle, QueuePlace};
 pub(crate) use report::collect;
 pub(crate) use report::Collected;

@@ -13,6 +13,7 @@ use super::future::{ResponseFuture, Turn};
 use super::layer::RobotsShared;
 use super::Config;
 use crate::error::{BoxError, Error};
+use crate::readiness::{release_readied, take_readied};
 use crate::registry::Registry;
 use crate::scope::Scopes;
 
@@ -93,15 +94,6 @@ impl<S> RobotsDelay<S> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-
-    /// The handle `poll_ready` readied, leaving a fresh clone in its place.
-    fn take_readied(&mut self) -> S
-    where
-        S: Clone,
-    {
-        let clone = self.inner.clone();
-        std::mem::replace(&mut self.inner, clone)
-    }
 }
 
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for RobotsDelay<S>
@@ -125,7 +117,7 @@ where
     fn call(&mut self, mut request: http::Request<ReqBody>) -> Self::Future {
         let Some(origin) = Origin::of(request.uri()) else {
             // No robots.txt to ask (origin-form URI, another scheme).
-            return ResponseFuture::calling(self.take_readied().call(request));
+            return ResponseFuture::calling(take_readied(&mut self.inner).call(request));
         };
         let shared = &self.shared;
         let scopes = shared.registry.scopes_of(&request);
@@ -141,13 +133,12 @@ where
                 }
                 request.extensions_mut().insert(scopes);
                 match turn {
-                    None => ResponseFuture::calling(self.take_readied().call(request)),
+                    None => ResponseFuture::calling(take_readied(&mut self.inner).call(request)),
                     Some(turn) => {
                         // Earlier requests still wait to go on: go after
                         // them, without holding readiness meanwhile.
-                        let fresh = self.inner.clone();
-                        drop(std::mem::replace(&mut self.inner, fresh));
-                        ResponseFuture::waiting_turn(Turn::new(entry, turn), self.inner.clone(), request)
+                        let service = release_readied(&mut self.inner);
+                        ResponseFuture::waiting_turn(Turn::new(entry, turn), service, request)
                     }
                 }
             }
@@ -161,8 +152,7 @@ where
                 // with `fixed_scope` an admitted send, which the fetch itself
                 // may need. Give up what `poll_ready` reserved; the request
                 // readies its own handle once the rules are known.
-                let fresh = self.inner.clone();
-                drop(std::mem::replace(&mut self.inner, fresh));
+                let service = release_readied(&mut self.inner);
                 if start_fetch {
                     let template = FetchTemplate {
                         user_agent: request
@@ -181,15 +171,7 @@ where
                     "request waits for robots.txt"
                 );
                 request.extensions_mut().insert(scopes.clone());
-                ResponseFuture::waiting(
-                    shared.clone(),
-                    entry,
-                    round,
-                    turn,
-                    scopes,
-                    self.inner.clone(),
-                    request,
-                )
+                ResponseFuture::waiting(shared.clone(), entry, round, turn, scopes, service, request)
             }
         }
     }

@@ -8,6 +8,7 @@ use super::errors::{ErrorMode, InnerErrors};
 use super::future::ResponseFuture;
 
 use super::ticket::Ticket;
+use crate::readiness::take_readied;
 use crate::registry::{PlaceHandle, QueuePlace, Registry};
 use crate::scope::{AutoThrottleExempt, Priority, Scopes};
 
@@ -183,8 +184,7 @@ where
         };
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
         let record = self.record_scopes && !already_recorded;
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+        let inner = take_readied(&mut self.inner);
         ResponseFuture::new(inner, request, (scopes, record), ticket, adjust_autothrottle)
     }
 }
