@@ -76,6 +76,7 @@
 //! | [`departure`] | departures timed by the client's write, for busy machines |
 //! | [`store`] | a store shared by a fleet of workers (in memory, Redis) |
 //! | [`ip`] | scopes by server address, with name resolution before admission |
+//! | [`connect`] | connections to the address a request was throttled for (a layer and a hyper-util connector) |
 //! | `config_file` | the registry from a TOML or JSON file (feature `serde`) |
 //! | `reqwest` | the stack for a `reqwest::Client` (feature `reqwest`) |
 //!
@@ -99,6 +100,7 @@ pub mod backoff;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod config_file;
+pub mod connect;
 pub mod departure;
 mod error;
 pub mod ip;

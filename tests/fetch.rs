@@ -314,16 +314,7 @@ fn the_flags_keep_their_defaults_and_bad_values_are_named() {
 /// A loopback https server with a certificate made here for `localhost`
 /// (rcgen); returns its port and the certificate's PEM.
 async fn start_https_site() -> (u16, String) {
-    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-    let key = rustls_pki_types::PrivateKeyDer::Pkcs8(certified.key_pair.serialize_der().into());
-    let config =
-        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![certified.cert.der().clone()], key)
-            .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let (acceptor, _, pem) = support::tls::self_signed("localhost");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -351,7 +342,7 @@ async fn start_https_site() -> (u16, String) {
             });
         }
     });
-    (port, certified.cert.pem())
+    (port, pem)
 }
 
 /// Fetches `url` with `client`, no retries; the one JSON line.
@@ -412,4 +403,67 @@ fn a_ca_cert_file_that_holds_no_certificate_is_refused_with_its_name() {
     let missing =
         tool::web_client(Some(std::path::Path::new("/nonexistent/ca.pem"))).expect_err("no such file");
     assert!(missing.contains("/nonexistent/ca.pem"), "{missing}");
+}
+
+/// `--ip-scopes` through the tool's own web client (the one `main` builds):
+/// two names of one server share its IP scope, which the config file's
+/// `[ip_scopes]` sets, and the site sees that scope's delay between them.
+#[tokio::test]
+async fn with_ip_scopes_the_names_of_one_server_share_its_delay() {
+    let arrivals = Arrivals::default();
+    let port = start_sites(arrivals.clone()).await;
+    let config = write_config(
+        "ip.toml",
+        r#"
+[default_scope]
+concurrency = 4
+delay = 0
+delay_per_slot = 0
+jitter = 0
+
+[ip_scopes]
+concurrency = 1
+delay = "150ms"
+delay_per_slot = 0
+jitter = 0
+"#,
+    );
+    let registry = tool::load_registry(&config).unwrap();
+    std::fs::remove_file(&config).unwrap();
+    let options = tool::Options {
+        retries: 0,
+        progress_every: 0,
+        ip_scopes: true,
+        ..tool::Options::default()
+    };
+    // Both hosts are the server's address itself (no lookup needed, so
+    // the test does not depend on how this machine resolves localhost),
+    // under two spellings that are two host scopes.
+    let urls = [
+        format!("http://127.0.0.1:{port}/page/0"),
+        format!("http://127.1:{port}/page/1"),
+        format!("http://127.0.0.1:{port}/page/2"),
+    ];
+    let (mut out, mut progress) = (Vec::new(), Vec::new());
+    let summary = tool::run(
+        registry.clone(),
+        tool::web_client(None).unwrap(),
+        urls,
+        &options,
+        &mut out,
+        &mut progress,
+    )
+    .await
+    .unwrap();
+    assert_eq!(summary.success, 3, "{}", String::from_utf8_lossy(&out));
+    // The three pages and each host's robots.txt: the server's scope
+    // holds them all.
+    assert_eq!(registry.scope_stats("ip:127.0.0.1").unwrap().sent, 5);
+    let times: Vec<Instant> = arrivals.lock().unwrap().iter().map(|arrival| arrival.2).collect();
+    assert_eq!(times.len(), 5);
+    for pair in times.windows(2) {
+        let gap = pair[1] - pair[0];
+        // The site thread's clock: a little late or early, never 10 ms.
+        assert!(gap >= Duration::from_millis(140), "arrivals {gap:?} apart");
+    }
 }

@@ -15,6 +15,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder};
+use tower_throttle::connect::{PinServerLayer, PinnedConnector};
 use tower_throttle::ip::{FixedResolver, IpScopeLayer};
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
 
@@ -58,6 +59,8 @@ pub fn full_stack(
             log.record(&request);
             request
         })
+        // The connection goes to the address the IP scope throttled.
+        .layer(PinServerLayer::new())
         .service(site_client(sites, addresses))
 }
 
@@ -115,44 +118,44 @@ impl SendLog {
     }
 }
 
-/// What the resolver answers: the site's address, at once.
-type Resolved = std::future::Ready<Result<std::vec::IntoIter<SocketAddr>, std::io::Error>>;
+/// Finds each demo site at its loopback address, at once; any other name
+/// is not found.
+#[derive(Clone, Debug)]
+struct SiteResolver(Arc<HashMap<String, SocketAddr>>);
 
-/// A client that reaches each of `sites` at its address in `addresses`.
-fn site_client(
-    sites: &[Site],
-    addresses: &[SocketAddr],
-) -> Client<
-    HttpConnector<
-        impl Service<
-                Name,
-                Response = std::vec::IntoIter<SocketAddr>,
-                Error = std::io::Error,
-                Future = Resolved,
-            > + Clone
-            + Send
-            + Sync
-            + 'static,
-    >,
-    Full<Bytes>,
-> {
-    let addresses: Arc<HashMap<String, SocketAddr>> = Arc::new(
-        sites
-            .iter()
-            .zip(addresses)
-            .map(|(site, &address)| (site.host.clone(), address))
-            .collect(),
-    );
-    let resolve = tower::service_fn(move |name: Name| {
-        std::future::ready(match addresses.get(name.as_str()) {
+impl Service<Name> for SiteResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        std::future::ready(match self.0.get(name.as_str()) {
             Some(&address) => Ok(vec![address].into_iter()),
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 format!("{name} is not a demo site"),
             )),
         })
-    });
-    let mut connector = HttpConnector::new_with_resolver(resolve);
+    }
+}
+
+/// A client that connects to the address a request's IP scope throttled
+/// (`PinnedConnector`), and reaches each of `sites` at its address in
+/// `addresses` when a request has none.
+fn site_client(
+    sites: &[Site],
+    addresses: &[SocketAddr],
+) -> Client<PinnedConnector<HttpConnector<SiteResolver>>, Full<Bytes>> {
+    let addresses = sites
+        .iter()
+        .zip(addresses)
+        .map(|(site, &address)| (site.host.clone(), address))
+        .collect();
+    let mut connector = HttpConnector::new_with_resolver(SiteResolver(Arc::new(addresses)));
     connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).build(connector)
+    Client::builder(TokioExecutor::new()).build(PinnedConnector::new(connector))
 }

@@ -48,6 +48,11 @@ struct Flags {
     /// self-signed test server); Mozilla's roots are always trusted
     #[arg(long, value_name = "PATH")]
     ca_cert: Option<PathBuf>,
+    /// Throttle by server address too: names that resolve to one server
+    /// share its scope (ip:203.0.113.7, set by [ip_scopes] in --config),
+    /// and each request connects to the address it was throttled for
+    #[arg(long)]
+    ip_scopes: bool,
 }
 
 /// A run's settings.
@@ -88,6 +93,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
                 user_agent: flags.user_agent,
                 retries: flags.retries,
                 progress_every: flags.progress_every,
+                ip_scopes: flags.ip_scopes,
             },
         })),
         Err(error) if error.kind() == clap::error::ErrorKind::DisplayHelp => {

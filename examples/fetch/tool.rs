@@ -20,6 +20,8 @@ use tokio::time::Instant;
 use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_throttle::config_file::RegistryConfig;
+use tower_throttle::connect::{PinServerLayer, PinnedConnector};
+use tower_throttle::ip::IpScopeLayer;
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -34,6 +36,9 @@ pub struct Options {
     pub retries: u32,
     /// A progress line on stderr after this many URLs.
     pub progress_every: usize,
+    /// Throttle by server address too (`ip:203.0.113.7`, configured by
+    /// the registry's `[ip_scopes]`), resolving names before admission.
+    pub ip_scopes: bool,
 }
 
 impl Default for Options {
@@ -42,12 +47,13 @@ impl Default for Options {
             user_agent: "tower-throttle-fetch/0.1".to_owned(),
             retries: 3,
             progress_every: 10,
+            ip_scopes: false,
         }
     }
 }
 
 /// The tool's client: http and https, HTTP/1.
-pub type WebClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub type WebClient = Client<HttpsConnector<PinnedConnector<HttpConnector>>, Full<Bytes>>;
 
 /// A client for `http://` and `https://` URLs. It trusts Mozilla's root
 /// certificates (webpki-roots, built in, so the same on every machine
@@ -80,11 +86,15 @@ pub fn web_client(ca_cert: Option<&Path>) -> Result<WebClient, String> {
         .map_err(|error| format!("TLS setup: {error}"))?
         .with_root_certificates(roots)
         .with_no_client_auth();
+    // Under TLS, so the server name stays the URL's host while the TCP
+    // connection goes to the address the request was throttled for.
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
     let connector = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .build();
+        .wrap_connector(PinnedConnector::new(http));
     Ok(Client::builder(TokioExecutor::new()).build(connector))
 }
 
@@ -153,6 +163,7 @@ where
     let backoff = BackoffLayer::new(registry.clone());
     let stack = ServiceBuilder::new()
         .layer(RetryLayer::new(backoff.retry_policy(options.retries)))
+        .option_layer(options.ip_scopes.then(|| IpScopeLayer::new(registry.clone())))
         .layer(RobotsDelayLayer::new(registry.clone()).user_agent(options.user_agent.clone()))
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(RetryAfterLayer::new(registry.clone()))
@@ -163,6 +174,8 @@ where
             }
             request
         })
+        // Each request connects to the address its IP scope was throttled for.
+        .layer(PinServerLayer::new())
         .service(client);
 
     let started = Instant::now();

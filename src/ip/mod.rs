@@ -48,13 +48,13 @@
 //! # Which address
 //!
 //! The scope is the **first** address the resolver lists, which the
-//! request also carries as a [`ServerAddr`] extension. The system
-//! resolver's order is the order hyper-util's `HttpConnector` tries
-//! addresses in, so with one address per name (shared hosting) or a stable
-//! order, the connection goes to the server that was throttled. A client
-//! whose own resolution may pick another address (DNS round robin, a
-//! resolution that changed since) is not yet held to it: a connector that
-//! connects to the `ServerAddr` is the next step of this module.
+//! request also carries as a [`ServerAddr`] extension. A client that
+//! resolves the name again may connect elsewhere (DNS round robin, a record
+//! that changed since): with hyper-util, [`connect`](crate::connect) holds
+//! the connection to the `ServerAddr` (`PinServerLayer` around the client,
+//! `PinnedConnector` around its `HttpConnector`). Without it, the system
+//! resolver's order is the order `HttpConnector` tries addresses in, so
+//! one address per name (shared hosting) or a stable order is held too.
 //!
 //! ```
 //! use std::time::Duration;

@@ -15,6 +15,7 @@ use super::cache::{FetchResult, OriginEntry};
 use super::layer::RobotsShared;
 use super::MAX_REDIRECTS;
 use crate::error::BoxError;
+use crate::ip::ServerAddr;
 use crate::parse::robots_txt::RobotsRules;
 use crate::scope::{Priority, Scopes};
 
@@ -26,6 +27,9 @@ pub(crate) struct FetchTemplate {
     /// Its `Scopes` extension, so the fetch is throttled with the same
     /// scopes as the pages.
     pub(crate) scopes: Option<Scopes>,
+    /// Its server address (from [`IpScope`](crate::ip::IpScope)), so the
+    /// fetch connects where the pages do.
+    pub(crate) server: Option<ServerAddr>,
 }
 
 impl FetchTemplate {
@@ -40,6 +44,9 @@ impl FetchTemplate {
         request.extensions_mut().insert(Priority(i32::MAX));
         if let Some(scopes) = &self.scopes {
             request.extensions_mut().insert(scopes.clone());
+        }
+        if let Some(server) = self.server {
+            request.extensions_mut().insert(server);
         }
         request
     }

@@ -13,6 +13,7 @@ use super::future::{ResponseFuture, Turn};
 use super::layer::RobotsShared;
 use super::Config;
 use crate::error::{BoxError, Error};
+use crate::ip::ServerAddr;
 use crate::readiness::{release_readied, take_readied};
 use crate::registry::Registry;
 use crate::scope::Scopes;
@@ -161,6 +162,7 @@ where
                             .cloned()
                             .or_else(|| configured_user_agent(&shared.config)),
                         scopes: request.extensions().get::<Scopes>().cloned(),
+                        server: request.extensions().get::<ServerAddr>().copied(),
                     };
                     spawn_fetch(self.inner.clone(), shared.clone(), entry.clone(), template);
                 }

@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod kernel_stamps;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -100,11 +101,21 @@ where
     H: Fn(http::Request<hyper::body::Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = http::Response<Full<Bytes>>> + Send + 'static,
 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    serve_at(SocketAddr::from(([127, 0, 0, 1], 0)), handler).unwrap()
+}
+
+/// [`serve`] on `address` (another loopback address, a given port); an
+/// error when it cannot be bound (the port is taken).
+pub fn serve_at<H, F>(address: SocketAddr, handler: H) -> std::io::Result<SocketAddr>
+where
+    H: Fn(http::Request<hyper::body::Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = http::Response<Full<Bytes>>> + Send + 'static,
+{
+    let listener = std::net::TcpListener::bind(address)?;
     kernel_stamps::receive_stamps::enable_on_listener(&listener);
     listener.set_nonblocking(true).unwrap();
-    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-    let addr = listener.local_addr().unwrap();
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let addr = listener.local_addr()?;
     let clock = kernel_stamps::RealtimeClock::sample();
     tokio::spawn(async move {
         loop {
@@ -128,7 +139,7 @@ where
             });
         }
     });
-    addr
+    Ok(addr)
 }
 
 /// When the site's kernel received a request's head (`SO_TIMESTAMPNS`,
