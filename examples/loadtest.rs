@@ -76,7 +76,7 @@
 //! # Running it
 //!
 //! ```text
-//! cargo run --release --example loadtest -- [scenario...] [--quick] [--check] [--no-pin] [--busy N] [--write-stamps]
+//! cargo run --release --example loadtest -- [scenario...] [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | --socket-stamps]
 //! ```
 //!
 //! Scenarios are named `a` to `e` (all by default); `--quick` shrinks the
@@ -95,6 +95,12 @@
 //! longer shortens a gap at the site. Without it, the departure is the
 //! hand-over (the default, and what the tables below were first measured
 //! with).
+//!
+//! `--socket-stamps` goes one step further: the departure is the return of
+//! the socket write that carries the request's head
+//! (`DepartureStampLayer::at_socket_write`, with the client's connector
+//! wrapped in `StampingConnector`), by which time the site's kernel has the
+//! bytes.
 //!
 //! `--busy N` makes the machine busy, as a client host with other work on it
 //! is: N more threads spin (a `black_box` loop) beside the client and the
@@ -198,18 +204,26 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::sync::Semaphore;
 use tower::{Layer, Service, ServiceExt};
-use tower_throttle::departure::{DepartureStamp, StampedBody};
+use tower_throttle::departure::{DepartureStamp, DepartureStampLayer, StampedBody, StampingConnector};
 use tower_throttle::{Registry, ScopeConfig, Throttle, ThrottleLayer};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Request = http::Request<Full<Bytes>>;
-type HyperClient = Client<HttpConnector<ListenerResolver>, StampedBody<Full<Bytes>>>;
+type HyperClient = Client<StampingConnector<HttpConnector<ListenerResolver>>, StampedBody<Full<Bytes>>>;
 /// The hyper-util client with departure stamps in front: what the throttle
 /// (or the bare run's semaphore) hands requests to.
 type LoadClient = StampDepartures<ClientSide>;
 
-/// Whether the client's writes time the departures (`--write-stamps`).
-static WRITE_STAMPS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// What times the departures: [`HAND_OVER`], [`BODY_ASKED`]
+/// (`--write-stamps`) or [`SOCKET_WRITE`] (`--socket-stamps`).
+static WRITE_STAMPS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(HAND_OVER);
+/// The hand-over to hyper-util (the default).
+const HAND_OVER: u8 = 0;
+/// hyper's connection task asking the body (`DepartureStampLayer`).
+const BODY_ASKED: u8 = 1;
+/// The socket write of the head returning (`DepartureStampLayer::at_socket_write`
+/// with `StampingConnector`).
+const SOCKET_WRITE: u8 = 2;
 
 /// After this long a run stops, reports what it got, and fails.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -385,8 +399,8 @@ struct Options {
     pin: bool,
     /// Threads that spin beside the client and the server for the whole run.
     busy: usize,
-    /// Whether the client's writes time the departures.
-    write_stamps: bool,
+    /// What times the departures.
+    write_stamps: u8,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -396,7 +410,7 @@ fn parse_options() -> Result<Options, String> {
         check: false,
         pin: true,
         busy: 0,
-        write_stamps: false,
+        write_stamps: HAND_OVER,
     };
     let mut arguments = std::env::args().skip(1);
     while let Some(argument) = arguments.next() {
@@ -404,7 +418,8 @@ fn parse_options() -> Result<Options, String> {
             "--quick" => options.quick = true,
             "--check" => options.check = true,
             "--no-pin" => options.pin = false,
-            "--write-stamps" => options.write_stamps = true,
+            "--write-stamps" => options.write_stamps = BODY_ASKED,
+            "--socket-stamps" => options.write_stamps = SOCKET_WRITE,
             "--busy" => options.busy = busy_count(arguments.next())?,
             "a" | "b" | "c" | "d" | "e" => options.names.push(argument),
             other => match other.strip_prefix("--busy=") {
@@ -416,7 +431,8 @@ fn parse_options() -> Result<Options, String> {
     Ok(options)
 }
 
-const USAGE: &str = "expected [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N] [--write-stamps]";
+const USAGE: &str =
+    "expected [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | --socket-stamps]";
 
 fn busy_count(count: Option<String>) -> Result<usize, String> {
     let count = count.ok_or_else(|| format!("--busy needs a thread count; {USAGE}"))?;
@@ -439,11 +455,16 @@ fn main() -> ExitCode {
     WRITE_STAMPS.store(options.write_stamps, std::sync::atomic::Ordering::Relaxed);
     println!(
         "departures: {}",
-        if options.write_stamps {
-            "the later of the hand-over to hyper-util and its connection task taking the request to write \
-             (DepartureStampLayer)"
-        } else {
-            "the hand-over to hyper-util (the inner future's first poll)"
+        match options.write_stamps {
+            BODY_ASKED => {
+                "the later of the hand-over to hyper-util and its connection task taking the request to write \
+                 (DepartureStampLayer)"
+            }
+            SOCKET_WRITE => {
+                "the later of the hand-over to hyper-util and the return of the socket write of the head \
+                 (DepartureStampLayer::at_socket_write, StampingConnector)"
+            }
+            _ => "the hand-over to hyper-util (the inner future's first poll)",
         }
     );
     let pinned = options.pin && cores::pin_current_thread(cores::CLIENT);
@@ -1139,14 +1160,20 @@ fn load_client(
         listeners: addressing.named_listeners(),
     });
     connector.set_nodelay(true);
+    let mode = WRITE_STAMPS.load(std::sync::atomic::Ordering::Relaxed);
+    let departure_stamps = if mode == SOCKET_WRITE {
+        DepartureStampLayer::new().at_socket_write()
+    } else {
+        DepartureStampLayer::new()
+    };
     let mut builder = Client::builder(TokioExecutor::new());
     if !reuse_connections {
         builder.pool_max_idle_per_host(0);
     }
     StampDepartures {
         inner: ClientSide {
-            client: DepartureStamp::new(builder.build(connector)),
-            write_stamps: WRITE_STAMPS.load(std::sync::atomic::Ordering::Relaxed),
+            client: departure_stamps.layer(builder.build(StampingConnector::new(connector))),
+            write_stamps: mode != HAND_OVER,
         },
         log,
     }

@@ -196,6 +196,7 @@ async fn https_checks_the_names_certificate_on_the_pinned_address() {
     let mut client = ServiceBuilder::new()
         .layer(ip_layer)
         .layer(ThrottleLayer::new(registry.clone()))
+        .layer(tower_throttle::BackoffLayer::new(registry.clone()))
         .layer(PinServerLayer::new())
         .service(Client::builder(TokioExecutor::new()).build(connector));
 
@@ -213,6 +214,10 @@ async fn https_checks_the_names_certificate_on_the_pinned_address() {
     let chain = error_chain(&*error);
     assert!(chain.contains("certificate"), "{chain}");
     assert_eq!(registry.scope_stats("ip:127.0.0.2").unwrap().sent, 2);
+    // Backoff feedback, as a refused connection is.
+    let feedbacks = |scope: &str| registry.scope_stats(scope).unwrap().backoff_feedbacks;
+    assert_eq!(feedbacks("other.test"), 1);
+    assert_eq!(feedbacks("site.test"), 0);
 }
 
 /// An error and its sources, one line.

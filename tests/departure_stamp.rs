@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_throttle::departure::{DepartureStampLayer, StampedBody};
+use tower_throttle::departure::{DepartureStampLayer, StampedBody, StampingConnector};
 use tower_throttle::store::MemoryStore;
 use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
 
@@ -297,5 +297,155 @@ async fn hyper_utils_client_sends_the_stamped_requests_and_keeps_the_gaps() {
     seen.sort();
     for pair in seen.windows(2) {
         assert!(pair[1] - pair[0] >= ms(50), "{:?} apart", pair[1] - pair[0]);
+    }
+}
+
+/// One end of an in-memory connection to a hyper server that records
+/// arrivals; its first write waits `first_write_after` (a socket that is
+/// not writable at once), in paused time.
+struct SlowSocket {
+    io: hyper_util::rt::TokioIo<tokio::io::DuplexStream>,
+    wait: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl hyper::rt::Write for SlowSocket {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if let Some(wait) = &mut self.wait {
+            std::task::ready!(std::future::Future::poll(wait.as_mut(), cx));
+            self.wait = None;
+        }
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl hyper::rt::Read for SlowSocket {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl hyper_util::client::legacy::connect::Connection for SlowSocket {
+    fn connected(&self) -> hyper_util::client::legacy::connect::Connected {
+        hyper_util::client::legacy::connect::Connected::new()
+    }
+}
+
+/// Connects to a hyper server over an in-memory [`SlowSocket`]: a
+/// connection to `slow.example` cannot write for 30 ms, any other at once.
+#[derive(Clone)]
+struct SlowConnector {
+    start: Instant,
+    arrivals: Arrivals,
+}
+
+impl Service<http::Uri> for SlowConnector {
+    type Response = SlowSocket;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<std::io::Result<SlowSocket>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let (client_end, server_end) = tokio::io::duplex(64 * 1024);
+        let (start, arrivals) = (self.start, self.arrivals.clone());
+        let handler = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+            let path = request.uri().path().to_owned();
+            arrivals
+                .0
+                .lock()
+                .unwrap()
+                .push((path, start.elapsed().as_millis()));
+            async { Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::new()))) }
+        });
+        tokio::spawn(
+            hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(server_end), handler),
+        );
+        let wait = (uri.host() == Some("slow.example")).then(|| Box::pin(tokio::time::sleep(ms(30))));
+        std::future::ready(Ok(SlowSocket {
+            io: hyper_util::rt::TokioIo::new(client_end),
+            wait,
+        }))
+    }
+}
+
+/// hyper-util's client over [`SlowConnector`] through a
+/// `StampingConnector`, one connection per request.
+fn slow_socket_client(
+    start: Instant,
+    arrivals: Arrivals,
+) -> hyper_util::client::legacy::Client<StampingConnector<SlowConnector>, StampedBody<Full<Bytes>>> {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_max_idle_per_host(0)
+        .build(StampingConnector::new(SlowConnector { start, arrivals }))
+}
+
+/// `path` on `host`, in the one scope `site` whatever the host.
+fn request_on(host: &str, path: &str) -> http::Request<Full<Bytes>> {
+    let mut request = http::Request::get(format!("http://{host}{path}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    request.extensions_mut().insert(Scopes::from(["site"]));
+    request
+}
+
+/// The client asks the body at once, but the socket cannot take the bytes
+/// for 30 ms: stamped at the socket write, the next request of the scope
+/// reaches the server a whole delay after the slow one; stamped when the
+/// body is asked, 30 ms short of it.
+#[tokio::test(start_paused = true)]
+async fn at_socket_write_the_next_gap_runs_from_when_the_socket_took_the_bytes() {
+    for (layer, expected) in [
+        (DepartureStampLayer::new().at_socket_write(), 130),
+        (DepartureStampLayer::new(), 100),
+    ] {
+        for lanes in [2, 1] {
+            let start = Instant::now();
+            let arrivals = Arrivals::default();
+            let client = ServiceBuilder::new()
+                .layer(ThrottleLayer::new(registry(lanes)))
+                .layer(layer)
+                .service(slow_socket_client(start, arrivals.clone()));
+            client
+                .clone()
+                .oneshot(request_on("fast.example", "/warm"))
+                .await
+                .unwrap();
+            tokio::time::sleep_until(start + ms(1_000)).await;
+            let slow = tokio::spawn(client.clone().oneshot(request_on("slow.example", "/slow")));
+            tokio::task::yield_now().await;
+            client.oneshot(request_on("fast.example", "/next")).await.unwrap();
+            slow.await.unwrap().unwrap();
+            assert_eq!(arrivals.of("/slow"), 1_030, "written 30 ms after its hand-over");
+            assert_eq!(
+                arrivals.of("/next") - 1_000,
+                expected,
+                "{lanes} lane(s), {layer:?}"
+            );
+        }
     }
 }

@@ -23,17 +23,28 @@ pin_project! {
         #[pin]
         inner: B,
         stamp: Option<Arc<WriteStamp>>,
+        // The stamp is the socket write's (a `StampedIo` makes it), not
+        // the first question's.
+        on_socket_write: bool,
     }
 }
 
 impl<B> StampedBody<B> {
-    pub(crate) fn new(inner: B, stamp: Option<Arc<WriteStamp>>) -> Self {
-        StampedBody { inner, stamp }
+    pub(crate) fn new(inner: B, stamp: Option<Arc<WriteStamp>>, on_socket_write: bool) -> Self {
+        StampedBody {
+            inner,
+            stamp,
+            on_socket_write,
+        }
     }
 
     /// A body that stamps nothing (for a request no throttle handed over).
     pub fn unstamped(inner: B) -> Self {
-        StampedBody { inner, stamp: None }
+        StampedBody {
+            inner,
+            stamp: None,
+            on_socket_write: false,
+        }
     }
 
     /// The request's own body.
@@ -42,8 +53,10 @@ impl<B> StampedBody<B> {
     }
 
     fn stamp(&self) {
-        if let Some(stamp) = &self.stamp {
-            stamp.stamp();
+        match &self.stamp {
+            Some(stamp) if self.on_socket_write => stamp.arm_once(),
+            Some(stamp) => stamp.stamp(),
+            None => {}
         }
     }
 }
@@ -81,7 +94,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_first_question_stamps_and_the_body_is_unchanged() {
         let stamp = Arc::new(WriteStamp::default());
-        let body = StampedBody::new(Full::new(Bytes::from_static(b"abc")), Some(stamp.clone()));
+        let body = StampedBody::new(Full::new(Bytes::from_static(b"abc")), Some(stamp.clone()), false);
         assert_eq!(stamp.get(), None, "nothing asked yet");
         tokio::time::advance(std::time::Duration::from_millis(7)).await;
         let asked_at = tokio::time::Instant::now();

@@ -33,13 +33,24 @@ use super::DepartureStamp;
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DepartureStampLayer {
-    _private: (),
+    on_socket_write: bool,
 }
 
 impl DepartureStampLayer {
-    /// The layer.
+    /// The layer: a departure is the instant the client asks the body.
     pub fn new() -> Self {
         DepartureStampLayer::default()
+    }
+
+    /// A departure is the instant the connection's socket write returns
+    /// (the bytes are with the kernel), not the instant the client asks
+    /// the body. It needs the client's connector wrapped in
+    /// [`StampingConnector`](super::StampingConnector), which makes the
+    /// stamp; see the [module docs](crate::departure).
+    #[must_use]
+    pub fn at_socket_write(mut self) -> Self {
+        self.on_socket_write = true;
+        self
     }
 }
 
@@ -47,6 +58,6 @@ impl<S> Layer<S> for DepartureStampLayer {
     type Service = DepartureStamp<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        DepartureStamp::new(inner)
+        DepartureStamp::at_socket_write(inner, self.on_socket_write)
     }
 }

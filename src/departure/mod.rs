@@ -36,6 +36,24 @@
 //!   departs at its hand-over, as without this layer: the safe side, should
 //!   a client write without asking.
 //!
+//! # At the socket write
+//!
+//! Between hyper asking the body and the bytes reaching the kernel, the
+//! connection task still encodes the head and makes the write; on a busy
+//! machine the OS can preempt it in between, and a site then sees a gap up
+//! to a few milliseconds short (`tests/ip_scopes.rs` measured up to 3.5 ms
+//! on a debug build). With [`DepartureStampLayer::at_socket_write`] and the
+//! client's connector wrapped in [`StampingConnector`] (feature
+//! `hyper-util`), hyper asking the body only *arms* the stamp, on the
+//! connection task's thread, and the connection stamps it when the socket
+//! write that carries the head returns: the kernel has the bytes by then,
+//! so the next request of the scope cannot reach the site sooner than the
+//! delay after this one. A write that cannot be made at once keeps the
+//! stamp until the connection's next write returns. Use the two together:
+//! a stamp armed where no `StampingConnector` writes is stamped, late, when
+//! the next request is armed on that thread, or else departs at its
+//! hand-over when its response comes.
+//!
 //! It only helps between a `Throttle` and a client that asks the body when
 //! it writes (hyper's and hyper-util's HTTP/1 and HTTP/2 clients do). Put
 //! nothing between it and the client that reads the body early, and keep
@@ -73,10 +91,15 @@
 //! ```
 
 mod body;
+#[cfg(feature = "hyper-util")]
+mod io;
 mod layer;
 mod service;
 pub(crate) mod stamp;
 
 pub use body::StampedBody;
+#[cfg(feature = "hyper-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "hyper-util")))]
+pub use io::{Connecting, StampedIo, StampingConnector};
 pub use layer::DepartureStampLayer;
 pub use service::DepartureStamp;

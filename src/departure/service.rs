@@ -14,12 +14,25 @@ use super::stamp;
 #[derive(Debug, Clone)]
 pub struct DepartureStamp<S> {
     inner: S,
+    on_socket_write: bool,
 }
 
 impl<S> DepartureStamp<S> {
     /// Wraps `inner`, a client that sends [`StampedBody`] requests.
     pub fn new(inner: S) -> Self {
-        DepartureStamp { inner }
+        DepartureStamp {
+            inner,
+            on_socket_write: false,
+        }
+    }
+
+    /// `inner`, stamping at the socket write (see
+    /// [`DepartureStampLayer::at_socket_write`](super::DepartureStampLayer::at_socket_write)).
+    pub(crate) fn at_socket_write(inner: S, on_socket_write: bool) -> Self {
+        DepartureStamp {
+            inner,
+            on_socket_write,
+        }
     }
 
     /// The inner service.
@@ -53,6 +66,8 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         // The throttle calling this on this thread, if any, takes the stamp.
         let stamp = stamp::claim();
-        self.inner.call(request.map(|body| StampedBody::new(body, stamp)))
+        let on_socket_write = self.on_socket_write;
+        self.inner
+            .call(request.map(|body| StampedBody::new(body, stamp, on_socket_write)))
     }
 }

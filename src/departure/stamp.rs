@@ -10,6 +10,7 @@
 //! call returns, and times the request's departure by it.
 
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::Context;
 
@@ -24,6 +25,8 @@ pub(crate) struct WriteStamp {
     at: OnceLock<Instant>,
     /// The throttle's task, when it waits for the stamp to report it.
     waiter: AtomicWaker,
+    /// Armed for the connection's next socket write (see [`arm`]).
+    armed: AtomicBool,
 }
 
 impl WriteStamp {
@@ -31,6 +34,14 @@ impl WriteStamp {
     pub(crate) fn stamp(&self) {
         if self.at.get().is_none() && self.at.set(Instant::now()).is_ok() {
             self.waiter.wake();
+        }
+    }
+
+    /// Arms the stamp for the next socket write on this thread, the first
+    /// time: a `StampedIo` stamps it when that write returns.
+    pub(crate) fn arm_once(self: &Arc<Self>) {
+        if !self.armed.swap(true, Ordering::Relaxed) {
+            arm(self.clone());
         }
     }
 
@@ -59,6 +70,32 @@ const TAKEN: u8 = 2;
 thread_local! {
     static OFFER: Cell<u8> = const { Cell::new(CLOSED) };
     static CLAIMED: RefCell<Option<Arc<WriteStamp>>> = const { RefCell::new(None) };
+}
+
+thread_local! {
+    /// The stamp of the request whose head the connection task on this
+    /// thread is about to write (armed when hyper asks the body, right
+    /// before it flushes the head to the connection in the same poll).
+    static ARMED: RefCell<Option<Arc<WriteStamp>>> = const { RefCell::new(None) };
+}
+
+/// Arms `stamp` for the next socket write on this thread. A stamp still
+/// armed from before (its connection's writes are not stamped) is stamped
+/// now, late rather than never.
+fn arm(stamp: Arc<WriteStamp>) {
+    let previous = ARMED
+        .try_with(|armed| armed.borrow_mut().replace(stamp))
+        .ok()
+        .flatten();
+    if let Some(previous) = previous {
+        previous.stamp();
+    }
+}
+
+/// The stamp armed on this thread, for the socket write about to be made.
+#[cfg(feature = "hyper-util")]
+pub(crate) fn take_armed() -> Option<Arc<WriteStamp>> {
+    ARMED.try_with(|armed| armed.borrow_mut().take()).ok().flatten()
 }
 
 /// Offers, until [`Offer::take`], a write stamp for the request a throttle
