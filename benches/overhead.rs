@@ -11,25 +11,33 @@
 //!
 //! The `scaling` group drives the same requests from 1 and from 2 OS
 //! threads (each with its own current-thread runtime, all sharing one
-//! registry), with 1 and with 10 000 scopes: the time per request at 2
-//! threads against 1 thread shows how much the registry's lock costs under
-//! contention (0.5 would be perfect scaling, 1.0 no scaling at all). The
-//! bare service and `ConcurrencyLimit` (one shared semaphore) are the peers.
+//! registry) for each workload of issue 26: `bare`, `one_scope`,
+//! `one_scope_delay0_c64`, `scopes_10k` and `multi_scope_2`. After
+//! criterion's own report it prints one line per workload for scripts:
+//!
+//! ```text
+//! scaling one_scope threads=1 ns=330.0 threads=2 ns=390.0 speedup=0.85
+//! ```
+//!
+//! (`ns`: the median time per request over 7 runs of 200 000 requests;
+//! `speedup`: the throughput at 2 threads over 1 thread. The bare
+//! service's own speedup is the ceiling on this machine.)
 //!
 //! ```text
 //! cargo bench --bench overhead
+//! cargo bench --bench overhead -- scaling
 //! ```
 
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use tower::Service;
-use tower_throttle::ThrottleLayer;
+use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
 
 #[path = "variants/mod.rs"]
 mod variants;
 
-use variants::{bare, drive, governor_keyed, unthrottled_registry, uris};
+use variants::{bare, drive, governor_keyed, unthrottled_builder, unthrottled_registry, uris};
 
 const MANY_SCOPES: usize = 100_000;
 
@@ -125,28 +133,135 @@ where
     })
 }
 
+/// A workload of the `scaling` group: a service and the URIs its requests
+/// cycle over.
+struct Workload<B> {
+    name: &'static str,
+    service: ScalingService<B>,
+    uris: Vec<http::Uri>,
+}
+
+/// The services the workloads drive: one type (an enum, no boxing), so the
+/// workloads are a list.
+type ScalingService<B> = tower::util::Either<B, tower_throttle::Throttle<B>>;
+
+/// The workloads of issue 26: the bare service; one scope (1 000 lanes,
+/// delay 0); one scope at 64 lanes and delay 0 (an API client's hot host);
+/// 10 000 scopes; two scopes per request (each host and a scope of its
+/// own beside it, over 10 000 hosts).
+fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
+    let throttled =
+        |registry: Registry| tower::util::Either::Right(ThrottleLayer::new(registry).layer_service(bare()));
+    let two_scopes = unthrottled_builder()
+        .resolver(|head: &tower_throttle::scope::RequestHead<'_>| {
+            let host = head.host().unwrap_or_default();
+            Scopes::from([host.to_string(), format!("{host}#api")])
+        })
+        .build()
+        .unwrap();
+    let c64 = Registry::builder()
+        .max_concurrency(1_000)
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(64)
+                .delay(Duration::ZERO)
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap();
+    vec![
+        Workload {
+            name: "bare",
+            service: tower::util::Either::Left(bare()),
+            uris: uris(1),
+        },
+        Workload {
+            name: "one_scope",
+            service: throttled(unthrottled_registry()),
+            uris: uris(1),
+        },
+        Workload {
+            name: "one_scope_delay0_c64",
+            service: throttled(c64),
+            uris: uris(1),
+        },
+        Workload {
+            name: "scopes_10k",
+            service: throttled(unthrottled_registry()),
+            uris: uris(SCALING_SCOPES),
+        },
+        Workload {
+            name: "multi_scope_2",
+            service: throttled(two_scopes),
+            uris: uris(SCALING_SCOPES),
+        },
+    ]
+}
+
+/// Requests per sample of the `scaling` lines, and samples per figure (the
+/// median is reported).
+const LINE_REQUESTS: u64 = 200_000;
+const LINE_SAMPLES: usize = 7;
+
+/// The median time per request of `workload` driven from `threads` threads.
+fn ns_per_request<B>(workload: &Workload<B>, threads: u64) -> f64
+where
+    ScalingService<B>: Service<http::Request<()>, Response = http::Response<()>> + Clone + Send,
+    <ScalingService<B> as Service<http::Request<()>>>::Error: std::fmt::Debug,
+{
+    let mut samples: Vec<f64> = (0..LINE_SAMPLES)
+        .map(|_| {
+            drive_threads(&workload.service, &workload.uris, LINE_REQUESTS, threads).as_nanos() as f64
+                / LINE_REQUESTS as f64
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[LINE_SAMPLES / 2]
+}
+
+/// Whether the command line's filter (criterion's first free argument)
+/// selects the `scaling` group, or there is none.
+fn scaling_selected() -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with('-'))
+        .collect();
+    filters.is_empty()
+        || filters
+            .iter()
+            .any(|filter| "scaling".contains(filter.as_str()) || filter.starts_with("scaling"))
+}
+
 fn scaling(c: &mut Criterion) {
-    let one = uris(1);
-    let many = uris(SCALING_SCOPES);
+    let workloads = workloads(bare);
     let mut group = c.benchmark_group("scaling");
-    for threads in [1, 2] {
-        group.bench_function(format!("bare/{threads}_threads"), |b| {
-            let service = bare();
-            b.iter_custom(|iters| drive_threads(&service, &one, iters, threads));
-        });
-        group.bench_function(format!("concurrency_limit/{threads}_threads"), |b| {
-            let service = tower::limit::ConcurrencyLimit::new(bare(), 1_000);
-            b.iter_custom(|iters| drive_threads(&service, &one, iters, threads));
-        });
-        for (scopes, uris) in [(1, &one), (SCALING_SCOPES, &many)] {
-            group.bench_function(format!("throttle/{scopes}_scopes/{threads}_threads"), |b| {
-                let service = ThrottleLayer::new(unthrottled_registry()).layer_service(bare());
-                drive_threads(&service, uris, uris.len() as u64, 1);
-                b.iter_custom(|iters| drive_threads(&service, uris, iters, threads));
+    for workload in &workloads {
+        // Every scope seen once first: the steady state of a crawl.
+        drive_threads(&workload.service, &workload.uris, workload.uris.len() as u64, 1);
+        for threads in [1, 2] {
+            group.bench_function(format!("{}/{threads}_threads", workload.name), |b| {
+                b.iter_custom(|iters| drive_threads(&workload.service, &workload.uris, iters, threads));
             });
         }
     }
     group.finish();
+    if !scaling_selected() {
+        return;
+    }
+    // One line per workload, for scripts: the median of LINE_SAMPLES runs
+    // of LINE_REQUESTS requests each; speedup = throughput at 2 threads
+    // over 1 thread (ns at 1 / ns at 2).
+    println!();
+    for workload in &workloads {
+        let one = ns_per_request(workload, 1);
+        let two = ns_per_request(workload, 2);
+        println!(
+            "scaling {} threads=1 ns={one:.1} threads=2 ns={two:.1} speedup={:.2}",
+            workload.name,
+            one / two
+        );
+    }
 }
 
 trait LayerService {
