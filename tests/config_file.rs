@@ -15,6 +15,7 @@ max_concurrency = 8
 max_queued = 1000
 quota_window = "30s"
 idle_ttl = "10m"
+max_hold = "3h"
 max_scopes = 5000
 delayed_warn_threshold = 100
 metrics_per_scope = true
@@ -151,7 +152,7 @@ fn bad_files_name_the_key_path_and_the_value() {
         (
             "max_concurency = 3",
             "max_concurency: unknown field `max_concurency`, expected one of `max_concurrency`, `max_queued`, \
-             `quota_window`, `idle_ttl`, `max_scopes`, `delayed_warn_threshold`, `metrics_per_scope`, \
+             `quota_window`, `idle_ttl`, `max_hold`, `max_scopes`, `delayed_warn_threshold`, `metrics_per_scope`, \
              `jitter_seed`, `default_scope`, `ip_scopes`, `scopes`",
         ),
         (
@@ -237,6 +238,8 @@ fn bad_files_name_the_key_path_and_the_value() {
         ),
         ("[scopes.a]\nquota = 0", "scopes.a.quota: must be a finite number above 0, got 0.0"),
         ("quota_window = 0", "quota_window: must be longer than zero, got 0ns"),
+        ("max_hold = \"25h\"", "max_hold: must be longer than zero and at most 24 h, got 90000s"),
+        ("max_hold = 0", "max_hold: must be longer than zero and at most 24 h, got 0ns"),
         (
             "[scopes.a]\ndelay = \"8d\"",
             "scopes.a.delay: unknown duration unit (use ms, s, m or h), got \"8d\"",
@@ -345,7 +348,7 @@ fn a_registry_config_written_back_reads_as_the_same_config() {
     // durations as seconds.
     assert!(
         written
-            .starts_with("max_concurrency = 8\nmax_queued = 1000\nquota_window = 30.0\nidle_ttl = 600.0\n"),
+            .starts_with("max_concurrency = 8\nmax_queued = 1000\nquota_window = 30.0\nidle_ttl = 600.0\nmax_hold = 10800.0\n"),
         "{written}"
     );
 }
@@ -418,6 +421,7 @@ mod generated {
         "max_queued",
         "quota_window",
         "idle_ttl",
+        "max_hold",
         "max_scopes",
         "delayed_warn_threshold",
         "metrics_per_scope",

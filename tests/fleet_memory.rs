@@ -221,3 +221,26 @@ async fn each_workers_first_request_holds_the_fleet_until_it_is_answered() {
         [(0, "one"), (130, "two"), (260, "one"), (360, "two")]
     );
 }
+
+/// A long hold (a server's "come back in an hour") is in the store, so a
+/// worker started after it, with nothing of its own, still waits it out;
+/// the store keeps it whole, capped only by `max_hold` (1 h), not by the
+/// backoff `max_delay` (300 s).
+#[tokio::test(start_paused = true)]
+async fn a_long_hold_survives_a_worker_restart() {
+    let store = MemoryStore::new();
+    let worker = registry(&store);
+    worker.hold("site.test", Duration::from_secs(2 * 3600));
+    tokio::task::yield_now().await;
+    drop(worker);
+    tokio::time::advance(Duration::from_secs(600)).await;
+    let restarted = registry(&store);
+    let sends = Sends::default();
+    let start = Instant::now();
+    crawl(&restarted, "restarted", 1, &sends, start).await;
+    assert_eq!(
+        sends.lock().unwrap()[0].0,
+        3_000_000,
+        "the hour's last 50 minutes"
+    );
+}

@@ -67,6 +67,7 @@
 //! | `max_queued` | 10 000 | requests admitted but not yet sent; at the bound `poll_ready` waits |
 //! | `quota_window` | 60 s | quota window of every scope that sets no `window` |
 //! | `idle_ttl` | 1 h | how long a scope with nothing in flight or queued is kept |
+//! | `max_hold` | 1 h | the longest a `Retry-After`, a RateLimit reset or `Registry::hold` may hold a scope (at most 24 h); longer is capped, with a warning |
 //! | `max_scopes` | 100 000 | past this many scopes, idle ones are evicted least recently used first |
 //! | `delayed_warn_threshold` | 500 | warn when more requests than this wait for their scopes |
 //! | `metrics_per_scope` | false | label metrics with the scope (feature `metrics`) |
@@ -347,6 +348,7 @@ impl RegistryConfig {
             .max_concurrency(settings.max_concurrency)
             .max_queued(settings.max_queued)
             .idle_ttl(settings.idle_ttl)
+            .max_hold(settings.max_hold)
             .max_scopes(settings.max_scopes)
             .delayed_warn_threshold(settings.delayed_warn_threshold)
             .metrics_per_scope(settings.metrics_per_scope)

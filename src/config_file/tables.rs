@@ -26,6 +26,8 @@ pub(crate) struct FileTable {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) idle_ttl: Option<Seconds>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_hold: Option<Seconds>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_scopes: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) delayed_warn_threshold: Option<usize>,
@@ -138,6 +140,7 @@ pub(crate) fn global_settings(file: &FileTable) -> GlobalSettings {
         max_queued: file.max_queued.unwrap_or(default.max_queued),
         quota_window: file.quota_window.map(|w| w.0).or(default.quota_window),
         idle_ttl: file.idle_ttl.map_or(default.idle_ttl, |ttl| ttl.0),
+        max_hold: file.max_hold.map_or(default.max_hold, |max| max.0),
         max_scopes: file.max_scopes.unwrap_or(default.max_scopes),
         delayed_warn_threshold: file
             .delayed_warn_threshold
@@ -300,6 +303,7 @@ pub(crate) fn canonical_file(
         max_queued: changed(settings.max_queued, built_in.max_queued, |v| v),
         quota_window: settings.quota_window.map(Seconds),
         idle_ttl: changed(settings.idle_ttl, built_in.idle_ttl, Seconds),
+        max_hold: changed(settings.max_hold, built_in.max_hold, Seconds),
         max_scopes: changed(settings.max_scopes, built_in.max_scopes, |v| v),
         delayed_warn_threshold: changed(
             settings.delayed_warn_threshold,

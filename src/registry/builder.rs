@@ -11,7 +11,10 @@ use super::manager::{ManagerFactory, ScopeManager};
 use super::metrics;
 use super::places;
 use super::report::BackoffStatuses;
-use super::scheduler::{Scheduler, DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
+use super::scheduler::{
+    Scheduler, DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_HOLD, DEFAULT_MAX_SCOPES,
+    MAX_MAX_HOLD,
+};
 use super::{Registry, RegistryShared, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_QUEUED};
 use crate::error::ConfigError;
 use crate::scope::{HostResolver, Scope, ScopeResolver};
@@ -27,6 +30,7 @@ pub(crate) struct GlobalSettings {
     pub(crate) max_queued: usize,
     pub(crate) quota_window: Option<Duration>,
     pub(crate) idle_ttl: Duration,
+    pub(crate) max_hold: Duration,
     pub(crate) max_scopes: usize,
     pub(crate) delayed_warn_threshold: usize,
     pub(crate) metrics_per_scope: bool,
@@ -53,6 +57,7 @@ pub struct RegistryBuilder {
     metrics_per_scope: bool,
     quota_window: Option<Duration>,
     idle_ttl: Duration,
+    max_hold: Duration,
     max_scopes: usize,
     delayed_warn_threshold: usize,
     store: Option<Arc<dyn ScopeStore>>,
@@ -87,6 +92,7 @@ impl Default for RegistryBuilder {
             metrics_per_scope: false,
             quota_window: None,
             idle_ttl: DEFAULT_IDLE_TTL,
+            max_hold: DEFAULT_MAX_HOLD,
             max_scopes: DEFAULT_MAX_SCOPES,
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
             store: None,
@@ -180,6 +186,18 @@ impl RegistryBuilder {
     #[must_use]
     pub fn idle_ttl(mut self, ttl: Duration) -> Self {
         self.idle_ttl = ttl;
+        self
+    }
+
+    /// The longest a server may hold a scope (default 1 h, at most 24 h):
+    /// a `Retry-After`, a RateLimit reset or [`Registry::hold`] asking for
+    /// longer is capped here, with a warning naming the scope and the
+    /// duration asked. An API that says "come back in an hour" is then
+    /// asked again in an hour, not every five minutes. Backoff's own delay
+    /// is still capped by its `max_delay`.
+    #[must_use]
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = max;
         self
     }
 
@@ -290,6 +308,13 @@ impl RegistryBuilder {
             return Err(ConfigError::new("max_scopes", 0, "must be at least 1"));
         }
         config::validate_window("idle_ttl", self.idle_ttl)?;
+        if self.max_hold.is_zero() || self.max_hold > MAX_MAX_HOLD {
+            return Err(ConfigError::new(
+                "max_hold",
+                self.max_hold,
+                "must be longer than zero and at most 24 h",
+            ));
+        }
         if let Some(window) = self.quota_window {
             config::validate_window("quota_window", window)?;
         }
@@ -304,6 +329,7 @@ impl RegistryBuilder {
             max_queued: self.max_queued,
             quota_window: self.quota_window,
             idle_ttl: self.idle_ttl,
+            max_hold: self.max_hold,
             max_scopes: self.max_scopes,
             delayed_warn_threshold: self.delayed_warn_threshold,
             metrics_per_scope: self.metrics_per_scope,
@@ -341,6 +367,7 @@ impl RegistryBuilder {
         let scheduler = Scheduler::new(self.default_scope, self.scopes, self.max_concurrency, rng)
             .with_ip_scopes(self.ip_scopes)
             .with_eviction(self.idle_ttl, self.max_scopes)
+            .with_max_hold(self.max_hold)
             .with_delayed_warn_threshold(self.delayed_warn_threshold)
             .with_metrics(metrics::Metrics {
                 per_scope: self.metrics_per_scope,

@@ -18,7 +18,7 @@
 //! - **contributions**: limits added by the feedback layers, one field per
 //!   source:
 //!   - a *hold* (Retry-After, rate-limit resets): nothing is sent before
-//!     an instant, capped at the backoff `max_delay`;
+//!     an instant, capped at the registry's `max_hold` (1 h);
 //!   - *backoff*: level, delay and concurrency after the last step; quiet
 //!     windows step it back, computed from the instant of the last step
 //!     when the limits are read (no timer);
@@ -191,7 +191,9 @@ pub(crate) use report::collect;
 pub(crate) use report::Collected;
 pub(crate) use scheduler::{Outcome, TicketId, TicketPoll};
 use scheduler::{Scheduler, WakeList};
-pub use scheduler::{DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
+pub use scheduler::{
+    DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_HOLD, DEFAULT_MAX_SCOPES, MAX_MAX_HOLD,
+};
 
 /// Default global cap on requests in flight.
 pub const DEFAULT_MAX_CONCURRENCY: u32 = 16;
@@ -357,9 +359,11 @@ impl Registry {
     }
 
     /// Holds scope `key` for `duration`: nothing of it is sent before then.
-    /// The hold is capped at the scope's backoff `max_delay` (300 s by
-    /// default) and never shortens a longer one already active. This is the
-    /// call rate-limit feedback (Retry-After, RateLimit resets) uses.
+    /// The hold is capped at the registry's
+    /// [`max_hold`](RegistryBuilder::max_hold) (1 h by default; a longer
+    /// one is capped with a warning) and never shortens a longer one
+    /// already active. This is the call rate-limit feedback (Retry-After,
+    /// RateLimit resets) uses.
     pub fn hold(&self, key: impl Into<Scope>, duration: Duration) {
         let now = Instant::now();
         self.hold_until(key, saturating_add(now, duration));

@@ -58,7 +58,7 @@ impl ScopeReport {
     }
 
     /// A hold from now, as [`Registry::hold`] applies it (capped at the
-    /// scope's backoff `max_delay`, never shortening a longer hold).
+    /// registry's `max_hold`, never shortening a longer hold).
     #[must_use]
     pub fn hold(mut self, duration: Duration) -> Self {
         self.hold = Some(duration);

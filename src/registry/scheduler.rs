@@ -27,6 +27,12 @@ use crate::scope::{Scope, Scopes, DEFAULT_COST};
 use crate::time::Stamp;
 pub(crate) use entry::ScopeEntry;
 
+/// How long a server may hold a scope by default (`RegistryBuilder::max_hold`).
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(3600);
+
+/// The longest `max_hold` may be set to: a day.
+pub const MAX_MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
+
 /// How many waiters behind the head of a scope a dispatch looks at when the
 /// head is held back by another of its scopes. Bounds the work per event.
 const MAX_SCAN: usize = 32;
@@ -63,6 +69,8 @@ pub(crate) struct Scheduler {
     dirty: Vec<ScopeId>,
     passed: Vec<TicketId>,
     eviction: Eviction,
+    /// The longest a hold may last (`RegistryBuilder::max_hold`).
+    max_hold: Duration,
     /// Requests in the scopes' queues.
     waiting: usize,
     /// Past this many waiting requests, warn (once per crossing).
@@ -96,6 +104,7 @@ impl Scheduler {
             dirty: Vec::new(),
             passed: Vec::new(),
             eviction: Eviction::new(DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES),
+            max_hold: DEFAULT_MAX_HOLD,
             waiting: 0,
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
             delayed_warned: false,
@@ -154,6 +163,12 @@ impl Scheduler {
 
     pub(crate) fn with_eviction(mut self, idle_ttl: Duration, max_scopes: usize) -> Self {
         self.eviction = Eviction::new(idle_ttl, max_scopes);
+        self
+    }
+
+    /// Caps every hold at `max_hold`.
+    pub(crate) fn with_max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = max_hold;
         self
     }
 

@@ -19,10 +19,14 @@
 //! | a redirect (3xx) with `Retry-After` | `Retry-After`, at most `redirect_max_delay` (default 10 s): the followed redirect, sent through the same scopes, waits |
 //! | `Retry-After` on any other status (a 200, a 403 with quota left) | none: RFC 9110 gives it no meaning there |
 //!
-//! - Every hold is capped at the scope's backoff `max_delay` (300 s by
-//!   default), and a hold never shortens a longer one already in force.
+//! - Every hold is capped at the registry's
+//!   [`max_hold`](crate::registry::RegistryBuilder::max_hold) (1 h by
+//!   default, up to 24 h; a longer ask is capped with a warning), not at
+//!   the backoff `max_delay`: a server that says "come back in an hour" is
+//!   asked again in an hour. A hold never shortens a longer one already in
+//!   force.
 //! - A request with several [`Scopes`](crate::Scopes) holds each of them,
-//!   each checked against its own backoff statuses and cap.
+//!   each checked against its own backoff statuses.
 //! - `0`, a date in the past, `-5`, `1.5`, `nan`, non-ASCII digits and any
 //!   other malformed value mean "no hold" and cost a `tracing` debug event
 //!   (target `tower_throttle`) naming the header and the scopes; never a

@@ -260,8 +260,10 @@ fn passes_by_the_global_queue_count_towards_the_bypass_bound() {
     assert_eq!(d.scheduler.tickets[x].bypassed, MAX_BYPASS);
 }
 
+/// A hold lasts as long as asked, past the backoff `max_delay` (300 s):
+/// only the registry's `max_hold` caps it.
 #[test]
-fn a_hold_delays_the_head_until_it_ends_capped_at_the_backoff_max_delay() {
+fn a_hold_delays_the_head_until_it_ends_past_the_backoff_max_delay() {
     let mut d = Driver::new(scheduler(free(1), 16));
     let t0 = tokio::time::Instant::now();
     let mut wake = WakeList::new();
@@ -269,11 +271,31 @@ fn a_hold_delays_the_head_until_it_ends_capped_at_the_backoff_max_delay() {
         .hold(&Scope::new("site"), t0 + Duration::from_secs(1000), t0, &mut wake);
     let (a, sent) = d.enqueue("site", 0, t0);
     assert!(!sent);
-    // BackoffConfig::default().max_delay is 300 s.
-    let end = t0 + Duration::from_secs(300);
+    let end = t0 + Duration::from_secs(1000);
     assert_eq!(d.poll(a, t0), waiting(Some(end)));
     assert_eq!(d.poll(a, end - ms(1)), waiting(Some(end)));
     assert_eq!(d.poll(a, end), SENT);
+}
+
+/// A hold longer than `max_hold` (1 h by default, up to 24 h) is capped.
+#[test]
+fn a_hold_is_capped_at_max_hold() {
+    let two_days = Duration::from_secs(2 * 24 * 3600);
+    for (max_hold, expected) in [(None, DEFAULT_MAX_HOLD), (Some(MAX_MAX_HOLD), MAX_MAX_HOLD)] {
+        let mut scheduler = scheduler(free(1), 16);
+        if let Some(max_hold) = max_hold {
+            scheduler = scheduler.with_max_hold(max_hold);
+        }
+        let mut d = Driver::new(scheduler);
+        let t0 = tokio::time::Instant::now();
+        let mut wake = WakeList::new();
+        d.scheduler
+            .hold(&Scope::new("site"), t0 + two_days, t0, &mut wake);
+        let (a, sent) = d.enqueue("site", 0, t0);
+        assert!(!sent);
+        assert_eq!(d.poll(a, t0), waiting(Some(t0 + expected)));
+        assert_eq!(d.poll(a, t0 + expected), SENT);
+    }
 }
 
 #[test]

@@ -91,7 +91,7 @@ impl Scheduler {
     /// Holds scope `key` until `until`; see [`ScopeState::hold`].
     pub(crate) fn hold(&mut self, key: &Scope, until: Instant, now: Instant, wake: &mut WakeList) {
         let id = self.scope_for_update(key, now);
-        if self.scopes[id].state.hold(until, now) {
+        if self.scopes[id].state.hold(until, now, self.max_hold) {
             self.metrics.hold(key);
             self.dirty.push(id);
             self.run_dispatch(now, wake);
