@@ -244,3 +244,94 @@ async fn a_long_hold_survives_a_worker_restart() {
         "the hour's last 50 minutes"
     );
 }
+
+/// A store that never renews leases: `MemoryStore` with the trait's default
+/// `renew` and `lease_ttl` (what a store written before renewal does).
+#[derive(Debug, Clone)]
+struct NoRenewal(MemoryStore);
+
+impl tower_throttle::store::ScopeStore for NoRenewal {
+    fn reserve(
+        &self,
+        reservation: tower_throttle::store::Reservation,
+    ) -> tower_throttle::store::StoreFuture<tower_throttle::store::Grant> {
+        self.0.reserve(reservation)
+    }
+
+    fn release(&self, lease: tower_throttle::store::Lease) -> tower_throttle::store::StoreFuture<()> {
+        self.0.release(lease)
+    }
+
+    fn hold(
+        &self,
+        scope: tower_throttle::Scope,
+        duration: Duration,
+    ) -> tower_throttle::store::StoreFuture<()> {
+        self.0.hold(scope, duration)
+    }
+
+    fn backoff(
+        &self,
+        scope: tower_throttle::Scope,
+        delay: Duration,
+        ttl: Duration,
+    ) -> tower_throttle::store::StoreFuture<()> {
+        self.0.backoff(scope, delay, ttl)
+    }
+}
+
+/// A worker sends a request that lasts `latency`; 100 ms later another
+/// worker sends one to the same one-lane scope through `store`: when that
+/// one was sent (ms from the start).
+async fn long_request_and_the_next(
+    store: impl tower_throttle::store::ScopeStore + Clone,
+    latency: Duration,
+) -> u64 {
+    let one_lane = tower_throttle::ScopeConfig::default()
+        .concurrency(1)
+        .delay(Duration::ZERO)
+        .delay_per_slot(Duration::ZERO)
+        .jitter(0.0);
+    let worker = || {
+        Registry::builder()
+            .default_scope(one_lane.clone())
+            .store(store.clone())
+            .build()
+            .unwrap()
+    };
+    let (slow, other) = (worker(), worker());
+    let start = Instant::now();
+    let slow_client = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(slow.clone()).store_errors())
+        .service(tower::service_fn(move |_request: http::Request<()>| async move {
+            tokio::time::sleep(latency).await;
+            Ok::<_, Infallible>(http::Response::new(()))
+        }));
+    let long =
+        tokio::spawn(slow_client.oneshot(http::Request::get("http://site.test/long").body(()).unwrap()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let sends = Sends::default();
+    crawl(&other, "other", 1, &sends, start).await;
+    long.await.unwrap().unwrap();
+    let sent = sends.lock().unwrap()[0].0;
+    eprintln!("the other worker's request was sent at {sent} ms");
+    sent
+}
+
+/// A request longer than the lease TTL (1 s) keeps its lane: its worker
+/// renews the lease in the background, so the other worker's request waits
+/// for the end of the long one (5 s), not for the TTL. With a store that
+/// does not renew, the lane comes back after the TTL while the long request
+/// is still in flight.
+#[tokio::test(start_paused = true)]
+async fn a_request_longer_than_the_lease_ttl_keeps_its_lane() {
+    let ttl = Duration::from_secs(1);
+    let renewed = long_request_and_the_next(MemoryStore::new().lease_ttl(ttl), Duration::from_secs(5)).await;
+    assert!((5_000..5_100).contains(&renewed), "sent at {renewed} ms");
+    let not_renewed = long_request_and_the_next(
+        NoRenewal(MemoryStore::new().lease_ttl(ttl)),
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!((1_000..1_100).contains(&not_renewed), "sent at {not_renewed} ms");
+}

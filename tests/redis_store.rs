@@ -184,7 +184,11 @@ async fn serve_site(seen: Arc<Site>) -> SocketAddr {
             if path == "/hang" {
                 std::future::pending::<()>().await;
             }
-            let latency = if path.starts_with("/slow/") { 50 } else { 5 };
+            let latency = match path.as_str() {
+                "/long" => 2_000,
+                path if path.starts_with("/slow/") => 50,
+                _ => 5,
+            };
             tokio::time::sleep(Duration::from_millis(latency)).await;
             site.in_flight.fetch_sub(1, Ordering::SeqCst);
             site.leave(&host);
@@ -301,20 +305,33 @@ async fn a_worker_that_vanishes_holding_a_lane_gives_it_back_after_the_lease_ttl
     let crashed = worker_registry(store(&prefix).lease_ttl(lease_ttl), StoreFailure::FailClosed);
     let survivor = worker_registry(store(&prefix).lease_ttl(lease_ttl), StoreFailure::FailClosed);
 
-    let hanging = worker(&crashed).oneshot(full_request(&format!("http://site.test:{}/hang", addr.port())));
-    let mut hanging = Box::pin(hanging);
-    let first_arrival = loop {
-        tokio::select! {
-            _ = &mut hanging => panic!("/hang answered"),
-            () = tokio::time::sleep(Duration::from_millis(10)) => {}
-        }
-        if let Some(at) = site.arrival_of("/hang") {
-            break at;
-        }
-    };
-    // A crash: nothing is released, not even by a destructor.
-    std::mem::forget(hanging);
-    drop(crashed);
+    // The crashed worker runs on a runtime of its own, driven on a thread
+    // of its own until its request reached the site. Then the crash: the
+    // runtime is never driven again and never dropped, so none of its
+    // tasks runs (the request, the lease renewal) and no destructor
+    // releases anything.
+    let hang = full_request(&format!("http://site.test:{}/hang", addr.port()));
+    let watched = site.clone();
+    let first_arrival = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let hanging = runtime.spawn(worker(&crashed).oneshot(hang));
+        let first_arrival = runtime.block_on(async {
+            loop {
+                if let Some(at) = watched.arrival_of("/hang") {
+                    break at;
+                }
+                assert!(!hanging.is_finished(), "/hang answered");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        std::mem::forget(runtime);
+        first_arrival
+    })
+    .join()
+    .unwrap();
 
     let answer = tokio::time::timeout(
         Duration::from_secs(10),
@@ -328,6 +345,47 @@ async fn a_worker_that_vanishes_holding_a_lane_gives_it_back_after_the_lease_ttl
     assert!(
         waited >= lease_ttl - Duration::from_millis(50),
         "the lane was free after {waited:?}, before the lease TTL {lease_ttl:?}"
+    );
+}
+
+/// A request four times longer than the lease TTL keeps its lane: its
+/// worker renews the lease in the background, so the other worker's
+/// request reaches the site after the long one ended, not after the TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_longer_than_the_lease_ttl_keeps_its_lane() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    if !redis_is_there() {
+        return;
+    }
+    let (site, addr) = site().await;
+    let prefix = fresh_prefix();
+    let lease_ttl = Duration::from_millis(500);
+    let long = worker_registry(store(&prefix).lease_ttl(lease_ttl), StoreFailure::FailClosed);
+    let other = worker_registry(store(&prefix).lease_ttl(lease_ttl), StoreFailure::FailClosed);
+    let long_request =
+        tokio::spawn(worker(&long).oneshot(full_request(&format!("http://site.test:{}/long", addr.port()))));
+    let started = loop {
+        if let Some(at) = site.arrival_of("/long") {
+            break at;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let answer = worker(&other)
+        .oneshot(full_request(&format!("http://site.test:{}/after", addr.port())))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(long_request.await.unwrap().unwrap().status(), 200);
+    let waited = site.arrival_of("/after").unwrap() - started;
+    eprintln!("the other worker's request arrived {waited:?} after the long one (lease TTL {lease_ttl:?})");
+    assert!(
+        waited >= Duration::from_millis(2_000),
+        "arrived {waited:?} after the long request began"
+    );
+    assert_eq!(
+        site.most_at_once.load(Ordering::SeqCst),
+        1,
+        "two requests at once"
     );
 }
 

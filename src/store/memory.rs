@@ -103,9 +103,10 @@ impl MemoryStore {
         }
     }
 
-    /// How long a lease nobody releases keeps its lane (default 60 s). It
-    /// must exceed the longest request: a lease that expires while its
-    /// request is still in flight lets another request take the lane.
+    /// How long a lease nobody renews or releases keeps its lane (default
+    /// 60 s). A worker renews its requests' leases every third of it, in
+    /// one call, so a request may last longer; a crashed worker's lanes
+    /// come back within one TTL of its last renewal.
     #[must_use]
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
@@ -229,6 +230,32 @@ impl ScopeStore for MemoryStore {
         });
         done(())
     }
+
+    fn renew(&self, leases: Vec<Lease>) -> StoreFuture<()> {
+        let lease_ttl = self.lease_ttl;
+        for lease in &leases {
+            for scope in &lease.scopes {
+                self.update(scope, |known, now| {
+                    let expiry = saturating_add(now, lease_ttl);
+                    for (id, until) in &mut known.leases {
+                        if *id == lease.id {
+                            *until = (*until).max(expiry);
+                        }
+                    }
+                    if let Some((first, until)) = &mut known.first {
+                        if *first == lease.id {
+                            *until = (*until).max(expiry);
+                        }
+                    }
+                });
+            }
+        }
+        done(())
+    }
+
+    fn lease_ttl(&self) -> Option<Duration> {
+        Some(self.lease_ttl)
+    }
 }
 
 #[cfg(test)]
@@ -287,6 +314,33 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(reserve(&store, ask(3, &[("a", 1, 100)])), granted(100));
+    }
+
+    /// A renewed lease lasts a TTL from its last renewal; a worker that
+    /// stops renewing (a crash) gets its lane taken within one TTL of it.
+    /// A lease given back is not brought back by a renewal.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewed_lease_lasts_one_ttl_from_its_last_renewal() {
+        let store = MemoryStore::new().lease_ttl(Duration::from_secs(1));
+        let renew = |id| store.renew(vec![Lease::new(LeaseId(id), vec![Scope::new("a")])]);
+        assert_eq!(reserve(&store, ask(1, &[("a", 1, 0)])), granted(0));
+        tokio::time::advance(Duration::from_millis(900)).await;
+        renew(1).await.unwrap();
+        tokio::time::advance(Duration::from_millis(600)).await;
+        assert!(
+            matches!(reserve(&store, ask(2, &[("a", 1, 0)])), Answer::Busy { .. }),
+            "renewed at 0.9 s"
+        );
+        // No renewal after 0.9 s: the lane is free at 1.9 s.
+        tokio::time::advance(Duration::from_millis(400)).await;
+        assert_eq!(reserve(&store, ask(2, &[("a", 1, 0)])), granted(0));
+        // Lease 1 expired: renewing it takes nothing back.
+        store
+            .release(Lease::new(LeaseId(2), vec![Scope::new("a")]))
+            .await
+            .unwrap();
+        renew(1).await.unwrap();
+        assert_eq!(reserve(&store, ask(3, &[("a", 1, 0)])), granted(0));
     }
 
     #[tokio::test(start_paused = true)]

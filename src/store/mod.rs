@@ -10,8 +10,11 @@
 //! - the **next permitted send instant**, taken by reservation as in GCRA:
 //!   atomically `t = max(now, next); next = t + delay`, so two workers never
 //!   get the same instant;
-//! - **lane leases** with an expiry: a worker that crashes while holding a
-//!   lane gives it back after the lease TTL;
+//! - **lane leases** with an expiry, which each worker renews in the
+//!   background for its requests in flight (one batched call every third
+//!   of the TTL, so a request may outlast the TTL): a worker that crashes
+//!   while holding a lane stops renewing, and the lane comes back within
+//!   one TTL;
 //! - the **hold** (pause-until, from `Retry-After` and rate-limit resets)
 //!   and the **backoff delay** with the time it still applies;
 //! - the **quota window** of a scope with a [quota](crate::ScopeConfig::quota):
@@ -136,11 +139,12 @@ mod redis;
 pub use self::redis::RedisStore;
 pub use memory::MemoryStore;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::scope::Scope;
@@ -193,6 +197,29 @@ pub trait ScopeStore: fmt::Debug + Send + Sync + 'static {
     ///
     /// A [`StoreError`] when the store cannot be reached.
     fn backoff(&self, scope: Scope, delay: Duration, ttl: Duration) -> StoreFuture<()>;
+
+    /// Extends each of `leases`, in every scope it holds a lane of, to the
+    /// store's now plus the [lease TTL](Self::lease_ttl), so a request
+    /// longer than the TTL keeps its lanes. A lease given back or expired
+    /// is not taken again. A registry calls it in the background for the
+    /// leases its requests hold, all in one call, every third of the TTL;
+    /// a worker that stops (a crash) stops renewing, and its lanes come
+    /// back within one TTL. The default renews nothing.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store cannot be reached (the leases then
+    /// last until their TTL, and the next round tries again).
+    fn renew(&self, leases: Vec<Lease>) -> StoreFuture<()> {
+        drop(leases);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// How long a lease lasts unless renewed. `None` (the default): the
+    /// registry does not renew leases, which then last their TTL.
+    fn lease_ttl(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// The name of a lease, unique across the fleet (random).
@@ -402,6 +429,10 @@ pub(crate) struct StoreHandle {
     pub(crate) store: Arc<dyn ScopeStore>,
     pub(crate) failure: StoreFailure,
     outage: AtomicBool,
+    /// The leases this worker's requests hold, renewed in the background.
+    live: Mutex<HashMap<LeaseId, Vec<Scope>>>,
+    /// Whether the renewal task runs.
+    renewing: AtomicBool,
 }
 
 impl StoreHandle {
@@ -410,7 +441,75 @@ impl StoreHandle {
             store,
             failure,
             outage: AtomicBool::new(false),
+            live: Mutex::default(),
+            renewing: AtomicBool::new(false),
         }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<LeaseId, Vec<Scope>>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Notes that a request holds lease `id` in `scopes` until
+    /// [`untrack`](Self::untrack), and starts the renewal task if the store
+    /// renews and the task is not running yet.
+    pub(crate) fn track(self: &Arc<Self>, id: LeaseId, scopes: Vec<Scope>) {
+        let Some(ttl) = self.store.lease_ttl() else {
+            return;
+        };
+        self.live().insert(id, scopes);
+        if !self.renewing.swap(true, Ordering::AcqRel) {
+            self.start_renewing(ttl);
+        }
+    }
+
+    /// The request holding lease `id` ended: its lease is not renewed
+    /// any more.
+    pub(crate) fn untrack(&self, id: LeaseId) {
+        if self.store.lease_ttl().is_some() {
+            self.live().remove(&id);
+        }
+    }
+
+    /// Every third of `ttl`, renews every lease this worker's requests hold,
+    /// in one store call; ends when none is held (the next lease starts it
+    /// again) or the registry is gone.
+    fn start_renewing(self: &Arc<Self>, ttl: Duration) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.renewing.store(false, Ordering::Release);
+            return;
+        };
+        let period = (ttl / 3).max(Duration::from_millis(1));
+        let handle = Arc::downgrade(self);
+        runtime.spawn(async move {
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let Some(fleet) = handle.upgrade() else {
+                    return;
+                };
+                let leases: Vec<Lease> = fleet
+                    .live()
+                    .iter()
+                    .map(|(&id, scopes)| Lease::new(id, scopes.clone()))
+                    .collect();
+                if leases.is_empty() {
+                    // Nothing in flight: the task ends (no timer kept for an
+                    // idle worker), unless a lease came meanwhile and saw
+                    // the task still running.
+                    fleet.renewing.store(false, Ordering::Release);
+                    if fleet.live().is_empty() || fleet.renewing.swap(true, Ordering::AcqRel) {
+                        return;
+                    }
+                    continue;
+                }
+                match fleet.store.renew(leases).await {
+                    Ok(()) => fleet.note_answer(),
+                    Err(error) => fleet.note_failure(&error),
+                }
+            }
+        });
     }
 
     /// Notes that the store answered, and says so if it had not before.

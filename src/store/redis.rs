@@ -133,6 +133,31 @@ end
 return 1
 "#;
 
+/// Renews leases: per (lease, scope) pair, KEYS are the scope's lanes and
+/// first-request lease, ARGV the lease TTL (µs) then each pair's lease. A
+/// lease still in the lanes gets the expiry now + TTL (never earlier than
+/// it had); one given back or expired is not added again (`XX`).
+const RENEW: &str = r#"
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local ttl = tonumber(ARGV[1])
+local expiry = now + ttl
+for i = 0, #KEYS / 2 - 1 do
+  local lanes, first_key, lease = KEYS[2*i+1], KEYS[2*i+2], ARGV[i + 2]
+  local known = redis.call('ZSCORE', lanes, lease)
+  if known and tonumber(known) > now and tonumber(known) < expiry then
+    redis.call('ZADD', lanes, 'XX', expiry, lease)
+    if redis.call('PTTL', lanes) < math.ceil(ttl / 1000) + 1 then
+      redis.call('PEXPIRE', lanes, math.ceil(ttl / 1000) + 1)
+    end
+  end
+  if redis.call('GET', first_key) == lease then
+    redis.call('PEXPIRE', first_key, math.ceil(ttl / 1000) + 1)
+  end
+end
+return 1
+"#;
+
 /// The shared facts of scopes in Redis, for a fleet of workers; see the
 /// [module docs](super).
 ///
@@ -173,6 +198,7 @@ struct Scripts {
     reserve: Script,
     release: Script,
     hold: Script,
+    renew: Script,
 }
 
 impl fmt::Debug for RedisStore {
@@ -207,6 +233,7 @@ impl RedisStore {
                 reserve: Script::new(RESERVE),
                 release: Script::new(RELEASE),
                 hold: Script::new(HOLD),
+                renew: Script::new(RENEW),
             }),
             clock: Arc::new(StdMutex::new(ClockOffset::new(Instant::now()))),
         })
@@ -220,9 +247,10 @@ impl RedisStore {
         self
     }
 
-    /// How long a lease nobody releases keeps its lane (default 60 s). It
-    /// must exceed the longest request: a lease that expires while its
-    /// request is still in flight lets another request take the lane.
+    /// How long a lease nobody renews or releases keeps its lane (default
+    /// 60 s). A worker renews its requests' leases every third of it, in
+    /// one call, so a request may last longer; a crashed worker's lanes
+    /// come back within one TTL of its last renewal.
     #[must_use]
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
@@ -441,6 +469,28 @@ impl ScopeStore for RedisStore {
             invocation.key(keys).arg(member).arg(after);
             invocation.invoke_async::<()>(&mut connection).await
         })
+    }
+
+    fn renew(&self, leases: Vec<Lease>) -> StoreFuture<()> {
+        let mut keys = Vec::new();
+        let mut members = Vec::new();
+        for lease in &leases {
+            for scope in &lease.scopes {
+                keys.push(self.key(scope, "lanes"));
+                keys.push(self.key(scope, "first"));
+                members.push(lease.id.to_string());
+            }
+        }
+        let ttl = micros(self.lease_ttl);
+        self.call("redis renew", move |mut connection, scripts| async move {
+            let mut invocation = scripts.renew.prepare_invoke();
+            invocation.key(keys).arg(ttl).arg(members);
+            invocation.invoke_async::<()>(&mut connection).await
+        })
+    }
+
+    fn lease_ttl(&self) -> Option<Duration> {
+        Some(self.lease_ttl)
     }
 
     fn hold(&self, scope: Scope, duration: Duration) -> StoreFuture<()> {

@@ -32,6 +32,11 @@ impl HeldLease {
         }
     }
 
+    /// The lease's name.
+    pub(crate) fn id(&self) -> LeaseId {
+        self.id
+    }
+
     /// Notes that the request left at `at`: the hand-over, then the
     /// client's write when it stamps it ([`crate::departure`]). The later
     /// reading wins, so a client that wrote late spaces the fleet's next

@@ -131,6 +131,10 @@ impl StoreAdmission {
                         ticket.apply_shared_facts(&grant.facts);
                         let (wait, then) = match grant.answer {
                             Answer::Granted { wait } => {
+                                fleet.track(
+                                    self.lease,
+                                    self.terms.iter().map(|(scope, ..)| scope.clone()).collect(),
+                                );
                                 ticket.hold_lease(HeldLease::new(self.lease, self.terms.clone()));
                                 (wait, Then::Send)
                             }

@@ -314,6 +314,7 @@ impl Ticket {
     #[inline(always)]
     fn end(&mut self, ended: Option<Instant>) -> Option<End> {
         if let (Some(lease), Some(fleet)) = (self.lease.take(), self.registry.fleet()) {
+            fleet.untrack(lease.id());
             fleet.in_background(fleet.store.release(lease.release(Instant::now())));
         }
         let stage = std::mem::replace(&mut self.stage, Stage::Finished);
