@@ -335,3 +335,63 @@ async fn a_request_longer_than_the_lease_ttl_keeps_its_lane() {
     .await;
     assert!((1_000..1_100).contains(&not_renewed), "sent at {not_renewed} ms");
 }
+
+/// The renewal task lives on the runtime of the request that started it.
+/// When that runtime shuts down, the next lease, on another runtime, starts
+/// a new one: a registry that outlives a runtime still renews.
+#[test]
+fn renewal_starts_again_on_another_runtime_after_the_first_shut_down() {
+    let paused = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    };
+    let store = MemoryStore::new().lease_ttl(Duration::from_secs(1));
+    let one_lane = tower_throttle::ScopeConfig::default()
+        .concurrency(1)
+        .delay(Duration::ZERO)
+        .delay_per_slot(Duration::ZERO)
+        .jitter(0.0);
+    let worker = || {
+        Registry::builder()
+            .default_scope(one_lane.clone())
+            .store(store.clone())
+            .build()
+            .unwrap()
+    };
+    let (slow, other) = (worker(), worker());
+    let slow_client = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(slow.clone()).store_errors())
+        .service(tower::service_fn(|_request: http::Request<()>| async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok::<_, Infallible>(http::Response::new(()))
+        }));
+    // The first runtime: a lease, and so a renewal task, then a shutdown.
+    let first = paused();
+    first.block_on(async {
+        let request = slow_client
+            .clone()
+            .oneshot(http::Request::get("http://site.test/first").body(()).unwrap());
+        tokio::spawn(request);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    });
+    drop(first);
+    // The second: the lane the first request held comes back after the
+    // TTL at most; then a long request keeps it for its 5 s.
+    let second = paused();
+    let sent = second.block_on(async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let start = Instant::now();
+        let long =
+            tokio::spawn(slow_client.oneshot(http::Request::get("http://site.test/long").body(()).unwrap()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let sends = Sends::default();
+        crawl(&other, "other", 1, &sends, start).await;
+        long.await.unwrap().unwrap();
+        let sent = sends.lock().unwrap()[0].0;
+        sent
+    });
+    assert!((5_000..5_100).contains(&sent), "sent at {sent} ms");
+}

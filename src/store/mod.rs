@@ -422,6 +422,31 @@ impl std::error::Error for StoreError {
     }
 }
 
+/// The renewal task's hold on its store: a task that does not end by
+/// itself (its runtime shut down while it waited) lets the next lease start
+/// another.
+struct RenewalTask {
+    handle: std::sync::Weak<StoreHandle>,
+    ended: bool,
+}
+
+impl RenewalTask {
+    /// The task ends by itself: nothing to hand over.
+    fn end(&mut self) {
+        self.ended = true;
+    }
+}
+
+impl Drop for RenewalTask {
+    fn drop(&mut self) {
+        if !self.ended {
+            if let Some(fleet) = self.handle.upgrade() {
+                fleet.renewing.store(false, Ordering::Release);
+            }
+        }
+    }
+}
+
 /// A registry's store, with the failure mode chosen and whether an outage
 /// is under way (so it is reported once, not per request).
 #[derive(Debug)]
@@ -480,13 +505,17 @@ impl StoreHandle {
             return;
         };
         let period = (ttl / 3).max(Duration::from_millis(1));
-        let handle = Arc::downgrade(self);
+        let mut task = RenewalTask {
+            handle: Arc::downgrade(self),
+            ended: false,
+        };
         runtime.spawn(async move {
             let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
-                let Some(fleet) = handle.upgrade() else {
+                let Some(fleet) = task.handle.upgrade() else {
+                    task.end();
                     return;
                 };
                 let leases: Vec<Lease> = fleet
@@ -500,6 +529,7 @@ impl StoreHandle {
                     // the task still running.
                     fleet.renewing.store(false, Ordering::Release);
                     if fleet.live().is_empty() || fleet.renewing.swap(true, Ordering::AcqRel) {
+                        task.end();
                         return;
                     }
                     continue;
