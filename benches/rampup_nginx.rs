@@ -8,7 +8,15 @@
 //! apt-get install -y nginx-light      # once; the bench skips without nginx
 //! cargo bench --bench rampup_nginx    # about two minutes of real time
 //! RAMPUP_RATE=50 RAMPUP_SECONDS=180 cargo bench --bench rampup_nginx
+//! RAMPUP_WORKERS=4 RAMPUP_SECONDS=180 cargo bench --bench rampup_nginx --features redis
 //! ```
+//!
+//! `RAMPUP_WORKERS=N` runs N workers, each with its own registry, Redis
+//! connection and hyper-util client, sharing one `RedisStore` (feature
+//! `redis`, a Redis on 127.0.0.1:6379), all crawling the one site. The
+//! last line is for scripts: `rampup workers=N rate=R served=..% rejected=..%`
+//! (the settled second half). Each worker learns its rampup pace on its own
+//! (shared learning is issue 24's part 1).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -101,55 +109,29 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let registry = Registry::builder()
-        .default_scope(
-            ScopeConfig::default()
-                .concurrency(1)
-                .delay(Duration::from_secs(1))
-                .rampup(RampupConfig::default().window(WINDOW)),
-        )
-        .build()
-        .unwrap();
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let mut service = ServiceBuilder::new()
-        .layer(ThrottleLayer::new(registry.clone()))
-        .layer(BackoffLayer::new(registry.clone()))
-        .service(client);
+    let workers = env_or("RAMPUP_WORKERS", 1).max(1) as usize;
+    let Some(registries) = worker_registries(workers) else {
+        println!("rampup_nginx: RAMPUP_WORKERS={workers} needs a shared store: run with --features redis and a Redis on 127.0.0.1:6379");
+        return;
+    };
 
     let windows = (seconds / WINDOW.as_secs()) as usize;
     let accepted: Arc<Vec<AtomicU32>> = Arc::new((0..=windows).map(|_| AtomicU32::new(0)).collect());
     let rejected: Arc<Vec<AtomicU32>> = Arc::new((0..=windows).map(|_| AtomicU32::new(0)).collect());
     let start = Instant::now();
     let end = start + Duration::from_secs(seconds);
-    let mut handles = Vec::new();
-    while Instant::now() < end {
-        service.ready().await.unwrap();
-        let request = http::Request::get(format!("http://127.0.0.1:{port}/"))
-            .header(http::header::HOST, "api.test")
-            .body(Full::new(Bytes::new()))
-            .unwrap();
-        let future = service.call(request);
-        let (accepted, rejected) = (accepted.clone(), rejected.clone());
-        handles.push(tokio::spawn(async move {
-            let response = future.await.expect("nginx answers");
-            let window = ((Instant::now() - start).as_secs_f64() / WINDOW.as_secs_f64()) as usize;
-            let counter = if response.status() == 429 {
-                &rejected
-            } else {
-                &accepted
-            };
-            counter[window.min(windows)].fetch_add(1, Ordering::Relaxed);
-            response.into_body().collect().await.ok();
-        }));
-        if handles.len() >= 32 {
-            handles.remove(0).await.unwrap();
-        }
-    }
-    for handle in handles {
-        handle.await.unwrap();
-    }
+    let counts = Counts {
+        accepted: accepted.clone(),
+        rejected: rejected.clone(),
+        windows,
+        start,
+    };
+    let crawls = registries
+        .iter()
+        .map(|registry| crawl(registry.clone(), port, end, counts.clone()));
+    futures::future::join_all(crawls).await;
 
-    println!("nginx limit_req rate={rate}r/s, no burst; rampup window {WINDOW:?}; {seconds} s");
+    println!("nginx limit_req rate={rate}r/s, no burst; rampup window {WINDOW:?}; {seconds} s; {workers} worker(s)");
     println!("window  accepted/s  rejected");
     let load = |v: &AtomicU32| v.load(Ordering::Relaxed);
     for w in 0..windows {
@@ -169,9 +151,105 @@ async fn main() {
         100.0 * f64::from(served) / span / rate as f64,
         100.0 * f64::from(refused) / f64::from((served + refused).max(1))
     );
-    let stats = registry.scope_stats("127.0.0.1").unwrap();
+    for (index, registry) in registries.iter().enumerate() {
+        let stats = registry.scope_stats("127.0.0.1").unwrap();
+        println!(
+            "worker {index}: rampup delay {:?}, {} windows, {} backoff feedbacks",
+            stats.rampup_delay, stats.rampup_windows, stats.backoff_feedbacks
+        );
+    }
     println!(
-        "scope: rampup delay {:?}, {} windows, {} backoff feedbacks",
-        stats.rampup_delay, stats.rampup_windows, stats.backoff_feedbacks
+        "rampup workers={workers} rate={rate} served={:.1}% rejected={:.2}%",
+        100.0 * f64::from(served) / span / rate as f64,
+        100.0 * f64::from(refused) / f64::from((served + refused).max(1))
     );
+}
+
+/// Where each answer is counted: per rampup window, accepted or rejected.
+#[derive(Clone)]
+struct Counts {
+    accepted: Arc<Vec<AtomicU32>>,
+    rejected: Arc<Vec<AtomicU32>>,
+    windows: usize,
+    start: Instant,
+}
+
+/// The scope every worker crawls with: one lane, 1 s to start, rampup.
+fn rampup_scope() -> ScopeConfig {
+    ScopeConfig::default()
+        .concurrency(1)
+        .delay(Duration::from_secs(1))
+        .rampup(RampupConfig::default().window(WINDOW))
+}
+
+/// One registry for one worker; for several, one each, sharing a
+/// `RedisStore` (a fresh key prefix per run). `None` when several are asked
+/// for without the `redis` feature.
+fn worker_registries(workers: usize) -> Option<Vec<Registry>> {
+    if workers == 1 {
+        return Some(vec![Registry::builder()
+            .default_scope(rampup_scope())
+            .build()
+            .unwrap()]);
+    }
+    shared_registries(workers)
+}
+
+#[cfg(feature = "redis")]
+fn shared_registries(workers: usize) -> Option<Vec<Registry>> {
+    let prefix = format!("rampup-bench-{}:", std::process::id());
+    (0..workers)
+        .map(|_| {
+            let store = tower_throttle::store::RedisStore::new("redis://127.0.0.1:6379")
+                .ok()?
+                .prefix(&prefix);
+            Registry::builder()
+                .default_scope(rampup_scope())
+                .store(store)
+                .build()
+                .ok()
+        })
+        .collect()
+}
+
+#[cfg(not(feature = "redis"))]
+fn shared_registries(_workers: usize) -> Option<Vec<Registry>> {
+    None
+}
+
+/// One worker's crawl until `end`: its own registry and hyper-util client,
+/// at most 32 requests in flight, each answer counted.
+async fn crawl(registry: Registry, port: u16, end: Instant, counts: Counts) {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let mut service = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(BackoffLayer::new(registry))
+        .service(client);
+    let mut handles = Vec::new();
+    while Instant::now() < end {
+        service.ready().await.unwrap();
+        let request = http::Request::get(format!("http://127.0.0.1:{port}/"))
+            .header(http::header::HOST, "api.test")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let future = service.call(request);
+        let counts = counts.clone();
+        handles.push(tokio::spawn(async move {
+            let response = future.await.expect("nginx answers");
+            let window = ((Instant::now() - counts.start).as_secs_f64() / WINDOW.as_secs_f64()) as usize;
+            let counter = if response.status() == 429 {
+                &counts.rejected
+            } else {
+                &counts.accepted
+            };
+            counter[window.min(counts.windows)].fetch_add(1, Ordering::Relaxed);
+            response.into_body().collect().await.ok();
+        }));
+        if handles.len() >= 32 {
+            handles.remove(0).await.unwrap();
+        }
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
 }
