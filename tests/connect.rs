@@ -143,32 +143,13 @@ async fn without_the_connector_the_clients_own_resolution_decides() {
 /// A loopback https server on 127.0.0.2 with a certificate made here for
 /// `site.test` (rcgen); its port and the certificate.
 async fn https_site() -> (u16, rustls_pki_types::CertificateDer<'static>) {
-    let (acceptor, certificate, _) = support::tls::self_signed("site.test");
-    let listener = tokio::net::TcpListener::bind(SocketAddr::from((FIRST, 0)))
-        .await
-        .unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                // A client that refuses the certificate ends the handshake.
-                let Ok(stream) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let server_name = stream.get_ref().1.server_name().unwrap_or("").to_owned();
-                let service =
-                    hyper::service::service_fn(move |_request: http::Request<hyper::body::Incoming>| {
-                        let answer = format!("tls for {server_name}");
-                        async move { Ok::<_, std::convert::Infallible>(support::text(answer)) }
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (port, certificate)
+    let (address, certificate, _) = support::tls::serve_https(
+        SocketAddr::from((FIRST, 0)),
+        "site.test",
+        |server_name, _request| support::text(format!("tls for {server_name}")),
+    )
+    .await;
+    (address.port(), certificate)
 }
 
 #[tokio::test]

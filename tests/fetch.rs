@@ -314,35 +314,19 @@ fn the_flags_keep_their_defaults_and_bad_values_are_named() {
 /// A loopback https server with a certificate made here for `localhost`
 /// (rcgen); returns its port and the certificate's PEM.
 async fn start_https_site() -> (u16, String) {
-    let (acceptor, _, pem) = support::tls::self_signed("localhost");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                // A client that refuses the certificate ends the handshake.
-                let Ok(stream) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let service =
-                    hyper::service::service_fn(|request: http::Request<hyper::body::Incoming>| async move {
-                        let status = if request.uri().path() == "/robots.txt" {
-                            404
-                        } else {
-                            200
-                        };
-                        let mut response = support::text("over tls");
-                        *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
-                        Ok::<_, std::convert::Infallible>(response)
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (port, pem)
+    let localhost = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let (address, _, pem) = support::tls::serve_https(localhost, "localhost", |_, request| {
+        let status = if request.uri().path() == "/robots.txt" {
+            404
+        } else {
+            200
+        };
+        let mut response = support::text("over tls");
+        *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+        response
+    })
+    .await;
+    (address.port(), pem)
 }
 
 /// Fetches `url` with `client`, no retries; the one JSON line.

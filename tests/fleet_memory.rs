@@ -280,29 +280,22 @@ impl tower_throttle::store::ScopeStore for NoRenewal {
     }
 }
 
-/// A worker sends a request that lasts `latency`; 100 ms later another
-/// worker sends one to the same one-lane scope through `store`: when that
-/// one was sent (ms from the start).
-async fn long_request_and_the_next(
-    store: impl tower_throttle::store::ScopeStore + Clone,
-    latency: Duration,
-) -> u64 {
-    let one_lane = tower_throttle::ScopeConfig::default()
-        .concurrency(1)
-        .delay(Duration::ZERO)
-        .delay_per_slot(Duration::ZERO)
-        .jitter(0.0);
-    let worker = || {
-        Registry::builder()
-            .default_scope(one_lane.clone())
-            .store(store.clone())
-            .build()
-            .unwrap()
-    };
-    let (slow, other) = (worker(), worker());
+/// A worker of one lane and no delay on `store`.
+fn one_lane_worker(store: &(impl tower_throttle::store::ScopeStore + Clone)) -> Registry {
+    Registry::builder()
+        .default_scope(one_lane_every(Duration::ZERO))
+        .store(store.clone())
+        .build()
+        .unwrap()
+}
+
+/// Sends `/long` through `registry` to an inner service that answers after
+/// `latency`; 100 ms later `other` sends one request to the same scope:
+/// when that one was sent (ms from the call).
+async fn next_after_a_long_request(registry: &Registry, latency: Duration, other: &Registry) -> u64 {
     let start = Instant::now();
     let slow_client = ServiceBuilder::new()
-        .layer(ThrottleLayer::new(slow.clone()).store_errors())
+        .layer(ThrottleLayer::new(registry.clone()).store_errors())
         .service(tower::service_fn(move |_request: http::Request<()>| async move {
             tokio::time::sleep(latency).await;
             Ok::<_, Infallible>(http::Response::new(()))
@@ -311,11 +304,19 @@ async fn long_request_and_the_next(
         tokio::spawn(slow_client.oneshot(http::Request::get("http://site.test/long").body(()).unwrap()));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let sends = Sends::default();
-    crawl(&other, "other", 1, &sends, start).await;
+    crawl(other, "other", 1, &sends, start).await;
     long.await.unwrap().unwrap();
     let sent = sends.lock().unwrap()[0].0;
     eprintln!("the other worker's request was sent at {sent} ms");
     sent
+}
+
+/// [`next_after_a_long_request`] with two fresh workers on `store`.
+async fn long_request_and_the_next(
+    store: impl tower_throttle::store::ScopeStore + Clone,
+    latency: Duration,
+) -> u64 {
+    next_after_a_long_request(&one_lane_worker(&store), latency, &one_lane_worker(&store)).await
 }
 
 /// A request longer than the lease TTL (1 s) keeps its lane: its worker
@@ -349,30 +350,16 @@ fn renewal_starts_again_on_another_runtime_after_the_first_shut_down() {
             .unwrap()
     };
     let store = MemoryStore::new().lease_ttl(Duration::from_secs(1));
-    let one_lane = tower_throttle::ScopeConfig::default()
-        .concurrency(1)
-        .delay(Duration::ZERO)
-        .delay_per_slot(Duration::ZERO)
-        .jitter(0.0);
-    let worker = || {
-        Registry::builder()
-            .default_scope(one_lane.clone())
-            .store(store.clone())
-            .build()
-            .unwrap()
-    };
-    let (slow, other) = (worker(), worker());
-    let slow_client = ServiceBuilder::new()
-        .layer(ThrottleLayer::new(slow.clone()).store_errors())
-        .service(tower::service_fn(|_request: http::Request<()>| async {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            Ok::<_, Infallible>(http::Response::new(()))
-        }));
+    let (slow, other) = (one_lane_worker(&store), one_lane_worker(&store));
     // The first runtime: a lease, and so a renewal task, then a shutdown.
     let first = paused();
     first.block_on(async {
-        let request = slow_client
-            .clone()
+        let request = ServiceBuilder::new()
+            .layer(ThrottleLayer::new(slow.clone()).store_errors())
+            .service(tower::service_fn(|_request: http::Request<()>| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok::<_, Infallible>(http::Response::new(()))
+            }))
             .oneshot(http::Request::get("http://site.test/first").body(()).unwrap());
         tokio::spawn(request);
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -380,18 +367,9 @@ fn renewal_starts_again_on_another_runtime_after_the_first_shut_down() {
     drop(first);
     // The second: the lane the first request held comes back after the
     // TTL at most; then a long request keeps it for its 5 s.
-    let second = paused();
-    let sent = second.block_on(async {
+    let sent = paused().block_on(async {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let start = Instant::now();
-        let long =
-            tokio::spawn(slow_client.oneshot(http::Request::get("http://site.test/long").body(()).unwrap()));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let sends = Sends::default();
-        crawl(&other, "other", 1, &sends, start).await;
-        long.await.unwrap().unwrap();
-        let sent = sends.lock().unwrap()[0].0;
-        sent
+        next_after_a_long_request(&slow, Duration::from_secs(5), &other).await
     });
     assert!((5_000..5_100).contains(&sent), "sent at {sent} ms");
 }

@@ -19,3 +19,46 @@ pub fn self_signed(name: &str) -> (tokio_rustls::TlsAcceptor, CertificateDer<'st
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     (acceptor, certified.cert.der().clone(), certified.cert.pem())
 }
+
+/// An https (HTTP/1) server on `address` with a certificate made here for
+/// `name`: its address, the certificate and its PEM. `answer` gets the
+/// server name the client sent (SNI) and the request. A client that
+/// refuses the certificate ends its handshake; the server goes on.
+pub async fn serve_https<H>(
+    address: std::net::SocketAddr,
+    name: &str,
+    answer: H,
+) -> (std::net::SocketAddr, CertificateDer<'static>, String)
+where
+    H: Fn(
+            &str,
+            http::Request<hyper::body::Incoming>,
+        ) -> http::Response<http_body_util::Full<hyper::body::Bytes>>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    let (acceptor, certificate, pem) = self_signed(name);
+    let listener = tokio::net::TcpListener::bind(address).await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, answer) = (acceptor.clone(), answer.clone());
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let server_name = stream.get_ref().1.server_name().unwrap_or("").to_owned();
+                let service = hyper::service::service_fn(move |request| {
+                    let response = answer(&server_name, request);
+                    async move { Ok::<_, std::convert::Infallible>(response) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (address, certificate, pem)
+}

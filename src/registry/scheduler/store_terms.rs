@@ -60,10 +60,7 @@ impl Scheduler {
         let max_hold = self.max_hold;
         for (seat, facts) in ticket.seats.iter().zip(facts) {
             let state = &mut self.scopes[seat.scope].state;
-            // Capped here without a warning: the worker that set the hold
-            // warned already, and every answer of the store repeats it.
-            let hold = facts.hold.min(max_hold);
-            let held = !hold.is_zero() && state.hold(saturating_add(now, hold), now, max_hold);
+            let held = !facts.hold.is_zero() && state.hold(saturating_add(now, facts.hold), now, max_hold);
             let fleet_backoff = (!facts.backoff_delay.is_zero())
                 .then(|| (facts.backoff_delay, saturating_add(now, facts.backoff_remaining)));
             if held | state.set_fleet_backoff(fleet_backoff) {

@@ -88,8 +88,21 @@ impl Scheduler {
         self.run_dispatch(now, wake);
     }
 
-    /// Holds scope `key` until `until`; see [`ScopeState::hold`].
+    /// Holds scope `key` until `until`; see [`ScopeState::hold`]. A hold
+    /// asked for longer than `max_hold` is capped with a warning naming the
+    /// scope and the ask (a hold learnt from the fleet's store is capped
+    /// without one: the worker that asked warned).
     pub(crate) fn hold(&mut self, key: &Scope, until: Instant, now: Instant, wake: &mut WakeList) {
+        let asked = until.saturating_duration_since(now);
+        if asked > self.max_hold {
+            tracing::warn!(
+                target: "tower_throttle",
+                scope = %key,
+                asked_s = asked.as_secs(),
+                max_hold_s = self.max_hold.as_secs(),
+                "a hold longer than the registry's max_hold is capped"
+            );
+        }
         let id = self.scope_for_update(key, now);
         if self.scopes[id].state.hold(until, now, self.max_hold) {
             self.metrics.hold(key);

@@ -206,21 +206,10 @@ impl ScopeState {
     }
 
     /// Holds the scope: nothing of it is sent before `until`, capped at
-    /// `max_hold` from now (with a warning naming the scope and what was
-    /// asked). A later hold extends an earlier one; an earlier one does not
-    /// shorten it. Returns whether the hold changed.
+    /// `max_hold` from now. A later hold extends an earlier one; an earlier
+    /// one does not shorten it. Returns whether the hold changed.
     pub(crate) fn hold(&mut self, until: Instant, now: Instant, max_hold: Duration) -> bool {
-        let cap = saturating_add(now, max_hold);
-        if until > cap {
-            tracing::warn!(
-                target: "tower_throttle",
-                scope = %self.key,
-                asked_s = until.saturating_duration_since(now).as_secs(),
-                max_hold_s = max_hold.as_secs(),
-                "a hold longer than the registry's max_hold is capped"
-            );
-        }
-        let until = until.min(cap);
+        let until = until.min(saturating_add(now, max_hold));
         if self
             .contributions()
             .hold_until
