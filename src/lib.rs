@@ -74,6 +74,7 @@
 //! | [`scope`] | resolvers (request → scopes): by host, endpoint, registrable domain, scraping API |
 //! | [`throttle`], [`backoff`], [`retry_after`], [`robots`] | each layer, its service, its response future and its hooks ([`backoff::BackoffRetry`] re-sends through the throttle) |
 //! | [`departure`] | departures timed by the client's write, for busy machines |
+//! | [`waited`] | why a request waited: [`Waited`], on its response, by cause |
 //! | [`store`] | a store shared by a fleet of workers (in memory, Redis) |
 //! | [`ip`] | scopes by server address, with name resolution before admission |
 //! | [`connect`] | connections to the address a request was throttled for (a layer and a hyper-util connector) |
@@ -116,6 +117,7 @@ pub mod scope;
 pub mod store;
 pub mod throttle;
 mod time;
+pub mod waited;
 
 pub use backoff::{Backoff, BackoffLayer};
 pub use error::{ConfigError, Error};
@@ -124,6 +126,7 @@ pub use retry_after::{RetryAfter, RetryAfterLayer};
 pub use robots::{RobotsDelay, RobotsDelayLayer};
 pub use scope::{Priority, Scope, Scopes};
 pub use throttle::{Throttle, ThrottleLayer};
+pub use waited::Waited;
 
 /// The parsers, for the fuzz targets only (feature `fuzzing`): not part of
 /// the API, and may change in any release.

@@ -21,10 +21,11 @@ use super::config::ScopeConfig;
 use super::configs::ConfigTable;
 use super::metrics::Metrics;
 use super::scope_state::{Effective, ScopeCheck, ScopeState, Sending};
-use super::ticket::{OrderKey, Seat, Seats, Status, TicketState};
+use super::ticket::{OrderKey, Seat, Seats, Status, TicketState, WaitedInScheduler};
 pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
 use crate::scope::{Scope, Scopes, DEFAULT_COST};
 use crate::time::Stamp;
+use crate::waited::WaitCause;
 pub(crate) use entry::ScopeEntry;
 
 /// How long a server may hold a scope by default (`RegistryBuilder::max_hold`).
@@ -296,6 +297,7 @@ impl Scheduler {
             in_global_queue: false,
             waiting: false,
             enqueued_at: now,
+            waited: None,
         });
         if plain_lane.is_some() {
             return (id, Some(false));
@@ -525,6 +527,11 @@ impl Scheduler {
             if self.evaluate(id, None, now) == Verdict::Admit {
                 self.count_passes();
                 self.send(id, now, wake);
+            } else {
+                // Its scopes note their own causes when they look again.
+                for seat in &self.tickets[id].seats {
+                    self.dirty.push(seat.scope);
+                }
             }
         }
     }
@@ -537,30 +544,34 @@ impl Scheduler {
     }
 
     /// Sends as many waiters of `scope_id` as its limits allow, in order,
-    /// and sets its timer when time is what holds the head back.
+    /// and sets its timer when time is what holds the head back. Notes in
+    /// the scope's wait log what holds its queue (see [`crate::waited`]).
     fn dispatch(&mut self, scope_id: ScopeId, now: Instant, wake: &mut WakeList) {
         loop {
             let scope = &self.scopes[scope_id];
             if !scope.has_waiters() {
+                self.scopes[scope_id].note_wait(now, None);
                 self.set_timer(scope_id, None, wake);
                 return;
             }
             let effective = scope.state.effective(now, self.max_concurrency);
-            match scope.state.check(now, &effective, self.head_cost(scope_id)) {
-                ScopeCheck::Full | ScopeCheck::AwaitingEarlier => {
-                    self.set_timer(scope_id, None, wake);
-                    return;
-                }
-                ScopeCheck::Until(at) => {
-                    self.set_timer(scope_id, Some(at), wake);
-                    return;
-                }
-                ScopeCheck::Ready { .. } => {}
+            let head_cost = self.head_cost(scope_id);
+            let held = match scope.state.check(now, &effective, head_cost) {
+                ScopeCheck::Full => Some(((WaitCause::Lanes, Some(effective.concurrency_source)), None)),
+                ScopeCheck::AwaitingEarlier => Some(((WaitCause::Departure, None), None)),
+                ScopeCheck::Until(at) => Some((scope.state.wait_cause(now, &effective, head_cost), Some(at))),
+                ScopeCheck::Ready { .. } => None,
+            };
+            if let Some((cause, timer)) = held {
+                self.scopes[scope_id].note_wait(now, Some(cause));
+                self.set_timer(scope_id, timer, wake);
+                return;
             }
             self.set_timer(scope_id, None, wake);
             match self.pick_waiter(scope_id, now, wake) {
-                Some(id) => self.send(id, now, wake),
-                None => {
+                Ok(id) => self.send(id, now, wake),
+                Err(cause) => {
+                    self.scopes[scope_id].note_wait(now, Some(cause));
                     if self.scopes[scope_id].timer_owner().is_none() {
                         let relief = self.when_another_scope_may_let_the_head_go(scope_id, now);
                         self.set_timer(scope_id, relief, wake);
@@ -591,6 +602,60 @@ impl Scheduler {
             .min()
     }
 
+    /// Keeps, for ticket `id` admitted at `now` after waiting, why it
+    /// waited: the part of its scopes' wait logs since it came, from the
+    /// scope that held it itself (see [`crate::waited`]).
+    #[cold]
+    fn record_wait(&mut self, id: TicketId, now: Instant) {
+        let ticket = &self.tickets[id];
+        let from = ticket.enqueued_at;
+        let mut best: Option<Vec<crate::waited::WaitPart>> = None;
+        for seat in &ticket.seats {
+            let Some(log) = self.scopes[seat.scope].wait_log() else {
+                continue;
+            };
+            let parts = log.parts(from, now);
+            let better = best.as_ref().is_none_or(|best| {
+                wait_log::WaitLog::other_scope_time(&parts) < wait_log::WaitLog::other_scope_time(best)
+            });
+            if better {
+                best = Some(parts);
+            }
+        }
+        let seats: Vec<ScopeId> = ticket.seats.iter().map(|seat| seat.scope).collect();
+        self.tickets[id].waited = Some(Box::new(WaitedInScheduler {
+            parts: best.unwrap_or_default(),
+            admitted_at: now,
+        }));
+        for scope in seats {
+            self.trim_wait_log(scope, id);
+        }
+    }
+
+    /// Trims the wait log of `scope` to its oldest waiter other than
+    /// `leaving`, once the log has grown enough for that to pay.
+    fn trim_wait_log(&mut self, scope: ScopeId, leaving: TicketId) {
+        let entry = &self.scopes[scope];
+        if !entry.wait_log().is_some_and(|log| log.needs_trim()) {
+            return;
+        }
+        let oldest = entry
+            .queue()
+            .values()
+            .filter(|&&waiter| waiter != leaving)
+            .map(|&waiter| self.tickets[waiter].enqueued_at)
+            .min();
+        if let (Some(oldest), Some(log)) = (oldest, self.scopes[scope].wait_log_mut()) {
+            log.trim(oldest);
+        }
+    }
+
+    /// The record of why ticket `id` waited, once it was admitted after
+    /// waiting: taken by its future, which finishes it at the hand-over.
+    pub(crate) fn take_waited(&mut self, id: TicketId) -> Option<Box<WaitedInScheduler>> {
+        self.tickets[id].waited.take()
+    }
+
     /// Sends ticket `id`: takes a lane in each scope, starts each scope's
     /// delays (with a fresh jitter draw) and counts it in flight.
     fn send(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) {
@@ -606,6 +671,9 @@ impl Scheduler {
         wake: &mut WakeList,
         chosen: Option<(usize, Effective)>,
     ) {
+        if self.tickets[id].waiting {
+            self.record_wait(id, now);
+        }
         let ticket = &mut self.tickets[id];
         let mut report_departure = false;
         for seat in ticket.seats.iter_mut() {
@@ -650,6 +718,7 @@ mod index;
 mod store_terms;
 mod timers;
 mod updates;
+mod wait_log;
 
 use eviction::Eviction;
 pub use eviction::{DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};

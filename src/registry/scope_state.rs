@@ -18,6 +18,7 @@ use super::backoff::BackoffNow;
 use super::config::ScopeConfig;
 use crate::scope::Scope;
 use crate::time::{scale, Jitter, Stamp};
+use crate::waited::{CauseKey, WaitCause};
 use contributions::NO_CONTRIBUTIONS;
 pub(crate) use contributions::{Contributions, QuotaWindow, RobotsContribution};
 pub(crate) use manager::Manager;
@@ -56,6 +57,26 @@ pub enum LimitSource {
     /// than `Backoff` or `Rampup`: those name the built-in manager's
     /// settings, which a custom manager does not use.)
     Manager,
+}
+
+impl LimitSource {
+    /// The source's name in `snake_case`: the `source` label of the wait
+    /// metrics, and the fetch tool's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitSource::Config => "config",
+            LimitSource::MaxConcurrency => "max_concurrency",
+            LimitSource::Backoff => "backoff",
+            LimitSource::AutoThrottle => "autothrottle",
+            LimitSource::Robots => "robots",
+            LimitSource::Rampup => "rampup",
+            LimitSource::RateLimitPolicy => "rate_limit_policy",
+            LimitSource::Quota => "quota",
+            LimitSource::Hold => "hold",
+            LimitSource::Fleet => "fleet",
+            LimitSource::Manager => "manager",
+        }
+    }
 }
 
 /// The last send of a lane or a scope, with the random draw for the gap
@@ -306,6 +327,50 @@ impl ScopeState {
             None if self.waits_for_an_earlier_request(effective) => ScopeCheck::AwaitingEarlier,
             None => ScopeCheck::Ready { lane },
         }
+    }
+
+    /// What holds a waiter costing `cost` when [`check`](Self::check) says
+    /// `Until`: the limit whose end comes last (the first of the list below
+    /// on a tie), with the source that set it. Only for the waiting path:
+    /// `check` itself stays as lean as the common admission needs.
+    pub(crate) fn wait_cause(&self, now: Instant, effective: &Effective, cost: f64) -> CauseKey {
+        let lane_free = self
+            .soonest_free_lane(&mut NowStamp::new(now), effective)
+            .and_then(|(_, free)| free)
+            .map(Stamp::instant);
+        let next_send = self
+            .last_send
+            .and_then(|last| {
+                last.next_allowed_at_least(effective.delay, &effective.jitter, effective.delay_floor)
+            })
+            .map(Stamp::instant);
+        let delay_cause = match effective.delay_source {
+            LimitSource::RateLimitPolicy => WaitCause::Pacing,
+            _ => WaitCause::Delay,
+        };
+        let ends = [
+            (
+                self.quota_frees_at(cost, now),
+                (WaitCause::Quota, Some(LimitSource::Quota)),
+            ),
+            (
+                self.contributions().hold_until,
+                (WaitCause::Hold, Some(LimitSource::Hold)),
+            ),
+            (
+                effective.manager_hold.map(Stamp::instant),
+                (WaitCause::Hold, Some(LimitSource::Manager)),
+            ),
+            (next_send, (delay_cause, Some(effective.delay_source))),
+            (lane_free, (WaitCause::Delay, Some(LimitSource::Config))),
+        ];
+        let mut binding = (now, (WaitCause::Delay, Some(effective.delay_source)));
+        for (end, key) in ends {
+            if let Some(end) = end.filter(|&end| end > binding.0) {
+                binding = (end, key);
+            }
+        }
+        binding.1
     }
 
     /// Whether the scope's delay since its last send has not passed yet.

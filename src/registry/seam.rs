@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::report::Collected;
 use super::scheduler::{Outcome, TicketId, TicketPoll};
+use super::ticket::WaitedInScheduler;
 use super::Registry;
 use crate::scope::{Priority, Scopes};
 use crate::store::{ScopeTerms, SharedFacts};
@@ -52,9 +53,21 @@ impl Registry {
     }
 
     /// Polls waiting ticket `id`: admitted (and whether its departure must
-    /// be reported at once), or when to look again.
-    pub(crate) fn poll_ticket(&self, id: TicketId, waker: &Waker) -> TicketPoll {
-        self.with_scheduler(|scheduler, now, wake| scheduler.poll_ticket(id, now, waker, wake))
+    /// be reported at once), or when to look again; once admitted after
+    /// waiting, why it waited.
+    pub(crate) fn poll_ticket(
+        &self,
+        id: TicketId,
+        waker: &Waker,
+    ) -> (TicketPoll, Option<Box<WaitedInScheduler>>) {
+        self.with_scheduler(|scheduler, now, wake| {
+            let polled = scheduler.poll_ticket(id, now, waker, wake);
+            let waited = match polled {
+                TicketPoll::Sent { .. } => scheduler.take_waited(id),
+                TicketPoll::Waiting { .. } => None,
+            };
+            (polled, waited)
+        })
     }
 
     /// Records that admitted ticket `id` departed at `at`.

@@ -7,6 +7,7 @@ use std::task::Waker;
 use tokio::time::Instant;
 
 use crate::time::Stamp;
+use crate::waited::WaitPart;
 
 /// Index of a scope in the scheduler.
 pub(crate) type ScopeId = usize;
@@ -104,6 +105,17 @@ pub(crate) struct TicketState {
     /// Whether it is in its scopes' queues (counted among the waiting).
     pub(crate) waiting: bool,
     pub(crate) enqueued_at: Instant,
+    /// Why it waited, once admitted after waiting (boxed: a request
+    /// admitted at once has nothing to say).
+    pub(crate) waited: Option<Box<WaitedInScheduler>>,
+}
+
+/// What a request that waited learnt at its admission: why it waited,
+/// from its arrival (`enqueued_at`) to `admitted_at`.
+#[derive(Debug)]
+pub(crate) struct WaitedInScheduler {
+    pub(crate) parts: Vec<WaitPart>,
+    pub(crate) admitted_at: Instant,
 }
 
 /// How a sent request ended.

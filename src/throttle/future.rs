@@ -84,12 +84,15 @@ where
         readied: S,
         request: http::Request<ReqBody>,
         (scopes, record_scopes): (Scopes, bool),
-        ticket: Ticket,
+        mut ticket: Ticket,
         adjust_autothrottle: bool,
     ) -> Self
     where
         S: Clone,
     {
+        if tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
+            ticket.trace(request_span(&scopes));
+        }
         // The common case: the request could be sent at once, so the inner
         // call starts now and the waiting state is never entered. With a
         // store, the store has its say first.
@@ -98,6 +101,10 @@ where
                 hand_over(readied, request, ticket.registry_id(), scopes, record_scopes);
             (State::Calling { future }, write_stamp)
         } else {
+            if ticket.has_fleet() && ticket.is_sent() {
+                // The store's time counts from now.
+                ticket.record_wait_from(tokio::time::Instant::now());
+            }
             (park(readied, request, scopes, ticket.has_fleet()), None)
         };
         ResponseFuture {
@@ -109,6 +116,32 @@ where
             mode: PhantomData,
         }
     }
+}
+
+/// The span of a request with `scopes`: its wait's breakdown is recorded
+/// at the hand-over (see [`crate::waited`]).
+#[cold]
+#[inline(never)]
+fn request_span(scopes: &Scopes) -> tracing::Span {
+    tracing::debug_span!(
+        target: "tower_throttle",
+        "throttle",
+        scopes = ?scopes,
+        waited_ms = tracing::field::Empty,
+        top_cause = tracing::field::Empty,
+        wait_queue_ms = tracing::field::Empty,
+        wait_global_concurrency_ms = tracing::field::Empty,
+        wait_lanes_ms = tracing::field::Empty,
+        wait_delay_ms = tracing::field::Empty,
+        wait_quota_ms = tracing::field::Empty,
+        wait_hold_ms = tracing::field::Empty,
+        wait_pacing_ms = tracing::field::Empty,
+        wait_departure_ms = tracing::field::Empty,
+        wait_other_scope_ms = tracing::field::Empty,
+        wait_store_ms = tracing::field::Empty,
+        wait_hand_over_ms = tracing::field::Empty,
+        wait_robots_ms = tracing::field::Empty,
+    )
 }
 
 /// The waiting state of a request that cannot be sent yet (its scopes do
@@ -174,6 +207,8 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        // The span's own handle: the ticket changes while it is entered.
+        let _span = this.ticket.span().cloned().map(tracing::Span::entered);
         loop {
             match this.state.as_mut().project() {
                 StateProj::Waiting { waiting } => {
@@ -187,7 +222,7 @@ where
                     if let Some(fleet) = &mut parked.fleet {
                         match fleet.poll(this.ticket, cx) {
                             Poll::Pending => return Poll::Pending,
-                            Poll::Ready(Ok(())) => {}
+                            Poll::Ready(Ok(())) => this.ticket.note_store_done(),
                             Poll::Ready(Err(error)) => match M::store(error) {
                                 Ok(error) => {
                                     this.ticket.finish(Outcome::NoResponse);
@@ -241,7 +276,10 @@ where
                         None => this.ticket.depart(),
                         Some(stamp) => this.ticket.depart_on_write(stamp, cx),
                     };
-                    let output = match polled {
+                    if let Some(handed_over) = departed {
+                        this.ticket.note_hand_over(handed_over);
+                    }
+                    let mut output = match polled {
                         Poll::Ready(output) => output,
                         Poll::Pending => {
                             // Left by a layer inside that retried.
@@ -260,6 +298,9 @@ where
                     };
                     if let Some(stamp) = this.write_stamp {
                         this.ticket.settle_write(stamp);
+                    }
+                    if this.ticket.records_a_wait() {
+                        this.ticket.leave_record(&mut output);
                     }
                     if left {
                         this.ticket

@@ -2,6 +2,8 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::task::{Context, Poll};
 
+use tokio::time::Instant;
+
 use tower_service::Service;
 
 use super::errors::{ErrorMode, InnerErrors};
@@ -11,6 +13,8 @@ use super::ticket::Ticket;
 use crate::readiness::take_readied;
 use crate::registry::{PlaceHandle, QueuePlace, Registry};
 use crate::scope::{AutoThrottleExempt, Priority, Scopes};
+#[cfg(doc)]
+use crate::waited::WaitCause;
 
 /// Holds each request until its scopes allow it, then sends it through the
 /// inner service. See the [module docs](crate::throttle).
@@ -43,6 +47,9 @@ pub struct Throttle<S, M = InnerErrors> {
     /// a pending reservation).
     places: PlaceHandle,
     reserved: Reserved,
+    /// Since when `poll_ready` waited for a queue place: the next
+    /// request's [`WaitCause::Queue`] lasts from then until it is queued.
+    place_wait: Option<Instant>,
     mode: PhantomData<fn() -> M>,
 }
 
@@ -73,6 +80,7 @@ impl<S: Clone, M> Clone for Throttle<S, M> {
             record_scopes: self.record_scopes,
             places: self.registry.queue_places(),
             reserved: Reserved::Nothing,
+            place_wait: None,
             mode: PhantomData,
         }
     }
@@ -95,6 +103,7 @@ impl<S, M> Throttle<S, M> {
             fixed,
             record_scopes: false,
             reserved: Reserved::Nothing,
+            place_wait: None,
             mode: PhantomData,
         }
     }
@@ -119,8 +128,27 @@ impl<S, M> Throttle<S, M> {
         self.inner
     }
 
+    /// Takes a queue place, and notes since when it waits for one.
     fn poll_queue_place(&mut self, cx: &mut Context<'_>) -> Poll<QueuePlace> {
-        self.places.poll_take(cx)
+        let polled = self.places.poll_take(cx);
+        if polled.is_pending() {
+            self.note_place_wait_start();
+        }
+        polled
+    }
+
+    #[cold]
+    fn note_place_wait_start(&mut self) {
+        self.place_wait.get_or_insert_with(Instant::now);
+    }
+
+    /// Gives the wait for a queue place, if there was one, to the ticket
+    /// just queued.
+    #[inline]
+    fn hand_place_wait_to(&mut self, ticket: &mut Ticket) {
+        if let Some(since) = self.place_wait.take() {
+            ticket.note_queue_wait(since);
+        }
     }
 
     fn poll_fixed_scope_admission(&mut self, cx: &mut Context<'_>, scopes: Scopes) -> Poll<()> {
@@ -131,7 +159,9 @@ impl<S, M> Throttle<S, M> {
             };
             // `call` may come later than the admission: the departure is
             // recorded once the inner service has the request.
-            self.reserved = Reserved::Ticket(Ticket::enqueue(&self.registry, place, &scopes, Priority(0)));
+            let mut ticket = Ticket::enqueue(&self.registry, place, &scopes, Priority(0));
+            self.hand_place_wait_to(&mut ticket);
+            self.reserved = Reserved::Ticket(ticket);
         }
         match &mut self.reserved {
             Reserved::Ticket(ticket) => ticket.poll_send(cx),
@@ -178,7 +208,10 @@ where
                     .get::<Priority>()
                     .copied()
                     .unwrap_or_default();
-                Ticket::enqueue_resolved(&self.registry, place, &request, priority)
+                let (mut ticket, scopes) =
+                    Ticket::enqueue_resolved(&self.registry, place, &request, priority);
+                self.hand_place_wait_to(&mut ticket);
+                (ticket, scopes)
             }
             _ => panic!("poll_ready must be called first"),
         };

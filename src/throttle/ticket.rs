@@ -14,10 +14,13 @@ use std::sync::Arc;
 
 use super::lease::HeldLease;
 use crate::departure::stamp::WriteStamp;
-use crate::registry::{Collected, Outcome, QueuePlace, Registry, TicketId, TicketPoll};
+use crate::registry::{
+    Collected, LimitSource, Outcome, QueuePlace, Registry, TicketId, TicketPoll, WaitedInScheduler,
+};
 use crate::scope::{Priority, Scopes};
 use crate::store::{LeaseId, Reservation, SharedFacts, StoreHandle};
 use crate::time::Stamp;
+use crate::waited::{WaitCause, Waited};
 
 /// A request's place in the scheduler, from queued to finished. Dropping it
 /// at any point releases whatever it holds (queue place, lanes, global
@@ -34,6 +37,19 @@ pub(crate) struct Ticket {
     /// The lanes the registry's store granted, released when the request
     /// ends (boxed: only requests through a store have one).
     lease: Option<Box<HeldLease>>,
+    /// Why the request waited, while it is recorded (boxed: a request
+    /// sent at once records nothing).
+    wait: Option<Box<WaitClock>>,
+}
+
+/// A request's wait as it is recorded: the parts so far, the end of the
+/// last one (where the next part starts), and the request's span when
+/// somebody listens.
+#[derive(Debug)]
+struct WaitClock {
+    waited: Waited,
+    since: Instant,
+    span: Option<tracing::Span>,
 }
 
 /// Where a request stands, as its own future knows it. (The queue place
@@ -93,6 +109,7 @@ impl Ticket {
             stage,
             timer: None,
             lease: None,
+            wait: None,
         }
     }
 
@@ -170,7 +187,10 @@ impl Ticket {
             return Poll::Ready(());
         }
         loop {
-            let polled = self.registry.poll_ticket(self.id, cx.waker());
+            let (polled, waited) = self.registry.poll_ticket(self.id, cx.waker());
+            if let Some(waited) = waited {
+                self.note_scheduler_wait(*waited);
+            }
             let timer = match polled {
                 TicketPoll::Sent { report_departure } => {
                     self.stage = Stage::Admitted {
@@ -187,6 +207,92 @@ impl Ticket {
                 return Poll::Pending;
             }
         }
+    }
+
+    /// Notes that the request waited for a queue place from `since` until
+    /// it was queued, just now (see [`crate::waited`]).
+    #[cold]
+    pub(crate) fn note_queue_wait(&mut self, since: Instant) {
+        let now = Instant::now();
+        self.wait_clock(now)
+            .waited
+            .add(WaitCause::Queue, None, now.saturating_duration_since(since));
+    }
+
+    /// Starts recording the wait at `now`, when it was not yet: a request
+    /// through a store records the store's time even when its scopes
+    /// admitted it at once.
+    pub(crate) fn record_wait_from(&mut self, now: Instant) {
+        self.wait_clock(now);
+    }
+
+    /// Notes the store's say, which ended now.
+    pub(crate) fn note_store_done(&mut self) {
+        if let Some(clock) = &mut self.wait {
+            let now = Instant::now();
+            let time = now.saturating_duration_since(clock.since);
+            clock.waited.add(WaitCause::Store, Some(LimitSource::Fleet), time);
+            clock.since = now;
+        }
+    }
+
+    /// Notes the hand-over to the inner service at `at`, which ends the
+    /// record: gives it to the request's span and to the metrics.
+    #[inline]
+    pub(crate) fn note_hand_over(&mut self, at: Instant) {
+        if let Some(clock) = &mut self.wait {
+            end_wait(clock, at);
+        }
+    }
+
+    /// Whether the request records a wait (or a span).
+    #[inline]
+    pub(crate) fn records_a_wait(&self) -> bool {
+        self.wait.is_some()
+    }
+
+    /// Leaves the record of why the request waited in its response's
+    /// extensions, if it waited.
+    #[cold]
+    pub(crate) fn leave_record<B, E>(&mut self, output: &mut Result<http::Response<B>, E>) {
+        if let (Some(clock), Ok(response)) = (self.wait.take(), output) {
+            clock.waited.merge_into(response.extensions_mut());
+        }
+    }
+
+    /// Gives the request a span, which records its wait.
+    #[cold]
+    pub(crate) fn trace(&mut self, span: tracing::Span) {
+        self.wait_clock(Instant::now()).span = Some(span);
+    }
+
+    /// The request's span, when somebody listens.
+    #[inline]
+    pub(crate) fn span(&self) -> Option<&tracing::Span> {
+        self.wait.as_ref().and_then(|clock| clock.span.as_ref())
+    }
+
+    /// The record of the request's wait, started at `now` if needed.
+    #[cold]
+    fn wait_clock(&mut self, now: Instant) -> &mut WaitClock {
+        self.wait.get_or_insert_with(|| {
+            Box::new(WaitClock {
+                waited: Waited::default(),
+                since: now,
+                span: None,
+            })
+        })
+    }
+
+    /// Notes what the scheduler said of the request's wait up to its
+    /// admission.
+    #[cold]
+    fn note_scheduler_wait(&mut self, waited: WaitedInScheduler) {
+        let clock = self.wait_clock(waited.admitted_at);
+        for (cause, source, time) in waited.parts {
+            clock.waited.add(cause, source, time);
+        }
+        clock.since = waited.admitted_at;
     }
 
     /// Records that the inner service has the request now (the caller
@@ -340,6 +446,19 @@ impl Ticket {
     pub(crate) fn apply_reports(&self, collected: &[Collected]) {
         self.registry.apply_collected_now(collected);
     }
+}
+
+/// Ends the record of a wait at the hand-over `at`, and reports it. A
+/// request that waited for nothing before (its clock runs only for its
+/// span) did not wait for its hand-over either: it went at once.
+#[cold]
+fn end_wait(clock: &mut WaitClock, at: Instant) {
+    if !clock.waited.total().is_zero() {
+        let time = at.saturating_duration_since(clock.since);
+        clock.waited.add(WaitCause::HandOver, None, time);
+    }
+    clock.since = at;
+    crate::waited::report(&clock.waited, clock.span.as_ref());
 }
 
 /// What the scheduler needs to finish a ticket, from its handle.

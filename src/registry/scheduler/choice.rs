@@ -5,17 +5,22 @@
 use tokio::time::Instant;
 
 use super::{Scheduler, ScopeCheck, ScopeId, TicketId, Verdict, WakeList, MAX_BYPASS, MAX_SCAN};
+use crate::registry::LimitSource;
+use crate::waited::{CauseKey, WaitCause};
+
+/// What holds a ready scope's queue when its head waits for another scope.
+const OTHER_SCOPE: CauseKey = (WaitCause::OtherScope, None);
 
 impl Scheduler {
     /// The first waiter of a ready scope that every one of its scopes
     /// allows now, passing over (a bounded number of) waiters that another
-    /// scope holds back.
+    /// scope holds back; or what holds the queue.
     pub(super) fn pick_waiter(
         &mut self,
         scope_id: ScopeId,
         now: Instant,
         wake: &mut WakeList,
-    ) -> Option<TicketId> {
+    ) -> Result<TicketId, CauseKey> {
         let candidates: Vec<TicketId> = self.scopes[scope_id]
             .queue()
             .values()
@@ -32,7 +37,7 @@ impl Scheduler {
                         self.tickets[passed].bypassed += 1;
                     }
                     self.count_passes();
-                    return Some(id);
+                    return Ok(id);
                 }
                 Verdict::Global => {
                     let ticket = &mut self.tickets[id];
@@ -40,7 +45,7 @@ impl Scheduler {
                         ticket.in_global_queue = true;
                         self.global_queue.insert(ticket.order, id);
                     }
-                    return None;
+                    return Err((WaitCause::GlobalConcurrency, Some(LimitSource::MaxConcurrency)));
                 }
                 Verdict::HeldBy(other) => {
                     if other == scope_id {
@@ -50,18 +55,18 @@ impl Scheduler {
                             .state
                             .quota_frees_at(self.cost_in(id, scope_id), now);
                         self.set_timer(scope_id, frees, wake);
-                        return None;
+                        return Err((WaitCause::Quota, Some(LimitSource::Quota)));
                     }
                     let ticket = &mut self.tickets[id];
                     ticket.held_by = Some(other);
                     if ticket.bypassed >= MAX_BYPASS {
-                        return None;
+                        return Err(OTHER_SCOPE);
                     }
                     skipped_here += 1;
                 }
             }
         }
-        None
+        Err(OTHER_SCOPE)
     }
 
     /// Counts a pass for each waiter the last [`evaluate`](Self::evaluate)

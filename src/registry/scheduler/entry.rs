@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 
 use tokio::time::Instant;
 
+use super::wait_log::WaitLog;
 use super::{OrderKey, ScopeState, TicketId};
 use crate::time::Stamp;
+use crate::waited::CauseKey;
 
 /// A scope as the scheduler keeps it: its state, and its waiters.
 ///
@@ -35,6 +37,8 @@ pub(super) struct Waiters {
     /// The waiter told to keep the scope's timer, and the instant the
     /// scope's own time limits next let its head go.
     pub(super) timer_owner: Option<(TicketId, Instant)>,
+    /// What held the queue, since its oldest waiter came.
+    pub(super) log: WaitLog,
 }
 
 /// The queue of a scope nobody waits for.
@@ -79,6 +83,28 @@ impl ScopeEntry {
         self.waiters
             .as_mut()
             .is_some_and(|waiters| waiters.queue.remove(order).is_some())
+    }
+
+    /// Notes that `key` holds the queue from `now` on; forgets the log
+    /// when nobody waits.
+    pub(super) fn note_wait(&mut self, now: Instant, key: Option<CauseKey>) {
+        let Some(waiters) = self.waiters.as_mut() else {
+            return;
+        };
+        match key {
+            Some(key) if !waiters.queue.is_empty() => waiters.log.note(now, key),
+            _ => waiters.log.clear(),
+        }
+    }
+
+    /// What held the queue (empty without waiters).
+    pub(super) fn wait_log(&self) -> Option<&WaitLog> {
+        self.waiters.as_ref().map(|waiters| &waiters.log)
+    }
+
+    /// The log, to trim.
+    pub(super) fn wait_log_mut(&mut self) -> Option<&mut WaitLog> {
+        self.waiters.as_mut().map(|waiters| &mut waiters.log)
     }
 
     pub(super) fn timer_owner(&self) -> Option<(TicketId, Instant)> {

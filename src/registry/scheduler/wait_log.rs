@@ -1,0 +1,139 @@
+//! What held a scope's queue, and since when: the log each scope with
+//! waiters keeps, from which a request reads why it waited (see
+//! [`crate::waited`]).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::waited::{CauseKey, WaitCause, WaitPart, Waited};
+
+/// The causes that held a scope's queue, each from the instant it began
+/// to the next one's start (the last one lasts until now).
+#[derive(Debug, Default)]
+pub(crate) struct WaitLog {
+    segments: VecDeque<(Instant, CauseKey)>,
+    /// The length after the last trim: the next trim waits until the log
+    /// doubled, so trimming costs O(1) per segment.
+    trimmed_to: usize,
+}
+
+impl WaitLog {
+    /// Notes that `key` holds the queue from `now` on.
+    pub(crate) fn note(&mut self, now: Instant, key: CauseKey) {
+        match self.segments.back_mut() {
+            Some((_, last)) if *last == key => {}
+            // Nothing was held on the cause noted at this same instant.
+            Some((at, last)) if *at == now => {
+                *last = key;
+                let len = self.segments.len();
+                if len >= 2 && self.segments[len - 2].1 == key {
+                    self.segments.pop_back();
+                }
+            }
+            _ => self.segments.push_back((now, key)),
+        }
+    }
+
+    /// The time from `from` to `to`, by cause, in the order the causes
+    /// began. Time before the first segment (none, when every waiter's
+    /// arrival is noted) goes to the first cause, so the parts always add
+    /// up to the whole.
+    pub(crate) fn parts(&self, from: Instant, to: Instant) -> Vec<WaitPart> {
+        let mut waited = Waited::default();
+        let start = self
+            .segments
+            .partition_point(|(at, _)| *at <= from)
+            .saturating_sub(1);
+        let mut segments = self.segments.range(start..).peekable();
+        while let Some(&(began, (cause, source))) = segments.next() {
+            let ended = segments.peek().map_or(to, |(next, _)| *next).min(to);
+            waited.add(cause, source, ended.saturating_duration_since(began.max(from)));
+            if ended >= to {
+                break;
+            }
+        }
+        let lost = to.saturating_duration_since(from).saturating_sub(waited.total());
+        if let Some(&(_, (cause, source))) = self.segments.front() {
+            waited.add(cause, source, lost);
+        }
+        waited.causes().collect()
+    }
+
+    /// Forgets what ended before `oldest`, the arrival of the oldest waiter
+    /// (which only [`needs_trim`](Self::needs_trim) asks for).
+    pub(crate) fn trim(&mut self, oldest: Instant) {
+        while self.segments.len() > 1 && self.segments[1].0 <= oldest {
+            self.segments.pop_front();
+        }
+        self.trimmed_to = self.segments.len();
+    }
+
+    /// Whether the log grew enough since the last trim to look for the
+    /// oldest waiter.
+    pub(crate) fn needs_trim(&self) -> bool {
+        self.segments.len() > 2 * self.trimmed_to + 8
+    }
+
+    /// Forgets everything: nobody waits.
+    pub(crate) fn clear(&mut self) {
+        self.segments.clear();
+        self.trimmed_to = 0;
+    }
+
+    /// The time `parts` gives to [`WaitCause::OtherScope`].
+    pub(crate) fn other_scope_time(parts: &[WaitPart]) -> Duration {
+        parts
+            .iter()
+            .filter(|(cause, _, _)| *cause == WaitCause::OtherScope)
+            .map(|(_, _, time)| *time)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::LimitSource;
+
+    const MS: Duration = Duration::from_millis(1);
+    const LANES: CauseKey = (WaitCause::Lanes, Some(LimitSource::Config));
+    const DELAY: CauseKey = (WaitCause::Delay, Some(LimitSource::Config));
+
+    #[test]
+    fn a_wait_is_cut_from_the_segments_that_cover_it() {
+        let t0 = Instant::now();
+        let mut log = WaitLog::default();
+        log.note(t0, LANES);
+        log.note(t0 + 100 * MS, LANES);
+        log.note(t0 + 300 * MS, DELAY);
+        log.note(t0 + 400 * MS, LANES);
+        // From the start: 300 of lanes, 100 of delay, 100 of lanes again.
+        assert_eq!(
+            log.parts(t0, t0 + 500 * MS),
+            [(LANES.0, LANES.1, 400 * MS), (DELAY.0, DELAY.1, 100 * MS)]
+        );
+        // A later arrival sees only its part.
+        assert_eq!(
+            log.parts(t0 + 350 * MS, t0 + 420 * MS),
+            [(DELAY.0, DELAY.1, 50 * MS), (LANES.0, LANES.1, 20 * MS)]
+        );
+        log.trim(t0 + 350 * MS);
+        assert_eq!(
+            log.parts(t0 + 350 * MS, t0 + 400 * MS),
+            [(DELAY.0, DELAY.1, 50 * MS)]
+        );
+    }
+
+    #[test]
+    fn a_cause_replaced_at_the_same_instant_takes_no_time() {
+        let t0 = Instant::now();
+        let mut log = WaitLog::default();
+        log.note(t0, DELAY);
+        log.note(t0 + MS, LANES);
+        log.note(t0 + MS, DELAY);
+        assert_eq!(log.segments.len(), 1);
+        assert_eq!(log.parts(t0, t0 + 2 * MS), [(DELAY.0, DELAY.1, 2 * MS)]);
+    }
+}

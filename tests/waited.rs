@@ -1,0 +1,294 @@
+//! Why a request waited (`Waited`, issue 25): each scenario in paused
+//! virtual time, so every figure is exact to the nanosecond.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use futures::future::join;
+use tokio::time::{sleep, Instant};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+use tower_throttle::registry::LimitSource;
+use tower_throttle::waited::{WaitCause, Waited};
+use tower_throttle::{Registry, RetryAfterLayer, ScopeConfig, Scopes, ThrottleLayer};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// No delay, no jitter, lanes to spare: every wait a test sees is the one
+/// it sets up.
+fn plain() -> ScopeConfig {
+    ScopeConfig::default()
+        .concurrency(8)
+        .delay(Duration::ZERO)
+        .delay_per_slot(Duration::ZERO)
+        .jitter(0.0)
+}
+
+/// An inner service that answers after the latency in the request's
+/// `x-latency-ms` header (0 without), with the status in `x-status`
+/// (200 without) and a `Retry-After` of `x-retry-after` when given.
+fn answering() -> impl Service<
+    http::Request<()>,
+    Response = http::Response<()>,
+    Error = Infallible,
+    Future = impl std::future::Future<Output = Result<http::Response<()>, Infallible>> + Send,
+> + Clone
+       + Send {
+    tower::service_fn(|request: http::Request<()>| async move {
+        let header = |name: &str| {
+            request
+                .headers()
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned)
+        };
+        let latency = header("x-latency-ms").map_or(0, |ms| ms.parse().unwrap());
+        sleep(Duration::from_millis(latency)).await;
+        let mut response =
+            http::Response::builder().status(header("x-status").map_or(200, |s| s.parse().unwrap()));
+        if let Some(seconds) = header("x-retry-after") {
+            response = response.header("retry-after", seconds);
+        }
+        Ok::<_, Infallible>(response.body(()).unwrap())
+    })
+}
+
+fn get(uri: &str) -> http::Request<()> {
+    http::Request::get(uri).body(()).unwrap()
+}
+
+fn slow_get(uri: &str, latency_ms: u64) -> http::Request<()> {
+    http::Request::get(uri)
+        .header("x-latency-ms", latency_ms.to_string())
+        .body(())
+        .unwrap()
+}
+
+/// Sends one quick request through `client`, then lets `delay` pass: the
+/// scope is warm (a cold scope times its second gap from its first
+/// answer, not its first send) and free.
+async fn warm<S>(client: &S, uri: &str, delay: Duration)
+where
+    S: Service<http::Request<()>, Response = http::Response<()>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    client.clone().oneshot(get(uri)).await.unwrap();
+    sleep(delay).await;
+}
+
+fn parts(waited: &Waited) -> Vec<(WaitCause, Option<LimitSource>, Duration)> {
+    waited.causes().collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_sent_at_once_carries_no_record_and_reads_as_no_wait() {
+    let registry = Registry::builder().default_scope(plain()).build().unwrap();
+    let client = ThrottleLayer::new(registry).layer(answering());
+    let response = client.oneshot(get("http://a.test/")).await.unwrap();
+    assert!(response.extensions().get::<Waited>().is_none());
+    let waited = Waited::of(&response);
+    assert_eq!(waited.total(), Duration::ZERO);
+    assert_eq!(waited.causes().count(), 0);
+    assert_eq!(waited.top_cause(), None);
+    assert_eq!(waited.attempts(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_scope_with_a_delay_of_one_second_the_second_request_waits_one_second_of_config_delay() {
+    let registry = Registry::builder()
+        .default_scope(plain().delay(Duration::from_secs(1)))
+        .build()
+        .unwrap();
+    let client = ThrottleLayer::new(registry).layer(answering());
+    let start = Instant::now();
+    let (first, second) = join(
+        client.clone().oneshot(get("http://a.test/1")),
+        client.clone().oneshot(get("http://a.test/2")),
+    )
+    .await;
+    assert_eq!(Waited::of(&first.unwrap()).total(), Duration::ZERO);
+    let waited = Waited::of(&second.unwrap());
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!(waited.total(), Duration::from_secs(1));
+    assert_eq!(
+        parts(&waited),
+        [(
+            WaitCause::Delay,
+            Some(LimitSource::Config),
+            Duration::from_secs(1)
+        )]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_with_retry_after_5_holds_the_next_request_5_seconds() {
+    let registry = Registry::builder().default_scope(plain()).build().unwrap();
+    let client = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(RetryAfterLayer::new(registry))
+        .service(answering());
+    let refused = http::Request::get("http://a.test/1")
+        .header("x-status", "429")
+        .header("x-retry-after", "5")
+        .body(())
+        .unwrap();
+    let response = client.clone().oneshot(refused).await.unwrap();
+    assert_eq!(response.status(), 429);
+    let waited = Waited::of(&client.oneshot(get("http://a.test/2")).await.unwrap());
+    assert_eq!(waited.total(), Duration::from_secs(5));
+    assert_eq!(
+        parts(&waited),
+        [(WaitCause::Hold, Some(LimitSource::Hold), Duration::from_secs(5))]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lanes_busy_for_300_ms_then_the_delay_left_of_200_ms() {
+    // One lane, 500 ms between sends: the first request holds the lane for
+    // 300 ms, and the delay since its send runs 200 ms more.
+    let registry = Registry::builder()
+        .default_scope(plain().concurrency(1).delay(500 * MS))
+        .build()
+        .unwrap();
+    let client = ThrottleLayer::new(registry).layer(answering());
+    warm(&client, "http://a.test/", 500 * MS).await;
+    let (_, second) = join(
+        client.clone().oneshot(slow_get("http://a.test/1", 300)),
+        client.clone().oneshot(get("http://a.test/2")),
+    )
+    .await;
+    let waited = Waited::of(&second.unwrap());
+    assert_eq!(
+        parts(&waited),
+        [
+            (WaitCause::Lanes, Some(LimitSource::Config), 300 * MS),
+            (WaitCause::Delay, Some(LimitSource::Config), 200 * MS),
+        ]
+    );
+    assert_eq!(waited.total(), 500 * MS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_multi_scope_request_held_by_its_second_scope_is_attributed_to_that_scopes_cause() {
+    let registry = Registry::builder()
+        .default_scope(plain())
+        .scope("slow", plain().delay(Duration::from_secs(2)))
+        .build()
+        .unwrap();
+    let client = ThrottleLayer::new(registry).layer(answering());
+    let with_scopes = |scopes: &[&str]| {
+        let mut request = get("http://a.test/");
+        request.extensions_mut().insert(Scopes::from(scopes.to_vec()));
+        request
+    };
+    client.clone().oneshot(with_scopes(&["slow"])).await.unwrap();
+    let waited = Waited::of(&client.oneshot(with_scopes(&["fast", "slow"])).await.unwrap());
+    assert_eq!(
+        parts(&waited),
+        [(
+            WaitCause::Delay,
+            Some(LimitSource::Config),
+            Duration::from_secs(2)
+        )]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_behind_a_full_global_limit_waits_on_global_concurrency() {
+    let registry = Registry::builder()
+        .max_concurrency(1)
+        .default_scope(plain())
+        .build()
+        .unwrap();
+    let client = ThrottleLayer::new(registry).layer(answering());
+    let (_, second) = join(
+        client.clone().oneshot(slow_get("http://a.test/", 700)),
+        client.clone().oneshot(get("http://b.test/")),
+    )
+    .await;
+    assert_eq!(
+        parts(&Waited::of(&second.unwrap())),
+        [(
+            WaitCause::GlobalConcurrency,
+            Some(LimitSource::MaxConcurrency),
+            700 * MS
+        )]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_without_a_queue_place_waits_on_the_queue_then_on_its_scope() {
+    // One queue place, one request per second. The first is sent at once;
+    // the second takes the place and waits until 1 s; the third waits for
+    // the place until then, and then for the delay until 2 s.
+    let registry = Registry::builder()
+        .max_queued(1)
+        .default_scope(plain().concurrency(1).delay(Duration::from_secs(1)))
+        .build()
+        .unwrap();
+    let client = ThrottleLayer::new(registry).layer(answering());
+    warm(&client, "http://a.test/", Duration::from_secs(1)).await;
+    let start = Instant::now();
+    let first = tokio::spawn(client.clone().oneshot(slow_get("http://a.test/1", 100)));
+    tokio::task::yield_now().await;
+    let second = tokio::spawn(client.clone().oneshot(get("http://a.test/2")));
+    tokio::task::yield_now().await;
+    let third = client.clone().oneshot(get("http://a.test/3")).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    let waited = Waited::of(&third);
+    assert_eq!(
+        parts(&waited),
+        [
+            (WaitCause::Queue, None, Duration::from_secs(1)),
+            (
+                WaitCause::Delay,
+                Some(LimitSource::Config),
+                Duration::from_secs(1)
+            ),
+        ]
+    );
+    assert_eq!(waited.total(), Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quota_spent_holds_the_next_request_until_its_window_ends() {
+    let registry = Registry::builder()
+        .default_scope(plain().quota(1.0).window(Duration::from_secs(10)))
+        .build()
+        .unwrap();
+    let client = ThrottleLayer::new(registry).layer(answering());
+    client.clone().oneshot(get("http://a.test/1")).await.unwrap();
+    sleep(Duration::from_secs(4)).await;
+    let waited = Waited::of(&client.oneshot(get("http://a.test/2")).await.unwrap());
+    assert_eq!(
+        parts(&waited),
+        [(WaitCause::Quota, Some(LimitSource::Quota), Duration::from_secs(6))]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fifth_request_behind_a_delay_waits_on_the_delay_for_all_four_gaps() {
+    let registry = Registry::builder()
+        .default_scope(plain().concurrency(1).delay(Duration::from_secs(1)))
+        .build()
+        .unwrap();
+    let client = ThrottleLayer::new(registry).layer(answering());
+    let responses =
+        futures::future::join_all((0..5).map(|i| client.clone().oneshot(get(&format!("http://a.test/{i}")))))
+            .await;
+    let totals: Vec<Duration> = responses
+        .iter()
+        .map(|response| Waited::of(response.as_ref().unwrap()).total())
+        .collect();
+    assert_eq!(totals, (0..5).map(Duration::from_secs).collect::<Vec<_>>());
+    let last = Waited::of(responses[4].as_ref().unwrap());
+    assert_eq!(
+        parts(&last),
+        [(
+            WaitCause::Delay,
+            Some(LimitSource::Config),
+            Duration::from_secs(4)
+        )]
+    );
+}
