@@ -78,18 +78,22 @@ where
 {
     /// `readied` is the handle `Throttle::poll_ready` readied; `scopes`
     /// are handed over with the request (and `record`ed in its extensions
-    /// too when asked: see [`hand_over`]).
+    /// too when asked: see [`hand_over`]); `place_wait`: since when the
+    /// request waited for a queue place, if it did.
     #[inline(always)]
     pub(crate) fn new(
         readied: S,
         request: http::Request<ReqBody>,
         (scopes, record_scopes): (Scopes, bool),
-        mut ticket: Ticket,
+        (mut ticket, place_wait): (Ticket, Option<tokio::time::Instant>),
         adjust_autothrottle: bool,
     ) -> Self
     where
         S: Clone,
     {
+        if let Some(since) = place_wait {
+            ticket.note_queue_wait(since);
+        }
         if tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
             ticket.trace(request_span(&scopes));
         }
@@ -206,9 +210,38 @@ where
     type Output = Result<S::Response, M::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // The common case, a request sent at once without a span, takes the
+        // path that has no wait to record.
+        if self.ticket.records_a_wait() || matches!(self.state, State::Waiting { .. }) {
+            return self.poll_recording(cx);
+        }
+        self.poll_steps::<false>(cx)
+    }
+}
+
+impl<S, M, ReqBody, ResBody> ResponseFuture<S, http::Request<ReqBody>, M>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone,
+    M: ErrorMode<S::Error>,
+{
+    /// [`poll_steps`](Self::poll_steps) for a request that waits or
+    /// records its wait, inside its span when it has one (its own handle:
+    /// the ticket changes while it is entered).
+    #[cold]
+    fn poll_recording(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<S::Response, M::Error>> {
+        let _span = self.ticket.span().cloned().map(tracing::Span::entered);
+        self.poll_steps::<true>(cx)
+    }
+
+    /// Waits for the turn, hands the request over, drives the inner future.
+    /// `RECORDING`: whether the request may record a wait (always, for a
+    /// request that still waits: a wait starts its record).
+    #[inline(always)]
+    fn poll_steps<const RECORDING: bool>(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<S::Response, M::Error>> {
         let mut this = self.project();
-        // The span's own handle: the ticket changes while it is entered.
-        let _span = this.ticket.span().cloned().map(tracing::Span::entered);
         loop {
             match this.state.as_mut().project() {
                 StateProj::Waiting { waiting } => {
@@ -276,7 +309,7 @@ where
                         None => this.ticket.depart(),
                         Some(stamp) => this.ticket.depart_on_write(stamp, cx),
                     };
-                    if let Some(handed_over) = departed {
+                    if let (true, Some(handed_over)) = (RECORDING, departed) {
                         this.ticket.note_hand_over(handed_over);
                     }
                     let mut output = match polled {
@@ -299,7 +332,7 @@ where
                     if let Some(stamp) = this.write_stamp {
                         this.ticket.settle_write(stamp);
                     }
-                    if this.ticket.records_a_wait() {
+                    if RECORDING && this.ticket.records_a_wait() {
                         this.ticket.leave_record(&mut output);
                     }
                     if left {

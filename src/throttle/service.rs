@@ -208,16 +208,22 @@ where
                     .get::<Priority>()
                     .copied()
                     .unwrap_or_default();
-                let (mut ticket, scopes) =
-                    Ticket::enqueue_resolved(&self.registry, place, &request, priority);
-                self.hand_place_wait_to(&mut ticket);
-                (ticket, scopes)
+                Ticket::enqueue_resolved(&self.registry, place, &request, priority)
             }
             _ => panic!("poll_ready must be called first"),
         };
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
         let record = self.record_scopes && !already_recorded;
         let inner = take_readied(&mut self.inner);
-        ResponseFuture::new(inner, request, (scopes, record), ticket, adjust_autothrottle)
+        // The wait for a queue place, if there was one (the fixed-scope
+        // mode gave it to its ticket already).
+        let place_wait = self.place_wait.take();
+        ResponseFuture::new(
+            inner,
+            request,
+            (scopes, record),
+            (ticket, place_wait),
+            adjust_autothrottle,
+        )
     }
 }

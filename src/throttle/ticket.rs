@@ -31,15 +31,21 @@ pub(crate) struct Ticket {
     /// Where the request stands: the handle's one record of its admission
     /// and departure.
     stage: Stage,
-    /// Only the first waiter of a scope keeps a timer, so most tickets never
-    /// allocate one.
-    timer: Option<Box<WakeTimer>>,
+    /// What only a ticket that waits keeps: its timer (only the first
+    /// waiter of a scope has one), and the record of its wait (boxed: a
+    /// request sent at once allocates neither).
+    waiting: Option<Box<Waiting>>,
     /// The lanes the registry's store granted, released when the request
     /// ends (boxed: only requests through a store have one).
     lease: Option<Box<HeldLease>>,
-    /// Why the request waited, while it is recorded (boxed: a request
-    /// sent at once records nothing).
-    wait: Option<Box<WaitClock>>,
+}
+
+/// What a ticket keeps only when it waits.
+#[derive(Default)]
+struct Waiting {
+    timer: Option<Box<WakeTimer>>,
+    /// Why the request waited, while it is recorded.
+    clock: Option<WaitClock>,
 }
 
 /// A request's wait as it is recorded: the parts so far, the end of the
@@ -107,9 +113,8 @@ impl Ticket {
             registry,
             id,
             stage,
-            timer: None,
+            waiting: None,
             lease: None,
-            wait: None,
         }
     }
 
@@ -201,7 +206,8 @@ impl Ticket {
                 TicketPoll::Waiting { timer: None } => return Poll::Pending,
                 TicketPoll::Waiting { timer: Some(at) } => at,
             };
-            let wake_timer = self.timer.get_or_insert_with(|| WakeTimer::new(timer));
+            let waiting = self.waiting.get_or_insert_with(Box::default);
+            let wake_timer = waiting.timer.get_or_insert_with(|| WakeTimer::new(timer));
             wake_timer.aim_at(timer);
             if wake_timer.poll(cx).is_pending() {
                 return Poll::Pending;
@@ -228,7 +234,7 @@ impl Ticket {
 
     /// Notes the store's say, which ended now.
     pub(crate) fn note_store_done(&mut self) {
-        if let Some(clock) = &mut self.wait {
+        if let Some(clock) = self.clock_mut() {
             let now = Instant::now();
             let time = now.saturating_duration_since(clock.since);
             clock.waited.add(WaitCause::Store, Some(LimitSource::Fleet), time);
@@ -240,7 +246,7 @@ impl Ticket {
     /// record: gives it to the request's span and to the metrics.
     #[inline]
     pub(crate) fn note_hand_over(&mut self, at: Instant) {
-        if let Some(clock) = &mut self.wait {
+        if let Some(clock) = self.clock_mut() {
             end_wait(clock, at);
         }
     }
@@ -248,14 +254,21 @@ impl Ticket {
     /// Whether the request records a wait (or a span).
     #[inline]
     pub(crate) fn records_a_wait(&self) -> bool {
-        self.wait.is_some()
+        self.waiting
+            .as_ref()
+            .is_some_and(|waiting| waiting.clock.is_some())
+    }
+
+    fn clock_mut(&mut self) -> Option<&mut WaitClock> {
+        self.waiting.as_mut().and_then(|waiting| waiting.clock.as_mut())
     }
 
     /// Leaves the record of why the request waited in its response's
     /// extensions, if it waited.
     #[cold]
     pub(crate) fn leave_record<B, E>(&mut self, output: &mut Result<http::Response<B>, E>) {
-        if let (Some(clock), Ok(response)) = (self.wait.take(), output) {
+        let clock = self.waiting.as_mut().and_then(|waiting| waiting.clock.take());
+        if let (Some(clock), Ok(response)) = (clock, output) {
             clock.waited.merge_into(response.extensions_mut());
         }
     }
@@ -269,19 +282,23 @@ impl Ticket {
     /// The request's span, when somebody listens.
     #[inline]
     pub(crate) fn span(&self) -> Option<&tracing::Span> {
-        self.wait.as_ref().and_then(|clock| clock.span.as_ref())
+        self.waiting
+            .as_ref()
+            .and_then(|waiting| waiting.clock.as_ref())
+            .and_then(|clock| clock.span.as_ref())
     }
 
     /// The record of the request's wait, started at `now` if needed.
     #[cold]
     fn wait_clock(&mut self, now: Instant) -> &mut WaitClock {
-        self.wait.get_or_insert_with(|| {
-            Box::new(WaitClock {
+        self.waiting
+            .get_or_insert_with(Box::default)
+            .clock
+            .get_or_insert_with(|| WaitClock {
                 waited: Waited::default(),
                 since: now,
                 span: None,
             })
-        })
     }
 
     /// Notes what the scheduler said of the request's wait up to its

@@ -122,7 +122,10 @@ impl Scheduler {
         }
         // Nobody waits, so no timer is needed either: an idle scope keeps
         // no waiter storage.
-        scope.waiters = None;
+        // (Checked first: the drop of the waiters' storage is out of line.)
+        if scope.waiters.is_some() {
+            scope.waiters = None;
+        }
         if scope.idle_since.is_none() {
             scope.idle_since = Some(now);
         }
