@@ -245,25 +245,23 @@ impl Waited {
         self.total.is_zero() && self.attempts <= 1
     }
 
-    /// Leaves the record in `extensions`, merged into the one a layer
-    /// inside left there (its causes come first); nothing when empty.
-    pub(crate) fn merge_into(self, extensions: &mut http::Extensions) {
+    /// Leaves the record in `extensions`, merged with the one a layer
+    /// inside left there: this record is an outer layer's, whose wait came
+    /// first, so its causes come first. Nothing when empty.
+    pub(crate) fn merge_into(mut self, extensions: &mut http::Extensions) {
         if self.is_empty() {
             return;
         }
-        match extensions.get_mut::<Waited>() {
-            Some(inner) => {
-                for (cause, source, time) in self.parts {
-                    inner.add(cause, source, time);
-                }
-                if self.attempts > 1 {
-                    inner.set_attempts(self.attempts, self.earlier_attempts);
-                }
+        if let Some(inner) = extensions.get_mut::<Waited>() {
+            for (cause, source, time) in inner.parts.drain(..) {
+                self.add(cause, source, time);
             }
-            None => {
-                extensions.insert(self);
+            if self.attempts <= 1 {
+                self.attempts = inner.attempts;
+                self.earlier_attempts = inner.earlier_attempts;
             }
         }
+        extensions.insert(self);
     }
 }
 
@@ -362,6 +360,7 @@ mod tests {
         let both = Waited::from_extensions(&extensions);
         assert_eq!(both.total(), 3 * MS);
         let causes: Vec<_> = both.causes().map(|(cause, _, _)| cause).collect();
-        assert_eq!(causes, [WaitCause::Delay, WaitCause::Robots]);
+        // The outer layer's wait came first.
+        assert_eq!(causes, [WaitCause::Robots, WaitCause::Delay]);
     }
 }

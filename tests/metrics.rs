@@ -116,3 +116,64 @@ fn per_scope_labels_are_opt_in() {
     assert_eq!(sent_to_a, 2);
     assert_eq!(counter(&metrics, "tower_throttle_requests_sent_total"), 4);
 }
+
+type Labels = Vec<(String, String)>;
+
+/// Issue 25: every request that waited records each part of its wait in
+/// `tower_throttle_wait_seconds`, labelled by cause and source only.
+#[test]
+fn waits_are_recorded_by_cause_and_source() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            // One lane, one request a second: three requests, the second
+            // waits 1 s and the third 2 s, all of it the config's delay.
+            let registry = Registry::builder()
+                .default_scope(free().concurrency(1).delay(Duration::from_secs(1)))
+                .build()
+                .unwrap();
+            let service = ThrottleLayer::new(registry).layer(Recorder::new().service(Duration::ZERO));
+            let requests =
+                (0..3).map(|page| service.clone().oneshot(get(&format!("https://a.example/{page}"))));
+            for response in futures::future::join_all(requests).await {
+                response.unwrap();
+            }
+        });
+    });
+    let waits: Vec<(Labels, Vec<f64>)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, _, _, _)| key.key().name() == "tower_throttle_wait_seconds")
+        .map(|(key, _, _, value)| {
+            let labels = key
+                .key()
+                .labels()
+                .map(|label| (label.key().to_owned(), label.value().to_owned()))
+                .collect();
+            let DebugValue::Histogram(values) = value else {
+                panic!("not a histogram: {value:?}")
+            };
+            (
+                labels,
+                values.into_iter().map(|value| value.into_inner()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        waits,
+        [(
+            vec![
+                ("cause".to_owned(), "delay".to_owned()),
+                ("source".to_owned(), "config".to_owned())
+            ],
+            vec![1.0, 2.0]
+        )]
+    );
+}

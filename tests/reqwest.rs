@@ -325,6 +325,36 @@ async fn retry_after_holds_the_scope_and_the_retry_waits_for_it() {
     assert_eq!(stats.backoff_feedbacks, 1);
 }
 
+/// Issue 25: a `reqwest::Response` carries the `Waited` of its request
+/// (through the adapter), the retry's included.
+#[tokio::test]
+async fn the_reqwest_response_says_why_its_request_waited() {
+    use tower_throttle::waited::{WaitCause, Waited};
+    let sites = Sites::default().answer("held.test", too_many_requests_then_ok);
+    let addr = sites.start().await;
+    let registry = Registry::builder()
+        .default_scope(quick_scope().backoff(quick_backoff()))
+        .build()
+        .unwrap();
+    let http = reqwest_client(addr, &["held.test"]);
+    let client = full_stack(&registry, http.clone(), 1);
+    let request = pages(&http, "held.test", addr, 1).remove(0);
+    let response = client.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let waited = Waited::from_extensions(response.extensions());
+    assert_eq!(waited.attempts(), 2, "{waited:?}");
+    assert!(waited.earlier_attempts() > Duration::ZERO, "{waited:?}");
+    // The retry waited for the 1 s hold the 429 set (real time: a bound).
+    assert!(
+        waited.of_cause(WaitCause::Hold) >= Duration::from_millis(900),
+        "{waited:?}"
+    );
+    assert_eq!(
+        waited.causes().map(|(_, _, time)| time).sum::<Duration>(),
+        waited.total()
+    );
+}
+
 fn always_unavailable(_: usize) -> http::Response<Full<Bytes>> {
     support::full_status(503)
 }

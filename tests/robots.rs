@@ -825,3 +825,38 @@ async fn a_waiter_dropped_before_its_turn_holds_up_nobody() {
     assert_eq!(site.page_paths(), kept);
     assert_eq!(registry.stats().waiting, 0);
 }
+
+/// Issue 25: a page that waited for its origin's robots.txt says so on its
+/// response (`Waited`): the fetch's time as `Robots`, then what the scope
+/// held it for, in the order they came.
+#[tokio::test(start_paused = true)]
+async fn a_page_that_waited_for_robots_txt_says_so_on_its_response() {
+    use tower_throttle::waited::{WaitCause, Waited};
+    let registry = registry();
+    let site = RobotsSite::new();
+    let layer = RobotsDelayLayer::new(registry.clone());
+    // The fetch goes at 0 and is answered at 500 ms. The scope was cold:
+    // its second gap counts from the first answer, so the page goes 3 s
+    // after the fetch's answer.
+    let client = client(&registry, layer, &site, |_, _| {
+        after(
+            Duration::from_millis(500),
+            robots_txt("User-agent: *\nCrawl-delay: 3\n"),
+        )
+    });
+    let response = client.oneshot(get(PAGES[0])).await.unwrap();
+    assert_eq!(site.pages.millis(), vec![3500]);
+    let waited = Waited::of(&response);
+    assert_eq!(
+        waited.causes().collect::<Vec<_>>(),
+        [
+            (
+                WaitCause::Robots,
+                Some(LimitSource::Robots),
+                Duration::from_millis(500)
+            ),
+            (WaitCause::Delay, Some(LimitSource::Robots), secs(3)),
+        ]
+    );
+    assert_eq!(waited.total(), Duration::from_millis(3500));
+}

@@ -292,3 +292,106 @@ async fn the_fifth_request_behind_a_delay_waits_on_the_delay_for_all_four_gaps()
         )]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_retried_request_tells_its_attempts_and_the_time_of_the_earlier_ones() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tower::retry::RetryLayer;
+    use tower_throttle::BackoffLayer;
+
+    let registry = Registry::builder().default_scope(plain()).build().unwrap();
+    let backoff = BackoffLayer::new(registry.clone());
+    let calls = Arc::new(AtomicUsize::new(0));
+    // The first attempt is answered after 100 ms with a 429 and
+    // `Retry-After: 2`; the second at once with a 200.
+    let inner = tower::service_fn(move |_request: http::Request<()>| {
+        let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+        async move {
+            if first {
+                sleep(100 * MS).await;
+                let response = http::Response::builder().status(429).header("retry-after", "2");
+                return Ok::<_, Infallible>(response.body(()).unwrap());
+            }
+            Ok(http::Response::new(()))
+        }
+    });
+    let client = ServiceBuilder::new()
+        .layer(RetryLayer::new(backoff.retry_policy(3)))
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(RetryAfterLayer::new(registry))
+        .layer(backoff)
+        .service(inner);
+    let response = client.oneshot(get("http://a.test/")).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let waited = Waited::of(&response);
+    assert_eq!(waited.attempts(), 2);
+    assert_eq!(waited.earlier_attempts(), 100 * MS);
+    // The last attempt waited for the hold the 429 set, from its answer.
+    assert_eq!(
+        parts(&waited),
+        [(WaitCause::Hold, Some(LimitSource::Hold), Duration::from_secs(2))]
+    );
+}
+
+/// The request's span (`tower_throttle`, debug) carries the breakdown:
+/// a layer that keeps the fields recorded on spans named `throttle`.
+#[derive(Clone, Default)]
+struct SpanFields(Arc<std::sync::Mutex<Vec<(String, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanFields {
+    fn on_record(
+        &self,
+        _id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        struct Visit<'a>(&'a mut Vec<(String, String)>);
+        impl tracing::field::Visit for Visit<'_> {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push((field.name().to_owned(), format!("{value:?}")));
+            }
+        }
+        values.record(&mut Visit(&mut self.0.lock().unwrap()));
+    }
+}
+
+use std::sync::Arc;
+
+#[test]
+fn the_requests_span_carries_the_breakdown_of_its_wait() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let fields = SpanFields::default();
+    let subscriber = tracing_subscriber::registry().with(fields.clone());
+    tracing::subscriber::with_default(subscriber, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let registry = Registry::builder()
+                .default_scope(plain().delay(Duration::from_secs(1)))
+                .build()
+                .unwrap();
+            let client = ThrottleLayer::new(registry).layer(answering());
+            let (_, second) = join(
+                client.clone().oneshot(get("http://a.test/1")),
+                client.clone().oneshot(get("http://a.test/2")),
+            )
+            .await;
+            assert_eq!(Waited::of(&second.unwrap()).total(), Duration::from_secs(1));
+        });
+    });
+    let recorded = fields.0.lock().unwrap().clone();
+    // The first request went at once: its span says it waited 0 ms.
+    assert_eq!(
+        recorded,
+        [
+            ("waited_ms".to_owned(), "0.0".to_owned()),
+            ("waited_ms".to_owned(), "1000.0".to_owned()),
+            ("top_cause".to_owned(), "\"delay\"".to_owned()),
+            ("wait_delay_ms".to_owned(), "1000.0".to_owned()),
+        ]
+    );
+}

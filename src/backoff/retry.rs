@@ -10,6 +10,49 @@ use super::judged::Judged;
 use super::layer::ErrorHook;
 use crate::registry::Registry;
 use crate::scope::Scopes;
+use crate::waited::Waited;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A request's attempts through [`BackoffRetry`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Attempts {
+    /// Retries so far (0: the first attempt).
+    retries: u32,
+    first_started: Option<Instant>,
+    latest_started: Option<Instant>,
+}
+
+impl Attempts {
+    /// A new request's first attempt starts at `now` (nothing, on a
+    /// retry's copy of the request).
+    fn first_may_start(&mut self, now: Instant) {
+        if self.retries == 0 {
+            self.first_started = Some(now);
+        }
+    }
+
+    /// A retry starts at `now`.
+    fn next_starts(&mut self, now: Instant) {
+        self.retries += 1;
+        self.latest_started = Some(now);
+    }
+
+    /// Tells the final `response`'s [`Waited`] how many attempts there
+    /// were and how long the earlier ones took, when there was a retry.
+    fn leave_on<B>(&self, response: &mut http::Response<B>) {
+        if self.retries == 0 {
+            return;
+        }
+        let earlier = match (self.first_started, self.latest_started) {
+            (Some(first), Some(latest)) => latest.saturating_duration_since(first),
+            _ => Duration::ZERO,
+        };
+        let mut waited = Waited::default();
+        waited.set_attempts(self.retries + 1, earlier);
+        waited.merge_into(response.extensions_mut());
+    }
+}
 
 /// Request bodies that can (sometimes) be copied for a retry.
 ///
@@ -125,6 +168,9 @@ where
 pub struct BackoffRetry<C = CloneByTrait> {
     registry: Registry,
     retries_left: u32,
+    /// The attempts of the request so far, and when the first and the
+    /// latest started: the final response's [`Waited`] tells them.
+    attempts: Attempts,
     on_error: Arc<ErrorHook>,
     clone_body: C,
 }
@@ -151,6 +197,7 @@ impl BackoffRetry {
         BackoffRetry {
             registry,
             retries_left: max_retries,
+            attempts: Attempts::default(),
             on_error,
             clone_body: CloneByTrait,
         }
@@ -181,6 +228,7 @@ impl<C> BackoffRetry<C> {
         BackoffRetry {
             registry: self.registry,
             retries_left: self.retries_left,
+            attempts: self.attempts,
             on_error: self.on_error,
             clone_body,
         }
@@ -220,17 +268,19 @@ where
         request: &mut http::Request<ReqBody>,
         result: &mut Result<http::Response<ResBody>, E>,
     ) -> Option<Self::Future> {
-        if self.retries_left == 0 {
-            return None;
-        }
-        let retry = match result {
-            Ok(response) => self.is_backoff_response(request, response),
-            Err(error) => (self.on_error)(&ErrorView::of(error)).is_backoff(),
-        };
+        let retry = self.retries_left > 0
+            && match result {
+                Ok(response) => self.is_backoff_response(request, response),
+                Err(error) => (self.on_error)(&ErrorView::of(error)).is_backoff(),
+            };
         if !retry {
+            if let Ok(response) = result {
+                self.attempts.leave_on(response);
+            }
             return None;
         }
         self.retries_left -= 1;
+        self.attempts.next_starts(Instant::now());
         tracing::debug!(
             target: "tower_throttle",
             uri = %request.uri(),
@@ -241,6 +291,9 @@ where
     }
 
     fn clone_request(&mut self, request: &http::Request<ReqBody>) -> Option<http::Request<ReqBody>> {
+        // Called as each request starts, on the policy the request's retry
+        // future then copies: the first attempt starts now.
+        self.attempts.first_may_start(Instant::now());
         let body = self.clone_body.clone_body(request.body())?;
         let mut copy = http::Request::new(body);
         *copy.method_mut() = request.method().clone();

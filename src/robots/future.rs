@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tower_service::Service;
@@ -12,7 +13,10 @@ use tower_service::Service;
 use super::cache::OriginEntry;
 use super::layer::RobotsShared;
 use crate::error::{BoxError, Error};
+use crate::registry::LimitSource;
 use crate::scope::Scopes;
+use crate::waited::{WaitCause, Waited};
+use tokio::time::Instant;
 
 pin_project! {
     /// Waits for the origin's robots.txt when it is not known yet, then
@@ -37,21 +41,28 @@ pin_project! {
             turn: Option<Turn>,
             service: Option<S>,
             request: Option<Req>,
+            // When the request started to wait (its `WaitCause::Robots`).
+            since: Instant,
         },
         WaitingTurn {
             turn: Option<Turn>,
             service: Option<S>,
             request: Option<Req>,
+            since: Instant,
         },
         Readying {
             service: S,
             request: Option<Req>,
             // Ends when the request is handed on (this state is left).
             turn: Option<Turn>,
+            waited: Duration,
         },
         Calling {
             #[pin]
             future: F,
+            // The wait for robots.txt and the origin's turn, if any: added
+            // to the response's `Waited`.
+            waited: Option<Duration>,
         },
         Failed {
             error: Option<Error>,
@@ -105,7 +116,7 @@ where
 {
     pub(super) fn calling(future: S::Future) -> Self {
         ResponseFuture {
-            state: State::Calling { future },
+            state: State::Calling { future, waited: None },
         }
     }
 
@@ -136,6 +147,7 @@ where
                 },
                 service: Some(service),
                 request: Some(request),
+                since: Instant::now(),
             },
         }
     }
@@ -148,6 +160,7 @@ where
                 turn: Some(turn),
                 service: Some(service),
                 request: Some(request),
+                since: Instant::now(),
             },
         }
     }
@@ -169,6 +182,7 @@ where
                     turn,
                     service,
                     request,
+                    since,
                 } => {
                     let known = match wait.entry.poll_known(
                         cx,
@@ -187,11 +201,12 @@ where
                     let checked = known.check(&wait.shared.config, wait.entry.origin(), &request);
                     match checked {
                         Ok(()) => {
-                            let turn = turn.take();
+                            let (turn, since) = (turn.take(), *since);
                             this.state.set(State::WaitingTurn {
                                 turn,
                                 service: Some(service),
                                 request: Some(request),
+                                since,
                             })
                         }
                         Err(error) => this.state.set(State::Failed { error: Some(error) }),
@@ -201,6 +216,7 @@ where
                     turn,
                     service,
                     request,
+                    since,
                 } => {
                     if let Some(held) = turn.as_ref() {
                         if held.entry.poll_turn(cx, held.turn).is_pending() {
@@ -211,14 +227,20 @@ where
                         this.state.set(State::Done);
                         continue;
                     };
-                    let turn = turn.take();
+                    let (turn, since) = (turn.take(), *since);
                     this.state.set(State::Readying {
                         service,
                         request: Some(request),
                         turn,
+                        waited: since.elapsed(),
                     });
                 }
-                StateProj::Readying { service, request, .. } => {
+                StateProj::Readying {
+                    service,
+                    request,
+                    waited,
+                    ..
+                } => {
                     match service.poll_ready(cx) {
                         Poll::Ready(Ok(())) => {}
                         Poll::Ready(Err(err)) => {
@@ -231,14 +253,18 @@ where
                         this.state.set(State::Done);
                         continue;
                     };
+                    let waited = Some(*waited);
                     let future = service.call(request);
-                    this.state.set(State::Calling { future });
+                    this.state.set(State::Calling { future, waited });
                 }
-                StateProj::Calling { future } => {
-                    let output = match future.poll(cx) {
+                StateProj::Calling { future, waited } => {
+                    let mut output = match future.poll(cx) {
                         Poll::Ready(output) => output,
                         Poll::Pending => return Poll::Pending,
                     };
+                    if let (Some(waited), Ok(response)) = (*waited, &mut output) {
+                        leave_robots_wait(waited, response);
+                    }
                     this.state.set(State::Done);
                     return Poll::Ready(output.map_err(Error::inner));
                 }
@@ -253,6 +279,16 @@ where
             }
         }
     }
+}
+
+/// Adds the wait for robots.txt (and for the origin's earlier requests to
+/// go on) to the response's [`Waited`], and to the metrics.
+#[cold]
+fn leave_robots_wait<B>(waited: Duration, response: &mut http::Response<B>) {
+    let mut record = Waited::default();
+    record.add(WaitCause::Robots, Some(LimitSource::Robots), waited);
+    crate::waited::record_metrics(record.causes());
+    record.merge_into(response.extensions_mut());
 }
 
 impl<S, ReqBody> fmt::Debug for ResponseFuture<S, ReqBody>
