@@ -48,6 +48,12 @@ fn answering() -> impl Service<
         if let Some(seconds) = header("x-retry-after") {
             response = response.header("retry-after", seconds);
         }
+        // `x-respond-<name>: <value>` asks for a `<name>: <value>` header.
+        for (name, value) in request.headers() {
+            if let Some(name) = name.as_str().strip_prefix("x-respond-") {
+                response = response.header(name, value.clone());
+            }
+        }
         Ok::<_, Infallible>(response.body(()).unwrap())
     })
 }
@@ -334,64 +340,77 @@ async fn a_retried_request_tells_its_attempts_and_the_time_of_the_earlier_ones()
     );
 }
 
-/// The request's span (`tower_throttle`, debug) carries the breakdown:
-/// a layer that keeps the fields recorded on spans named `throttle`.
-#[derive(Clone, Default)]
-struct SpanFields(Arc<std::sync::Mutex<Vec<(String, String)>>>);
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanFields {
-    fn on_record(
-        &self,
-        _id: &tracing::span::Id,
-        values: &tracing::span::Record<'_>,
-        _ctx: tracing_subscriber::layer::Context<'_, S>,
-    ) {
-        struct Visit<'a>(&'a mut Vec<(String, String)>);
-        impl tracing::field::Visit for Visit<'_> {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push((field.name().to_owned(), format!("{value:?}")));
-            }
-        }
-        values.record(&mut Visit(&mut self.0.lock().unwrap()));
-    }
+#[tokio::test(start_paused = true)]
+async fn a_cold_scope_waits_for_its_first_answer_then_for_the_delay() {
+    // A cold scope times its second gap from its first answer (the first
+    // request pays for the connection after its send). Delay 100 ms, first
+    // answer at 300 ms: the delay from the first send holds the second
+    // request until 100 ms, then it waits for that answer (200 ms), then
+    // for the delay from the answer (100 ms more).
+    let registry = Registry::builder()
+        .default_scope(plain().delay(100 * MS))
+        .build()
+        .unwrap();
+    let client = ThrottleLayer::new(registry).layer(answering());
+    let (_, second) = join(
+        client.clone().oneshot(slow_get("http://a.test/1", 300)),
+        client.clone().oneshot(get("http://a.test/2")),
+    )
+    .await;
+    assert_eq!(
+        parts(&Waited::of(&second.unwrap())),
+        [
+            (WaitCause::Delay, Some(LimitSource::Config), 200 * MS),
+            (WaitCause::Departure, None, 200 * MS),
+        ]
+    );
 }
 
-use std::sync::Arc;
+#[tokio::test(start_paused = true)]
+async fn pacing_to_an_announced_policy_is_its_own_cause() {
+    let registry = Registry::builder().default_scope(plain()).build().unwrap();
+    let client = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(RetryAfterLayer::new(registry.clone()).pace_to_policy(true))
+        .service(answering());
+    // 720 requests an hour: one every 5 s.
+    let announcing = http::Request::get("http://api.test/1")
+        .header("x-respond-ratelimit-policy", "\"hourly\";q=720;w=3600")
+        .body(())
+        .unwrap();
+    client.clone().oneshot(announcing).await.unwrap();
+    let pacing = registry
+        .scope_stats("api.test")
+        .unwrap()
+        .pacing_delay
+        .expect("paced");
+    let waited = Waited::of(&client.oneshot(get("http://api.test/2")).await.unwrap());
+    assert_eq!(
+        parts(&waited),
+        [(WaitCause::Pacing, Some(LimitSource::RateLimitPolicy), pacing)]
+    );
+}
 
-#[test]
-fn the_requests_span_carries_the_breakdown_of_its_wait() {
-    use tracing_subscriber::layer::SubscriberExt;
-    let fields = SpanFields::default();
-    let subscriber = tracing_subscriber::registry().with(fields.clone());
-    tracing::subscriber::with_default(subscriber, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
+#[tokio::test(start_paused = true)]
+async fn a_worker_held_by_the_fleets_store_waits_on_the_store() {
+    use tower_throttle::store::MemoryStore;
+    // Two workers, one store, one send a second between them: the second
+    // worker's scopes admit it at once, the store makes it wait.
+    let store = MemoryStore::new();
+    let worker = || {
+        let registry = Registry::builder()
+            .default_scope(plain().concurrency(1).delay(Duration::from_secs(1)))
+            .store(store.clone())
             .build()
             .unwrap();
-        runtime.block_on(async {
-            let registry = Registry::builder()
-                .default_scope(plain().delay(Duration::from_secs(1)))
-                .build()
-                .unwrap();
-            let client = ThrottleLayer::new(registry).layer(answering());
-            let (_, second) = join(
-                client.clone().oneshot(get("http://a.test/1")),
-                client.clone().oneshot(get("http://a.test/2")),
-            )
-            .await;
-            assert_eq!(Waited::of(&second.unwrap()).total(), Duration::from_secs(1));
-        });
-    });
-    let recorded = fields.0.lock().unwrap().clone();
-    // The first request went at once: its span says it waited 0 ms.
+        ThrottleLayer::new(registry).store_errors().layer(answering())
+    };
+    let (one, two) = (worker(), worker());
+    one.oneshot(get("http://site.test/1")).await.unwrap();
+    let waited = Waited::of(&two.oneshot(get("http://site.test/2")).await.unwrap());
+    assert_eq!(waited.total(), Duration::from_secs(1));
     assert_eq!(
-        recorded,
-        [
-            ("waited_ms".to_owned(), "0.0".to_owned()),
-            ("waited_ms".to_owned(), "1000.0".to_owned()),
-            ("top_cause".to_owned(), "\"delay\"".to_owned()),
-            ("wait_delay_ms".to_owned(), "1000.0".to_owned()),
-        ]
+        parts(&waited),
+        [(WaitCause::Store, Some(LimitSource::Fleet), Duration::from_secs(1))]
     );
 }
