@@ -26,6 +26,12 @@
 //! Dropping a response future at any point (waiting, in flight) releases
 //! everything it held: its queue place, its lanes, its global permit.
 //!
+//! A response whose request waited carries a [`Waited`](crate::Waited) in
+//! its extensions: how long, and on what (lanes, delay, a hold, the quota,
+//! another scope, the queue places, ...). Each request has a debug span
+//! (target `tower_throttle`) with the same breakdown; see
+//! [`waited`](crate::waited).
+//!
 //! # The send instant is the hand-over
 //!
 //! A scope's delay runs between *departures*: the instants its requests
