@@ -43,13 +43,13 @@
 //! fifth in line behind a 1 s delay waited 5 s on `Delay`, though four
 //! other requests went first.
 //!
-//! A request with several scopes waited in each of their queues at once;
-//! its record is the one of the scope that held it itself, that is the
-//! scope whose log shows the least [`WaitCause::OtherScope`] (the first of
-//! its scopes on a tie). So a request that its second scope held back is
-//! attributed to that scope's own cause (its delay, its hold, ...), and
-//! `OtherScope` is what is left: time when each of its scopes was ready
-//! for it but it waited behind another request that another scope held.
+//! A request with several scopes waited in each of their queues at once.
+//! At each instant its cause is the one of the scope that held it: a scope
+//! ready for it says [`WaitCause::OtherScope`] (it waits for another of its
+//! scopes), so the other scope's cause (its delay, its hold, ...) is taken.
+//! What stays `OtherScope` is time when every one of its scopes was ready
+//! for it but it waited behind another request that another scope held
+//! (FIFO order; a waiter is passed at most 16 times).
 //!
 //! The causes add up to [`total`](Waited::total). The first and last
 //! causes, [`Queue`](WaitCause::Queue) and

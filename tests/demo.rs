@@ -120,6 +120,71 @@ async fn the_timeline_has_one_row_per_site_and_one_tick_per_send() {
         backoff_marks, backoff_events,
         "one mark per sampled backoff event"
     );
+
+    // Each page that waited: a bar of one part per cause of its record, in
+    // its site's row, shaded by cause, every shade in the legend.
+    for (index, (row, site)) in rows.iter().zip(&run.sites).enumerate() {
+        let waited: Vec<_> = run
+            .waits_of(index)
+            .filter(|wait| !wait.waited.total().is_zero())
+            .collect();
+        assert_eq!(
+            count(row, "g", "wait"),
+            waited.len(),
+            "{}: one bar per page that waited",
+            site.host
+        );
+        assert_eq!(
+            count(row, "rect", "wait-part"),
+            waited
+                .iter()
+                .map(|wait| wait.waited.causes().count())
+                .sum::<usize>(),
+            "{}: one part per cause of each page's record",
+            site.host
+        );
+    }
+    // A lane and 250 ms (± 50 %) between sends, and the pages queued at
+    // once: each page after the first waits for the one before it, on the
+    // delay (the first one too, unless robots.txt took over 125 ms).
+    let fast = run
+        .sites
+        .iter()
+        .position(|site| site.kind == sites::Kind::Fast)
+        .unwrap();
+    let fast_bars = count(&rows[fast], "g", "wait");
+    assert!(
+        (2..=3).contains(&fast_bars),
+        "the fast site's pages waited: {fast_bars}"
+    );
+    let fast_causes: Vec<&str> = rows[fast]
+        .descendants()
+        .filter(|node| node.attribute("class") == Some("wait-part"))
+        .filter_map(|node| node.attribute("data-cause"))
+        .collect();
+    assert!(fast_causes.contains(&"delay"), "{fast_causes:?}");
+
+    let mut drawn: Vec<&str> = root
+        .descendants()
+        .filter(|node| node.attribute("class") == Some("wait-part"))
+        .map(|node| {
+            assert!(node.attribute("fill").is_some_and(|fill| fill.starts_with('#')));
+            node.attribute("data-cause").expect("each part names its cause")
+        })
+        .collect();
+    drawn.sort_unstable();
+    drawn.dedup();
+    let mut legend: Vec<&str> = root
+        .descendants()
+        .filter(|node| node.has_tag_name("g") && node.attribute("class") == Some("wait-legend"))
+        .map(|node| node.attribute("data-cause").unwrap())
+        .collect();
+    legend.sort_unstable();
+    assert_eq!(legend, drawn, "a legend entry per cause drawn, once");
+    assert!(
+        svg.contains("each page's wait by cause"),
+        "the wait legend's heading"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,10 +266,31 @@ async fn every_site_is_crawled_once_robots_txt_is_known() {
         2 + run.sites.len(),
         "a header, a rule and a row per site:\n{table}"
     );
-    for (line, site) in lines[2..].iter().zip(&run.sites) {
+    assert!(lines[0].ends_with("  waited on"), "the last column: {}", lines[0]);
+    for (index, (line, site)) in lines[2..].iter().zip(&run.sites).enumerate() {
         assert!(line.starts_with(&site.host), "{line}");
         assert!(line.contains(" 4/4 "), "{line}");
+        // `delay 97%`, or `-` when no page of the site waited.
+        let waited_on = match summary::top_wait_cause(&run, index) {
+            Some((cause, share)) => {
+                assert!(share > 0.0 && share <= 1.0 + 1e-9, "{line}");
+                format!(" {} {:.0}%", cause.as_str(), share * 100.0)
+            }
+            None => " -".to_owned(),
+        };
+        assert!(line.ends_with(&waited_on), "{waited_on} at the end of {line}");
     }
+    // A lane and 250 ms between sends: the fast site's pages waited.
+    let fast = run
+        .sites
+        .iter()
+        .position(|site| site.kind == sites::Kind::Fast)
+        .unwrap();
+    assert!(
+        summary::top_wait_cause(&run, fast).is_some(),
+        "{}",
+        lines[2 + fast]
+    );
 }
 
 #[test]

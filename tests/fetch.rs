@@ -451,3 +451,107 @@ jitter = 0
         assert!(gap >= Duration::from_millis(140), "arrivals {gap:?} apart");
     }
 }
+
+/// The `waited` object: the breakdown of the throttle's wait by cause, from
+/// the response's `Waited`. Real time, so only what is certain is checked:
+/// a page behind a delay waited at least most of that delay on `delay`,
+/// every key is a cause's name, and the throttle's record fits inside the
+/// tool's own `waited_ms` (which starts earlier and ends later).
+#[tokio::test]
+async fn a_request_held_by_a_delay_shows_it_in_its_waited_object() {
+    const DELAY_MS: f64 = 300.0;
+    let arrivals = Arrivals::default();
+    let port = start_sites(arrivals.clone()).await;
+    let config = write_config(
+        "waited.toml",
+        r#"
+[default_scope]
+concurrency = 4
+delay = 0
+delay_per_slot = 0
+jitter = 0
+
+[scopes."a.test"]
+delay = "300ms"
+"#,
+    );
+    let registry = tool::load_registry(&config).unwrap();
+    std::fs::remove_file(&config).unwrap();
+    let urls = [
+        format!("http://a.test:{port}/page/0"),
+        format!("http://a.test:{port}/page/1"),
+        // Nothing listens on port 1: no response, so no record.
+        "http://refused.test:1/".to_owned(),
+    ];
+    let options = tool::Options {
+        retries: 0,
+        progress_every: 0,
+        ..tool::Options::default()
+    };
+    let (mut out, mut progress) = (Vec::new(), Vec::new());
+    tool::run(
+        registry,
+        support::loopback_client(),
+        urls.clone(),
+        &options,
+        &mut out,
+        &mut progress,
+    )
+    .await
+    .unwrap();
+    let lines: HashMap<String, Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let json: Value = serde_json::from_str(line).unwrap();
+            (json["url"].as_str().unwrap().to_owned(), json)
+        })
+        .collect();
+
+    let names = [
+        "queue",
+        "global_concurrency",
+        "lanes",
+        "delay",
+        "quota",
+        "hold",
+        "pacing",
+        "departure",
+        "other_scope",
+        "store",
+        "hand_over",
+        "robots",
+    ];
+    // Both pages waited for robots.txt's send, 300 ms apart from it and from
+    // each other: the later one to go at least a whole delay after the
+    // first page was sent, on the scope's delay.
+    let mut pages: Vec<&Value> = urls[..2].iter().map(|url| &lines[url]).collect();
+    pages.sort_by(|a, b| {
+        a["waited_ms"]
+            .as_f64()
+            .unwrap()
+            .total_cmp(&b["waited_ms"].as_f64().unwrap())
+    });
+    for line in &pages {
+        assert_eq!(line["status"], 200, "{line}");
+        let waited = line["waited"].as_object().expect("an object of causes");
+        for (cause, millis) in waited {
+            assert!(names.contains(&cause.as_str()), "{cause} is a cause: {line}");
+            // Rounded to 0.1 ms: a short hand-over can read 0.0.
+            assert!(millis.as_f64().unwrap() >= 0.0, "{line}");
+        }
+        // Each figure is rounded to 0.1 ms.
+        let sum: f64 = waited.values().map(|millis| millis.as_f64().unwrap()).sum();
+        let slack = 0.05 * (waited.len() + 1) as f64;
+        assert!(
+            sum <= line["waited_ms"].as_f64().unwrap() + slack,
+            "the throttle's record within the tool's stopwatch: {line}"
+        );
+    }
+    let last = pages[1];
+    let delay = last["waited"]["delay"].as_f64().expect("a delay key");
+    assert!(delay >= 0.9 * DELAY_MS, "{last}");
+    let refused = &lines["http://refused.test:1/"];
+    assert!(refused.get("error").is_some(), "{refused}");
+    assert_eq!(refused["waited"], Value::Null, "no response, no record");
+}

@@ -414,3 +414,46 @@ async fn a_worker_held_by_the_fleets_store_waits_on_the_store() {
         [(WaitCause::Store, Some(LimitSource::Fleet), Duration::from_secs(1))]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_behind_a_waiter_another_scope_holds_waits_on_other_scope() {
+    // `x` needs scopes `a` and `b`; `b` just sent and has a 1 s delay.
+    // Requests for `a` alone pass `x`, but at most 16 times (so that `x`
+    // cannot be starved); the 17th waits behind it until `b` lets `x` go.
+    let registry = Registry::builder()
+        .default_scope(plain().concurrency(64))
+        .scope("b", plain().concurrency(1).delay(Duration::from_secs(1)))
+        .build()
+        .unwrap();
+    let client = ThrottleLayer::new(registry).layer(answering());
+    let with_scopes = |scopes: &[&str]| {
+        let mut request = get("http://a.test/");
+        request.extensions_mut().insert(Scopes::from(scopes.to_vec()));
+        request
+    };
+    client.clone().oneshot(with_scopes(&["b"])).await.unwrap();
+    let x = tokio::spawn(client.clone().oneshot(with_scopes(&["a", "b"])));
+    tokio::task::yield_now().await;
+    let passing: Vec<_> = (0..17)
+        .map(|_| client.clone().oneshot(with_scopes(&["a"])))
+        .collect();
+    let responses = futures::future::join_all(passing).await;
+    let waits: Vec<Duration> = responses
+        .iter()
+        .map(|response| Waited::of(response.as_ref().unwrap()).total())
+        .collect();
+    assert_eq!(waits[..16], [Duration::ZERO; 16]);
+    assert_eq!(
+        parts(&Waited::of(responses[16].as_ref().unwrap())),
+        [(WaitCause::OtherScope, None, Duration::from_secs(1))]
+    );
+    // `x` itself waited on `b`'s delay.
+    assert_eq!(
+        parts(&Waited::of(&x.await.unwrap().unwrap())),
+        [(
+            WaitCause::Delay,
+            Some(LimitSource::Config),
+            Duration::from_secs(1)
+        )]
+    );
+}

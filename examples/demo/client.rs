@@ -19,7 +19,7 @@ use tower_throttle::connect::{PinServerLayer, PinnedConnector};
 use tower_throttle::ip::{FixedResolver, IpScopeLayer};
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
 
-use crate::crawl::{BoxError, Sent};
+use crate::crawl::{BoxError, PageSends, Sent};
 use crate::sites::Site;
 
 /// How often a 429 is sent again (through the throttle) before the page counts as failed.
@@ -100,6 +100,8 @@ impl SendLog {
         }
     }
 
+    /// Notes a send, in the log and in the page's own [`PageSends`] when
+    /// the request carries one.
     fn record<B>(&self, request: &http::Request<B>) {
         let site = request.uri().host().and_then(|host| self.site_of_host.get(host));
         if let Some(&site) = site {
@@ -108,6 +110,9 @@ impl SendLog {
                 at: self.start.elapsed(),
                 robots: request.uri().path() == "/robots.txt",
             };
+            if let Some(page) = request.extensions().get::<PageSends>() {
+                page.push(send.at);
+            }
             self.sends.lock().unwrap().push(send);
         }
     }

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
@@ -12,6 +12,7 @@ use hyper::body::Bytes;
 use tokio::time::{Instant, MissedTickBehavior};
 use tower::{Service, ServiceExt};
 use tower_throttle::registry::LimitSource;
+use tower_throttle::waited::Waited;
 use tower_throttle::{Registry, ScopeStats};
 
 use crate::client::{self, SendLog};
@@ -33,6 +34,36 @@ pub struct Sent {
     pub at: Duration,
     /// A robots.txt fetch rather than a page.
     pub robots: bool,
+}
+
+/// Where the client notes each send of one page (every attempt), carried
+/// in the page's request extensions.
+#[derive(Debug, Clone, Default)]
+pub struct PageSends(Arc<Mutex<Vec<Duration>>>);
+
+impl PageSends {
+    /// Notes a send at `at` (since the crawl started).
+    pub fn push(&self, at: Duration) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(at);
+    }
+
+    /// The last send noted.
+    fn last(&self) -> Option<Duration> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).last().copied()
+    }
+}
+
+/// Why one page waited before its last send: the record its response
+/// carried.
+#[derive(Debug, Clone)]
+pub struct PageWait {
+    /// Index of the site in [`Run::sites`].
+    pub site: usize,
+    /// The page's last send (the attempt that answered), since the crawl
+    /// started: where its wait ended.
+    pub sent: Duration,
+    /// The response's record (empty when the page went at once).
+    pub waited: Waited,
 }
 
 /// A site's limits at one instant.
@@ -72,6 +103,9 @@ pub struct Run {
     pub requests: usize,
     /// Every send, in order.
     pub sends: Vec<Sent>,
+    /// Every page that got a response, with why it waited, in the order
+    /// the pages were asked.
+    pub waits: Vec<PageWait>,
     /// Per site, its limits every [`SAMPLE_EVERY`].
     pub samples: Vec<Vec<Sample>>,
     /// Per site, pages answered 2xx in the end.
@@ -86,6 +120,11 @@ impl Run {
     /// The sends of site `site`.
     pub fn sends_of(&self, site: usize) -> impl Iterator<Item = &Sent> {
         self.sends.iter().filter(move |send| send.site == site)
+    }
+
+    /// The waits of site `site`'s pages.
+    pub fn waits_of(&self, site: usize) -> impl Iterator<Item = &PageWait> {
+        self.waits.iter().filter(move |wait| wait.site == site)
     }
 
     /// The intervals during which site `site` was held, as sampled.
@@ -152,14 +191,22 @@ pub async fn crawl(sites: Vec<Site>, requests: usize, reporter: Reporter) -> Res
     for page in 0..requests {
         for (index, (site, address)) in sites.iter().zip(&addresses).enumerate() {
             let uri = format!("http://{}:{}/page/{page}", site.host, address.port());
-            let request = http::Request::get(uri).body(Full::new(Bytes::new()))?;
+            let mut request = http::Request::get(uri).body(Full::new(Bytes::new()))?;
+            let sends = PageSends::default();
+            request.extensions_mut().insert(sends.clone());
             let mut client = client.clone();
             client.ready().await?;
             let response = client.call(request);
             let tallies = tallies.clone();
             pages.push(tokio::spawn(async move {
+                let mut wait = None;
                 let ok = match response.await {
                     Ok(response) => {
+                        wait = sends.last().map(|sent| PageWait {
+                            site: index,
+                            sent,
+                            waited: Waited::of(&response),
+                        });
                         let status = response.status();
                         response.into_body().collect().await.is_ok() && status.is_success()
                     }
@@ -167,11 +214,13 @@ pub async fn crawl(sites: Vec<Site>, requests: usize, reporter: Reporter) -> Res
                 };
                 let tally = &tallies[index];
                 if ok { &tally.ok } else { &tally.failed }.fetch_add(1, Ordering::Relaxed);
+                wait
             }));
         }
     }
+    let mut waits = Vec::with_capacity(pages.len());
     for page in pages {
-        page.await?;
+        waits.extend(page.await?);
     }
     let elapsed = start.elapsed();
     finished.store(true, Ordering::Relaxed);
@@ -191,6 +240,7 @@ pub async fn crawl(sites: Vec<Site>, requests: usize, reporter: Reporter) -> Res
         addresses,
         requests,
         sends,
+        waits,
         samples,
         elapsed,
     })

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use tower_throttle::registry::LimitSource;
+use tower_throttle::waited::WaitCause;
 
 use crate::crawl::{Run, Sample};
 
@@ -36,7 +37,9 @@ pub fn format_duration(duration: Duration) -> String {
 /// The summary table, one row per site. The lanes and delays are those the
 /// samples saw while the site was being crawled; holds are counted from the
 /// samples too (a hold shorter than the sampling step can be missed), while
-/// backoffs are the registry's own count of feedbacks.
+/// backoffs are the registry's own count of feedbacks. "waited on" is the
+/// cause the site's pages waited on longest in all (from the records their
+/// responses carried) and its share of their whole wait.
 pub fn table(run: &Run) -> String {
     let header = [
         "site",
@@ -49,8 +52,9 @@ pub fn table(run: &Run) -> String {
         "peak delay",
         "backoffs",
         "holds",
+        "waited on",
     ];
-    let rows: Vec<[String; 10]> = (0..run.sites.len()).map(|site| row(run, site)).collect();
+    let rows: Vec<[String; 11]> = (0..run.sites.len()).map(|site| row(run, site)).collect();
     let widths: Vec<usize> = (0..header.len())
         .map(|column| {
             rows.iter()
@@ -116,7 +120,7 @@ pub fn shared_servers(run: &Run) -> String {
     lines
 }
 
-fn row(run: &Run, site: usize) -> [String; 10] {
+fn row(run: &Run, site: usize) -> [String; 11] {
     let sends: Vec<Duration> = run.sends_of(site).map(|send| send.at).collect();
     let active = match (sends.first(), sends.last()) {
         (Some(&first), Some(&last)) => (first, last),
@@ -151,7 +155,35 @@ fn row(run: &Run, site: usize) -> [String; 10] {
             .map_or(0, |stats| stats.backoff_feedbacks)
             .to_string(),
         run.holds_of(site).len().to_string(),
+        top_wait_cause(run, site).map_or_else(
+            || "-".to_owned(),
+            |(cause, share)| format!("{} {:.0}%", cause.as_str(), share * 100.0),
+        ),
     ]
+}
+
+/// The cause site `site`'s pages waited on longest, each cause's time
+/// summed over the pages (and over its sources), with its share of the
+/// pages' whole wait; `None` when no page waited.
+pub fn top_wait_cause(run: &Run, site: usize) -> Option<(WaitCause, f64)> {
+    let mut by_cause: Vec<(WaitCause, Duration)> = Vec::new();
+    let mut total = Duration::ZERO;
+    for wait in run.waits_of(site) {
+        total += wait.waited.total();
+        for (cause, _, time) in wait.waited.causes() {
+            match by_cause.iter_mut().find(|(known, _)| *known == cause) {
+                Some((_, sum)) => *sum += time,
+                None => by_cause.push((cause, time)),
+            }
+        }
+    }
+    // The first seen of equals.
+    let (cause, time) = by_cause
+        .into_iter()
+        .rev()
+        .max_by_key(|&(_, time)| time)
+        .filter(|&(_, time)| !time.is_zero())?;
+    Some((cause, time.as_secs_f64() / total.as_secs_f64()))
 }
 
 /// Sends per second between the site's first and last send.

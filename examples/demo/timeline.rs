@@ -1,5 +1,6 @@
 //! The SVG timeline: one row per site, one tick per send, the effective
-//! delay as a step line, holds shaded and backoff feedback marked.
+//! delay as a step line, holds shaded, backoff feedback marked, and each
+//! page's wait under the ticks, shaded by what it waited on.
 //!
 //! Written as SVG text: a few hundred shapes on a time axis need no plotting
 //! library, and the output stays small and easy to test.
@@ -8,8 +9,11 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::crawl::Run;
+use tower_throttle::waited::WaitCause;
+
+use crate::crawl::{PageWait, Run};
 use crate::progress::short;
+use crate::summary::{format_duration, source_name};
 
 const WIDTH: f64 = 1100.0;
 const LABELS: f64 = 290.0;
@@ -21,12 +25,41 @@ const DELAY_TOP: f64 = 8.0;
 const DELAY_BOTTOM: f64 = 36.0;
 const TICK_TOP: f64 = 40.0;
 const TICK_BOTTOM: f64 = 56.0;
+/// Within the ticks' band: the pages' waits, drawn under the ticks.
+const WAIT_TOP: f64 = 42.0;
+const WAIT_BOTTOM: f64 = 54.0;
 
 const SEND_COLOUR: &str = "#1f5fbf";
 const ROBOTS_COLOUR: &str = "#2e9e44";
 const DELAY_COLOUR: &str = "#222222";
 const HOLD_COLOUR: &str = "#f0a030";
 const BACKOFF_COLOUR: &str = "#d62728";
+
+/// The fill of each cause of a wait, in the legend's order: light, so the
+/// ticks drawn over them stay clear.
+const WAIT_COLOURS: [(WaitCause, &str); 12] = [
+    (WaitCause::Delay, "#9cc3ec"),
+    (WaitCause::Lanes, "#c3a6e0"),
+    (WaitCause::Hold, "#f7c27e"),
+    (WaitCause::Quota, "#f29a9a"),
+    (WaitCause::Pacing, "#8fd3c8"),
+    (WaitCause::Departure, "#d4d4d4"),
+    (WaitCause::OtherScope, "#e3c7a1"),
+    (WaitCause::GlobalConcurrency, "#e7a6cf"),
+    (WaitCause::Queue, "#f4e285"),
+    (WaitCause::Store, "#b5d98a"),
+    (WaitCause::HandOver, "#a8a8a8"),
+    (WaitCause::Robots, "#9ed6a5"),
+];
+/// A cause this demo does not know yet (`WaitCause` is non-exhaustive).
+const OTHER_WAIT_COLOUR: &str = "#eeeeee";
+
+fn wait_colour(cause: WaitCause) -> &'static str {
+    WAIT_COLOURS
+        .iter()
+        .find(|(known, _)| *known == cause)
+        .map_or(OTHER_WAIT_COLOUR, |(_, colour)| colour)
+}
 
 /// Writes the timeline of `run` to `path`, creating its folder.
 ///
@@ -54,7 +87,7 @@ pub fn svg(run: &Run) -> String {
         delay_top: delay_scale(run),
     };
     let rows_bottom = TOP + ROW * run.sites.len() as f64;
-    let height = rows_bottom + 80.0;
+    let height = rows_bottom + 100.0;
 
     let mut svg = String::new();
     let _ = writeln!(
@@ -78,6 +111,7 @@ pub fn svg(run: &Run) -> String {
         row(&mut svg, run, site, &scale);
     }
     legend(&mut svg, &scale, rows_bottom + 52.0);
+    wait_legend(&mut svg, run, rows_bottom + 74.0);
     svg.push_str("</svg>\n");
     svg
 }
@@ -172,6 +206,7 @@ fn row(svg: &mut String, run: &Run, site: usize, scale: &Scale) {
         y = top + DELAY_BOTTOM
     );
     delay_line(svg, run, site, scale, top);
+    waits(svg, run, site, scale, top);
     for send in run.sends_of(site) {
         let x = scale.x(send.at);
         let colour = if send.robots { ROBOTS_COLOUR } else { SEND_COLOUR };
@@ -214,6 +249,105 @@ fn delay_line(svg: &mut String, run: &Run, site: usize, scale: &Scale, top: f64)
         svg,
         r#"<path class="delay" d="{path}" fill="none" stroke="{DELAY_COLOUR}" stroke-width="1.2"/>"#
     );
+}
+
+/// Each page's wait as a bar that ends at the page's last send, as long as
+/// the wait its response recorded, split into consecutive sub-bars, one per
+/// part of the record (a cause and the source of its limit), each as wide
+/// as its share of the wait and filled with its cause's colour.
+///
+/// The sub-bars follow `Waited::causes()`: the order in which the causes
+/// *first held* the page, each with all of its time. That is not an exact
+/// timeline: a cause that held the page twice (lanes, then the delay, then
+/// lanes again) is drawn once, its times added up, where it first held it.
+///
+/// Pages that wait at the same time overlap; the one sent first is drawn
+/// on top, so at each instant the band shows the wait of the next page to
+/// go.
+fn waits(svg: &mut String, run: &Run, site: usize, scale: &Scale, top: f64) {
+    let mut waits: Vec<&PageWait> = run
+        .waits_of(site)
+        .filter(|wait| !wait.waited.total().is_zero())
+        .collect();
+    waits.sort_by_key(|wait| std::cmp::Reverse(wait.sent));
+    for wait in waits {
+        let total = wait.waited.total();
+        let start = scale.x(wait.sent.saturating_sub(total));
+        let width = scale.x(wait.sent) - start;
+        let parts: Vec<String> = wait
+            .waited
+            .causes()
+            .map(|(cause, source, time)| match source {
+                Some(source) => format!("{cause} ({}) {}", source_name(source), part_duration(time)),
+                None => format!("{cause} {}", part_duration(time)),
+            })
+            .collect();
+        let _ = writeln!(
+            svg,
+            r#"<g class="wait"><title>waited {}: {}</title>"#,
+            part_duration(total),
+            escape(&parts.join(", "))
+        );
+        let mut x = start;
+        for (cause, _, time) in wait.waited.causes() {
+            let part = width * time.as_secs_f64() / total.as_secs_f64();
+            let _ = writeln!(
+                svg,
+                r#"<rect class="wait-part" data-cause="{}" x="{x:.2}" y="{:.1}" width="{part:.2}" height="{:.1}" fill="{}"/>"#,
+                cause.as_str(),
+                top + WAIT_TOP,
+                WAIT_BOTTOM - WAIT_TOP,
+                wait_colour(cause)
+            );
+            x += part;
+        }
+        let _ = writeln!(svg, "</g>");
+    }
+}
+
+/// A wait or a part of one: `0.4 ms` below 10 ms (a hand-over is that
+/// short), else as [`format_duration`].
+fn part_duration(time: Duration) -> String {
+    if time < Duration::from_millis(10) {
+        format!("{:.1} ms", time.as_secs_f64() * 1e3)
+    } else {
+        format_duration(time)
+    }
+}
+
+/// The wait bars' legend: a swatch per cause that some page waited on.
+fn wait_legend(svg: &mut String, run: &Run, y: f64) {
+    let mut causes: Vec<WaitCause> = Vec::new();
+    for (cause, _, _) in run.waits.iter().flat_map(|wait| wait.waited.causes()) {
+        if !causes.contains(&cause) {
+            causes.push(cause);
+        }
+    }
+    let rank = |cause: &WaitCause| {
+        WAIT_COLOURS
+            .iter()
+            .position(|(known, _)| known == cause)
+            .unwrap_or(WAIT_COLOURS.len())
+    };
+    causes.sort_by_key(rank);
+    let heading = if causes.is_empty() {
+        "under the ticks, each page's wait by cause: no page waited"
+    } else {
+        "under the ticks, each page's wait by cause (in the order they first held it):"
+    };
+    let _ = writeln!(svg, r#"<text x="10" y="{y:.1}">{heading}</text>"#);
+    let mut x = 10.0 + 6.5 * heading.len() as f64 + 12.0;
+    for cause in causes {
+        let _ = writeln!(
+            svg,
+            r#"<g class="wait-legend" data-cause="{name}"><rect x="{x:.1}" y="{:.1}" width="10" height="12" fill="{}"/><text x="{:.1}" y="{y:.1}">{name}</text></g>"#,
+            y - 10.0,
+            wait_colour(cause),
+            x + 14.0,
+            name = cause.as_str()
+        );
+        x += 14.0 + 6.5 * cause.as_str().len() as f64 + 24.0;
+    }
 }
 
 fn legend(svg: &mut String, scale: &Scale, y: f64) {

@@ -15,6 +15,11 @@ Output (stdout), one JSON object per URL, in completion order:
   bytes       the body's length (null on error)
   latency_ms  from the last attempt's send to the answer (response head or error)
   waited_ms   from the call to the first send: robots.txt, the throttle's queue, holds
+  waited      why it waited, in ms by cause, e.g. {\"delay\": 812.0, \"lanes\": 40.0}, as the
+              response's record says (tower_throttle::waited); {} when the request went at
+              once, null when no response came. Not a split of waited_ms: the record covers
+              the last attempt, up to the throttle's hand-over, while waited_ms is the tool's
+              own stopwatch up to the first send
   attempts    sends made (retries included; 0 when nothing was sent)
   scopes      the throttling scopes of the request
 

@@ -22,6 +22,7 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_throttle::config_file::RegistryConfig;
 use tower_throttle::connect::{PinServerLayer, PinnedConnector};
 use tower_throttle::ip::IpScopeLayer;
+use tower_throttle::waited::Waited;
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -216,6 +217,8 @@ where
         running.spawn(async move {
             let outcome = response.await.map_err(|err| error_chain(&err));
             let finished = Instant::now();
+            // The throttle's own account of the wait, on the response head.
+            let waited = outcome.as_ref().ok().map(Waited::of);
             let outcome = match outcome {
                 Ok(response) => count_body(response).await,
                 Err(err) => Err(err),
@@ -227,6 +230,7 @@ where
                 call_started,
                 sends: stamps.all(),
                 finished,
+                waited,
             }
         });
         while let Some(done) = running.try_join_next() {
@@ -263,6 +267,9 @@ struct Fetched {
     sends: Vec<Instant>,
     /// When the stack answered (response head or error).
     finished: Instant,
+    /// Why the request waited, as its response says; `None` when no
+    /// response came.
+    waited: Option<Waited>,
 }
 
 impl Fetched {
@@ -275,12 +282,24 @@ impl Fetched {
             call_started: now,
             sends: Vec::new(),
             finished: now,
+            waited: None,
         }
     }
 
     /// `waited_ms`: from the call to the first send (robots.txt, the
-    /// throttle's queue, holds); `latency_ms`: from the last send to the
-    /// answer. Both `null` when nothing was sent.
+    /// throttle's queue, holds), measured by the tool; `latency_ms`: from
+    /// the last send to the answer. Both `null` when nothing was sent.
+    ///
+    /// `waited`: the throttle's breakdown of the wait by cause, from the
+    /// response's [`Waited`], in milliseconds keyed by
+    /// [`WaitCause::as_str`](tower_throttle::waited::WaitCause::as_str)
+    /// (each cause summed over its sources); `{}` when the request went at
+    /// once, `null` when no response came. It is not a split of
+    /// `waited_ms`, which the tool measures itself: the record covers the
+    /// last attempt only, up to the throttle's hand-over to the layers
+    /// below it, so it leaves out the tool's own steps, the trip down to
+    /// the client and, after a retry, the earlier attempts and the waits
+    /// between them.
     fn json_line(&self) -> Value {
         let mut line = Map::new();
         line.insert("url".into(), json!(self.url));
@@ -304,10 +323,28 @@ impl Fetched {
         };
         line.insert("latency_ms".into(), latency);
         line.insert("waited_ms".into(), waited);
+        line.insert(
+            "waited".into(),
+            self.waited
+                .as_ref()
+                .map_or(Value::Null, |waited| by_cause(waited, millis)),
+        );
         line.insert("attempts".into(), json!(self.sends.len()));
         line.insert("scopes".into(), json!(self.scopes));
         Value::Object(line)
     }
+}
+
+/// `{"delay": 812.0, "lanes": 40.0}`: each cause of `waited`, summed over
+/// its sources (keys in serde_json's order, by name).
+fn by_cause(waited: &Waited, millis: impl Fn(Duration) -> Value) -> Value {
+    let mut causes = Map::new();
+    for (cause, _, _) in waited.causes() {
+        causes
+            .entry(cause.as_str())
+            .or_insert_with(|| millis(waited.of_cause(cause)));
+    }
+    Value::Object(causes)
 }
 
 fn joined(done: Result<Fetched, tokio::task::JoinError>) -> Value {

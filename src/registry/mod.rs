@@ -317,6 +317,7 @@ impl Registry {
     /// [`with_scheduler`](Self::with_scheduler) at `now` when the caller
     /// has just read the clock (an instant read before the lock is at most
     /// a little early, which only makes the scheduler's checks stricter).
+    #[inline(always)]
     fn with_scheduler_at<T>(
         &self,
         now: Option<Instant>,

@@ -9,7 +9,7 @@
 //! module docs of `registry` for the model.
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
@@ -72,6 +72,10 @@ pub(crate) struct Scheduler {
     eviction: Eviction,
     /// The longest a hold may last (`RegistryBuilder::max_hold`).
     max_hold: Duration,
+    /// Why each request admitted after waiting waited, until its future
+    /// takes it (or it ends): beside the tickets, not in them, so a waiting
+    /// request stays within its memory budget.
+    waited: HashMap<TicketId, Box<WaitedInScheduler>>,
     /// Requests in the scopes' queues.
     waiting: usize,
     /// Past this many waiting requests, warn (once per crossing).
@@ -106,6 +110,7 @@ impl Scheduler {
             passed: Vec::new(),
             eviction: Eviction::new(DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES),
             max_hold: DEFAULT_MAX_HOLD,
+            waited: HashMap::new(),
             waiting: 0,
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
             delayed_warned: false,
@@ -297,7 +302,6 @@ impl Scheduler {
             in_global_queue: false,
             waiting: false,
             enqueued_at: now,
-            waited: None,
         });
         if plain_lane.is_some() {
             return (id, Some(false));
@@ -429,6 +433,10 @@ impl Scheduler {
         wake: &mut WakeList,
     ) {
         let ticket = self.tickets.remove(id);
+        if !self.waited.is_empty() {
+            // Ended before its future took the record.
+            self.waited.remove(&id);
+        }
         // One conversion for everything below that keeps an instant (none
         // when the caller has it).
         let now_stamp = now_stamp.unwrap_or_else(|| Stamp::of(now));
@@ -603,30 +611,33 @@ impl Scheduler {
     }
 
     /// Keeps, for ticket `id` admitted at `now` after waiting, why it
-    /// waited: the part of its scopes' wait logs since it came, from the
-    /// scope that held it itself (see [`crate::waited`]).
+    /// waited: the part of its scopes' wait logs since it came (see
+    /// [`crate::waited`]).
     #[cold]
     fn record_wait(&mut self, id: TicketId, now: Instant) {
         let ticket = &self.tickets[id];
         let from = ticket.enqueued_at;
-        let mut best: Option<Vec<crate::waited::WaitPart>> = None;
-        for seat in &ticket.seats {
-            let Some(log) = self.scopes[seat.scope].wait_log() else {
-                continue;
-            };
-            let parts = log.parts(from, now);
-            let better = best.as_ref().is_none_or(|best| {
-                wait_log::WaitLog::other_scope_time(&parts) < wait_log::WaitLog::other_scope_time(best)
-            });
-            if better {
-                best = Some(parts);
+        let parts = match &ticket.seats {
+            Seats::One([seat]) => self.scopes[seat.scope]
+                .wait_log()
+                .map(|log| log.parts(from, now))
+                .unwrap_or_default(),
+            seats => {
+                let logs: Vec<&wait_log::WaitLog> = seats
+                    .iter()
+                    .filter_map(|seat| self.scopes[seat.scope].wait_log())
+                    .collect();
+                wait_log::merged_parts(&logs, from, now)
             }
-        }
+        };
         let seats: Vec<ScopeId> = ticket.seats.iter().map(|seat| seat.scope).collect();
-        self.tickets[id].waited = Some(Box::new(WaitedInScheduler {
-            parts: best.unwrap_or_default(),
-            admitted_at: now,
-        }));
+        self.waited.insert(
+            id,
+            Box::new(WaitedInScheduler {
+                parts,
+                admitted_at: now,
+            }),
+        );
         for scope in seats {
             self.trim_wait_log(scope, id);
         }
@@ -653,7 +664,7 @@ impl Scheduler {
     /// The record of why ticket `id` waited, once it was admitted after
     /// waiting: taken by its future, which finishes it at the hand-over.
     pub(crate) fn take_waited(&mut self, id: TicketId) -> Option<Box<WaitedInScheduler>> {
-        self.tickets[id].waited.take()
+        self.waited.remove(&id)
     }
 
     /// Sends ticket `id`: takes a lane in each scope, starts each scope's

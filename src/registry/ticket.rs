@@ -105,9 +105,6 @@ pub(crate) struct TicketState {
     /// Whether it is in its scopes' queues (counted among the waiting).
     pub(crate) waiting: bool,
     pub(crate) enqueued_at: Instant,
-    /// Why it waited, once admitted after waiting (boxed: a request
-    /// admitted at once has nothing to say).
-    pub(crate) waited: Option<Box<WaitedInScheduler>>,
 }
 
 /// What a request that waited learnt at its admission: why it waited,

@@ -78,25 +78,18 @@ where
 {
     /// `readied` is the handle `Throttle::poll_ready` readied; `scopes`
     /// are handed over with the request (and `record`ed in its extensions
-    /// too when asked: see [`hand_over`]); `place_wait`: since when the
-    /// request waited for a queue place, if it did.
+    /// too when asked: see [`hand_over`]).
     #[inline(always)]
     pub(crate) fn new(
         readied: S,
         request: http::Request<ReqBody>,
         (scopes, record_scopes): (Scopes, bool),
-        (mut ticket, place_wait): (Ticket, Option<tokio::time::Instant>),
+        ticket: Ticket,
         adjust_autothrottle: bool,
     ) -> Self
     where
         S: Clone,
     {
-        if let Some(since) = place_wait {
-            ticket.note_queue_wait(since);
-        }
-        if tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
-            ticket.trace(request_span(&scopes));
-        }
         // The common case: the request could be sent at once, so the inner
         // call starts now and the waiting state is never entered. With a
         // store, the store has its say first.
@@ -105,10 +98,6 @@ where
                 hand_over(readied, request, ticket.registry_id(), scopes, record_scopes);
             (State::Calling { future }, write_stamp)
         } else {
-            if ticket.has_fleet() && ticket.is_sent() {
-                // The store's time counts from now.
-                ticket.record_wait_from(tokio::time::Instant::now());
-            }
             (park(readied, request, scopes, ticket.has_fleet()), None)
         };
         ResponseFuture {
@@ -120,32 +109,6 @@ where
             mode: PhantomData,
         }
     }
-}
-
-/// The span of a request with `scopes`: its wait's breakdown is recorded
-/// at the hand-over (see [`crate::waited`]).
-#[cold]
-#[inline(never)]
-fn request_span(scopes: &Scopes) -> tracing::Span {
-    tracing::debug_span!(
-        target: "tower_throttle",
-        "throttle",
-        scopes = ?scopes,
-        waited_ms = tracing::field::Empty,
-        top_cause = tracing::field::Empty,
-        wait_queue_ms = tracing::field::Empty,
-        wait_global_concurrency_ms = tracing::field::Empty,
-        wait_lanes_ms = tracing::field::Empty,
-        wait_delay_ms = tracing::field::Empty,
-        wait_quota_ms = tracing::field::Empty,
-        wait_hold_ms = tracing::field::Empty,
-        wait_pacing_ms = tracing::field::Empty,
-        wait_departure_ms = tracing::field::Empty,
-        wait_other_scope_ms = tracing::field::Empty,
-        wait_store_ms = tracing::field::Empty,
-        wait_hand_over_ms = tracing::field::Empty,
-        wait_robots_ms = tracing::field::Empty,
-    )
 }
 
 /// The waiting state of a request that cannot be sent yet (its scopes do

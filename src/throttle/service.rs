@@ -142,15 +142,6 @@ impl<S, M> Throttle<S, M> {
         self.place_wait.get_or_insert_with(Instant::now);
     }
 
-    /// Gives the wait for a queue place, if there was one, to the ticket
-    /// just queued.
-    #[inline]
-    fn hand_place_wait_to(&mut self, ticket: &mut Ticket) {
-        if let Some(since) = self.place_wait.take() {
-            ticket.note_queue_wait(since);
-        }
-    }
-
     fn poll_fixed_scope_admission(&mut self, cx: &mut Context<'_>, scopes: Scopes) -> Poll<()> {
         if let Reserved::Nothing = self.reserved {
             let place = match self.poll_queue_place(cx) {
@@ -159,9 +150,8 @@ impl<S, M> Throttle<S, M> {
             };
             // `call` may come later than the admission: the departure is
             // recorded once the inner service has the request.
-            let mut ticket = Ticket::enqueue(&self.registry, place, &scopes, Priority(0));
-            self.hand_place_wait_to(&mut ticket);
-            self.reserved = Reserved::Ticket(ticket);
+            let place = (place, self.place_wait.take());
+            self.reserved = Reserved::Ticket(Ticket::enqueue(&self.registry, place, &scopes, Priority(0)));
         }
         match &mut self.reserved {
             Reserved::Ticket(ticket) => ticket.poll_send(cx),
@@ -208,6 +198,7 @@ where
                     .get::<Priority>()
                     .copied()
                     .unwrap_or_default();
+                let place = (place, self.place_wait.take());
                 Ticket::enqueue_resolved(&self.registry, place, &request, priority)
             }
             _ => panic!("poll_ready must be called first"),
@@ -215,15 +206,6 @@ where
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
         let record = self.record_scopes && !already_recorded;
         let inner = take_readied(&mut self.inner);
-        // The wait for a queue place, if there was one (the fixed-scope
-        // mode gave it to its ticket already).
-        let place_wait = self.place_wait.take();
-        ResponseFuture::new(
-            inner,
-            request,
-            (scopes, record),
-            (ticket, place_wait),
-            adjust_autothrottle,
-        )
+        ResponseFuture::new(inner, request, (scopes, record), ticket, adjust_autothrottle)
     }
 }

@@ -48,6 +48,69 @@ struct Waiting {
     clock: Option<WaitClock>,
 }
 
+impl Waiting {
+    /// What a new ticket keeps from the start: the record of its wait when
+    /// it waited for a queue place since `place_wait`, when its registry
+    /// has a store (`fleet`: the store's say is timed from now), or when
+    /// somebody listens to its span. Nothing, in the common case (made at
+    /// once, not changed after: a change would cost the common path a copy
+    /// of the ticket).
+    #[inline(always)]
+    fn for_request(place_wait: Option<Instant>, scopes: &Scopes, fleet: bool) -> Option<Box<Waiting>> {
+        if place_wait.is_none()
+            && !fleet
+            && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
+        {
+            return None;
+        }
+        Some(Self::recording(place_wait, scopes))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn recording(place_wait: Option<Instant>, scopes: &Scopes) -> Box<Waiting> {
+        let now = Instant::now();
+        let mut waited = Waited::default();
+        if let Some(since) = place_wait {
+            waited.add(WaitCause::Queue, None, now.saturating_duration_since(since));
+        }
+        let span =
+            tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG).then(|| request_span(scopes));
+        Box::new(Waiting {
+            timer: None,
+            clock: Some(WaitClock {
+                waited,
+                since: now,
+                span,
+            }),
+        })
+    }
+}
+
+/// The span of a request with `scopes` (`tower_throttle`, debug): its
+/// wait's breakdown is recorded at the hand-over (see [`crate::waited`]).
+fn request_span(scopes: &Scopes) -> tracing::Span {
+    tracing::debug_span!(
+        target: "tower_throttle",
+        "throttle",
+        scopes = ?scopes,
+        waited_ms = tracing::field::Empty,
+        top_cause = tracing::field::Empty,
+        wait_queue_ms = tracing::field::Empty,
+        wait_global_concurrency_ms = tracing::field::Empty,
+        wait_lanes_ms = tracing::field::Empty,
+        wait_delay_ms = tracing::field::Empty,
+        wait_quota_ms = tracing::field::Empty,
+        wait_hold_ms = tracing::field::Empty,
+        wait_pacing_ms = tracing::field::Empty,
+        wait_departure_ms = tracing::field::Empty,
+        wait_other_scope_ms = tracing::field::Empty,
+        wait_store_ms = tracing::field::Empty,
+        wait_hand_over_ms = tracing::field::Empty,
+        wait_robots_ms = tracing::field::Empty,
+    )
+}
+
 /// A request's wait as it is recorded: the parts so far, the end of the
 /// last one (where the next part starts), and the request's span when
 /// somebody listens.
@@ -103,18 +166,24 @@ impl Ticket {
     /// was admitted at once, and then whether its departure must be
     /// reported as soon as it happens.
     #[inline]
-    fn new(registry: Registry, id: TicketId, place: QueuePlace, admitted: Option<bool>) -> Self {
+    fn new(
+        registry: Registry,
+        id: TicketId,
+        (place, place_wait): (QueuePlace, Option<Instant>),
+        admitted: Option<bool>,
+        scopes: &Scopes,
+    ) -> Self {
         let stage = match admitted {
             // A request admitted at once gives its place back now.
             Some(report) => Stage::Admitted { report },
             None => Stage::Queued { _place: place },
         };
         Ticket {
-            registry,
             id,
             stage,
-            waiting: None,
+            waiting: Waiting::for_request(place_wait, scopes, registry.fleet().is_some()),
             lease: None,
+            registry,
         }
     }
 
@@ -124,12 +193,12 @@ impl Ticket {
     /// with [`depart`](Self::depart).
     pub(crate) fn enqueue(
         registry: &Registry,
-        place: QueuePlace,
+        place: (QueuePlace, Option<Instant>),
         scopes: &Scopes,
         priority: Priority,
     ) -> Self {
         let (id, admitted) = registry.enqueue(scopes, priority);
-        Ticket::new(registry.clone(), id, place, admitted)
+        Ticket::new(registry.clone(), id, place, admitted, scopes)
     }
 
     /// [`enqueue`](Self::enqueue) for `request`, its scopes resolved as the
@@ -137,12 +206,13 @@ impl Ticket {
     #[inline]
     pub(crate) fn enqueue_resolved<B>(
         registry: &Registry,
-        place: QueuePlace,
+        place: (QueuePlace, Option<Instant>),
         request: &http::Request<B>,
         priority: Priority,
     ) -> (Self, Scopes) {
         let (id, admitted, scopes) = registry.enqueue_resolved(request, priority);
-        (Ticket::new(registry.clone(), id, place, admitted), scopes)
+        let ticket = Ticket::new(registry.clone(), id, place, admitted, &scopes);
+        (ticket, scopes)
     }
 
     /// The identity of the registry the ticket is in.
@@ -215,23 +285,6 @@ impl Ticket {
         }
     }
 
-    /// Notes that the request waited for a queue place from `since` until
-    /// it was queued, just now (see [`crate::waited`]).
-    #[cold]
-    pub(crate) fn note_queue_wait(&mut self, since: Instant) {
-        let now = Instant::now();
-        self.wait_clock(now)
-            .waited
-            .add(WaitCause::Queue, None, now.saturating_duration_since(since));
-    }
-
-    /// Starts recording the wait at `now`, when it was not yet: a request
-    /// through a store records the store's time even when its scopes
-    /// admitted it at once.
-    pub(crate) fn record_wait_from(&mut self, now: Instant) {
-        self.wait_clock(now);
-    }
-
     /// Notes the store's say, which ended now.
     pub(crate) fn note_store_done(&mut self) {
         if let Some(clock) = self.clock_mut() {
@@ -271,12 +324,6 @@ impl Ticket {
         if let (Some(clock), Ok(response)) = (clock, output) {
             clock.waited.merge_into(response.extensions_mut());
         }
-    }
-
-    /// Gives the request a span, which records its wait.
-    #[cold]
-    pub(crate) fn trace(&mut self, span: tracing::Span) {
-        self.wait_clock(Instant::now()).span = Some(span);
     }
 
     /// The request's span, when somebody listens.

@@ -3,7 +3,6 @@
 //! [`crate::waited`]).
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -82,20 +81,56 @@ impl WaitLog {
         self.trimmed_to = 0;
     }
 
-    /// The time `parts` gives to [`WaitCause::OtherScope`].
-    pub(crate) fn other_scope_time(parts: &[WaitPart]) -> Duration {
-        parts
-            .iter()
-            .filter(|(cause, _, _)| *cause == WaitCause::OtherScope)
-            .map(|(_, _, time)| *time)
-            .sum()
+    /// The cause in force at `at` (the first one, before the log starts).
+    fn key_at(&self, at: Instant) -> Option<CauseKey> {
+        let index = self.segments.partition_point(|(start, _)| *start <= at);
+        self.segments.get(index.saturating_sub(1)).map(|(_, key)| *key)
     }
+
+    /// The instants strictly between `from` and `to` where a cause began.
+    fn starts_within(&self, from: Instant, to: Instant) -> impl Iterator<Item = Instant> + '_ {
+        self.segments
+            .iter()
+            .map(|(start, _)| *start)
+            .filter(move |start| from < *start && *start < to)
+    }
+}
+
+/// The time from `from` to `to` of a request that waited in the queues
+/// of several scopes at once, by cause: at each instant, the first cause
+/// among its scopes' logs that is not [`WaitCause::OtherScope`] (a scope
+/// ready for the request, which waits because another of its scopes holds
+/// it, says `OtherScope`; the scope that holds it says why). Only when
+/// every scope says `OtherScope` (the request waits behind another request
+/// that a scope holds) is the time `OtherScope`.
+pub(crate) fn merged_parts(logs: &[&WaitLog], from: Instant, to: Instant) -> Vec<WaitPart> {
+    let mut cuts = vec![from, to];
+    for log in logs {
+        cuts.extend(log.starts_within(from, to));
+    }
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut waited = Waited::default();
+    for pair in cuts.windows(2) {
+        let mut keys = logs.iter().filter_map(|log| log.key_at(pair[0]));
+        let first = keys.next();
+        let key = first
+            .into_iter()
+            .chain(keys)
+            .find(|(cause, _)| *cause != WaitCause::OtherScope)
+            .or(first);
+        if let Some((cause, source)) = key {
+            waited.add(cause, source, pair[1] - pair[0]);
+        }
+    }
+    waited.causes().collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::registry::LimitSource;
+    use std::time::Duration;
 
     const MS: Duration = Duration::from_millis(1);
     const LANES: CauseKey = (WaitCause::Lanes, Some(LimitSource::Config));
@@ -123,6 +158,31 @@ mod tests {
         assert_eq!(
             log.parts(t0 + 350 * MS, t0 + 400 * MS),
             [(DELAY.0, DELAY.1, 50 * MS)]
+        );
+    }
+
+    #[test]
+    fn several_scopes_give_each_instant_to_the_one_that_held_the_request() {
+        const OTHER: CauseKey = (WaitCause::OtherScope, None);
+        let t0 = Instant::now();
+        // Scope one: its lanes until 100 ms, then ready (other scope).
+        let mut one = WaitLog::default();
+        one.note(t0, LANES);
+        one.note(t0 + 100 * MS, OTHER);
+        // Scope two: ready (other scope) until 50 ms, then its delay.
+        let mut two = WaitLog::default();
+        two.note(t0, OTHER);
+        two.note(t0 + 50 * MS, DELAY);
+        assert_eq!(
+            merged_parts(&[&one, &two], t0, t0 + 300 * MS),
+            [(LANES.0, LANES.1, 100 * MS), (DELAY.0, DELAY.1, 200 * MS)]
+        );
+        // Both ready, behind a request another scope holds.
+        let mut three = WaitLog::default();
+        three.note(t0, OTHER);
+        assert_eq!(
+            merged_parts(&[&three, &three], t0, t0 + 10 * MS),
+            [(WaitCause::OtherScope, None, 10 * MS)]
         );
     }
 
