@@ -14,9 +14,10 @@
 //! `RAMPUP_WORKERS=N` runs N workers, each with its own registry, Redis
 //! connection and hyper-util client, sharing one `RedisStore` (feature
 //! `redis`, a Redis on 127.0.0.1:6379), all crawling the one site. The
-//! last line is for scripts: `rampup workers=N rate=R served=..% rejected=..%`
-//! (the settled second half). Each worker learns its rampup pace on its own
-//! (shared learning is issue 24's part 1).
+//! last line is for scripts: `rampup workers=N rate=R served=..% rejected=..%
+//! learning=shared|alone` (the settled second half). The workers search
+//! for the rate together (`RegistryBuilder::fleet_learning`, the default);
+//! `RAMPUP_LEARNING=alone` makes each search on its own, as before.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -159,9 +160,10 @@ async fn main() {
         );
     }
     println!(
-        "rampup workers={workers} rate={rate} served={:.1}% rejected={:.2}%",
+        "rampup workers={workers} rate={rate} served={:.1}% rejected={:.2}% learning={}",
         100.0 * f64::from(served) / span / rate as f64,
-        100.0 * f64::from(refused) / f64::from((served + refused).max(1))
+        100.0 * f64::from(refused) / f64::from((served + refused).max(1)),
+        if learning_together() { "shared" } else { "alone" }
     );
 }
 
@@ -206,10 +208,17 @@ fn shared_registries(workers: usize) -> Option<Vec<Registry>> {
             Registry::builder()
                 .default_scope(rampup_scope())
                 .store(store)
+                .fleet_learning(learning_together())
                 .build()
                 .ok()
         })
         .collect()
+}
+
+/// Whether the workers learn together (`RAMPUP_LEARNING`, `shared` by
+/// default, or `alone`).
+fn learning_together() -> bool {
+    std::env::var("RAMPUP_LEARNING").as_deref() != Ok("alone")
 }
 
 #[cfg(not(feature = "redis"))]

@@ -842,3 +842,73 @@ async fn a_store_that_stops_mid_run_falls_back_then_recovers_when_it_returns() {
     }
     assert!(recovered, "the store never answered again");
 }
+
+/// Issue 24, part 1, against a real Redis: what one worker's rampup learns
+/// from backoff feedback goes into the fleet's search in the store, and
+/// another worker takes it at its next reservation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rampup_backoff_seen_by_one_worker_moves_the_fleets_search() {
+    use tower_throttle::registry::{Feedback, RampupConfig};
+    use tower_throttle::store::ScopeStore;
+    use tower_throttle::{ScopeConfig, Scopes};
+    let _alone = ONE_AT_A_TIME.lock().await;
+    if !redis_is_there() {
+        return;
+    }
+    let prefix = fresh_prefix();
+    let worker = || {
+        let config = ScopeConfig::default()
+            .delay(Duration::from_millis(200))
+            .jitter(0.0)
+            .rampup(RampupConfig::default());
+        Registry::builder()
+            .default_scope(config)
+            .store(store(&prefix))
+            .build()
+            .unwrap()
+    };
+    let (told, other) = (worker(), worker());
+    let scope = Scopes::from("api.test");
+    let version = || async {
+        store(&prefix)
+            .learnt("api.test".into())
+            .await
+            .unwrap()
+            .map(|l| l.version)
+    };
+    // Two backoffs at a pace believed safe: the search slows down 5 %.
+    for expected in 1..=2 {
+        told.feedback(&scope, Feedback::backoff());
+        let asked = Instant::now();
+        while version().await != Some(expected) {
+            assert!(
+                asked.elapsed() < Duration::from_secs(5),
+                "the store never got version {expected}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let slowed = told.scope_stats("api.test").unwrap().rampup_delay.unwrap();
+    assert!(
+        slowed.abs_diff(Duration::from_millis(210)) < Duration::from_micros(10),
+        "{slowed:?}"
+    );
+    // The other worker's reservation shows version 2; it reads and adopts it.
+    let client = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(other.clone()).store_errors())
+        .service(tower::service_fn(|_request: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(()))
+        }));
+    client
+        .oneshot(http::Request::get("http://api.test/").body(()).unwrap())
+        .await
+        .unwrap();
+    let asked = Instant::now();
+    while other.scope_stats("api.test").unwrap().rampup_delay != Some(slowed) {
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "the other worker never took the fleet's search"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -62,6 +62,7 @@ pub struct RegistryBuilder {
     delayed_warn_threshold: usize,
     store: Option<Arc<dyn ScopeStore>>,
     store_failure: StoreFailure,
+    fleet_learning: bool,
     scope_manager: Option<ManagerFactory>,
 }
 
@@ -97,6 +98,7 @@ impl Default for RegistryBuilder {
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
             store: None,
             store_failure: StoreFailure::default(),
+            fleet_learning: true,
             scope_manager: None,
         }
     }
@@ -274,6 +276,20 @@ impl RegistryBuilder {
         self
     }
 
+    /// Whether the workers of a fleet learn together (default `true`):
+    /// each rampup scope's search for the server's rate is one search for
+    /// the whole fleet, kept in the store, which every worker's backoff
+    /// feedback moves and every worker follows. With `false` (the behaviour
+    /// before), each worker searches alone, and their paces drift apart.
+    /// Needs a store that shares learning ([`ScopeStore::shares_learning`]:
+    /// `MemoryStore` and `RedisStore` do); without a store it changes
+    /// nothing. See the [`store`](crate::store#what-the-fleet-learns) module.
+    #[must_use]
+    pub fn fleet_learning(mut self, share: bool) -> Self {
+        self.fleet_learning = share;
+        self
+    }
+
     /// Checks every value and builds the registry.
     ///
     /// # Errors
@@ -387,7 +403,7 @@ impl RegistryBuilder {
                 queue_places: places::QueuePlaces::new(self.max_queued),
                 fleet: self
                     .store
-                    .map(|store| Arc::new(StoreHandle::new(store, self.store_failure))),
+                    .map(|store| Arc::new(StoreHandle::new(store, self.store_failure, self.fleet_learning))),
             }),
         })
     }

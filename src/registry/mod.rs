@@ -149,6 +149,7 @@ mod builder;
 mod config;
 mod configs;
 mod feedback;
+mod learning;
 pub mod manager;
 pub mod metrics;
 mod places;

@@ -197,6 +197,9 @@ pub(crate) struct RampupState {
     /// Slow-downs at a pace believed safe since a window last ended within
     /// the target.
     slowdowns: u32,
+    /// The version of the fleet's shared search this state is (0: none;
+    /// see [`crate::store`]'s learnt state).
+    pub(crate) fleet_version: u64,
 }
 
 impl RampupState {
@@ -211,7 +214,59 @@ impl RampupState {
             probing: false,
             windows: 0,
             slowdowns: 0,
+            fleet_version: 0,
         }
+    }
+
+    /// The state as the fleet's store keeps it: a line of numbers, the
+    /// window's start as its age at `now` (the workers' clocks differ; ages
+    /// do not).
+    pub(crate) fn encode(&self, now: Instant) -> String {
+        let nanos = |delay: Option<Duration>| delay.map_or(-1i128, |delay| delay.as_nanos() as i128);
+        format!(
+            "r1 {} {} {} {} {} {} {} {} {}",
+            self.delay.as_nanos(),
+            nanos(self.safe),
+            nanos(self.unsafe_),
+            now.saturating_duration_since(self.window_start).as_nanos(),
+            self.backoffs,
+            self.backoffs_when_safe,
+            u8::from(self.probing),
+            self.windows,
+            self.slowdowns,
+        )
+    }
+
+    /// The state [`encode`](Self::encode) wrote, read at `now` when the
+    /// store kept it for `age`; `None` for a line that is not one.
+    pub(crate) fn decode(line: &str, age: Duration, now: Instant) -> Option<Self> {
+        let mut fields = line.split(' ');
+        if fields.next()? != "r1" {
+            return None;
+        }
+        let mut next = || fields.next()?.parse::<i128>().ok();
+        let duration = |nanos: i128| u64::try_from(nanos).ok().map(Duration::from_nanos);
+        let delay = duration(next()?)?;
+        let safe = next()?;
+        let unsafe_ = next()?;
+        let window_age = duration(next()?)?;
+        let state = RampupState {
+            delay,
+            safe: if safe < 0 { None } else { Some(duration(safe)?) },
+            unsafe_: if unsafe_ < 0 {
+                None
+            } else {
+                Some(duration(unsafe_)?)
+            },
+            window_start: now.checked_sub(window_age.saturating_add(age)).unwrap_or(now),
+            backoffs: u32::try_from(next()?).ok()?,
+            backoffs_when_safe: u32::try_from(next()?).ok()?,
+            probing: next()? != 0,
+            windows: u64::try_from(next()?).ok()?,
+            slowdowns: u32::try_from(next()?).ok()?,
+            fleet_version: 0,
+        };
+        Some(state)
     }
 
     /// Closes the windows that ended by `now`, deciding the next pace.
@@ -219,6 +274,31 @@ impl RampupState {
         if now.saturating_duration_since(self.window_start) < config.window {
             return;
         }
+        self.close_window(config);
+        // Windows without any event are skipped: they change nothing.
+        let elapsed = now.saturating_duration_since(self.window_start);
+        let whole = (elapsed.as_nanos() / config.window.as_nanos()).min(u128::from(u32::MAX)) as u32;
+        self.window_start += config.window * whole;
+    }
+
+    /// Rolls every window that ended by `now`, one at a time, as a busy
+    /// worker's sends would have: the state the fleet's store kept since
+    /// its last write, caught up with the windows that ended since (each
+    /// worker rolls its own copy at its sends, and nothing is written at a
+    /// window's end). At most 1 000 windows one by one, the rest at once.
+    pub(crate) fn catch_up(&mut self, now: Instant, config: &RampupConfig) {
+        for _ in 0..1_000 {
+            if now.saturating_duration_since(self.window_start) < config.window {
+                return;
+            }
+            self.close_window(config);
+            self.window_start += config.window;
+        }
+        self.roll(now, config);
+    }
+
+    /// Judges the window that ended by its backoffs, and starts the next.
+    fn close_window(&mut self, config: &RampupConfig) {
         let below_target = self.backoffs < *config.backoff_target.start();
         let within_target = self.backoffs <= *config.backoff_target.end();
         if below_target {
@@ -233,10 +313,6 @@ impl RampupState {
         self.windows += 1;
         self.backoffs = 0;
         self.backoffs_when_safe = 0;
-        // Windows without any event are skipped: they change nothing.
-        let elapsed = now.saturating_duration_since(self.window_start);
-        let whole = (elapsed.as_nanos() / config.window.as_nanos()).min(u128::from(u32::MAX)) as u32;
-        self.window_start += config.window * whole;
     }
 
     fn retreated_from_probe(&self) -> bool {
@@ -360,6 +436,31 @@ mod tests {
             "harder when it goes on: {:?}",
             state.delay
         );
+    }
+
+    #[test]
+    fn a_state_goes_through_the_store_and_keeps_its_window_by_age() {
+        let config = RampupConfig::default();
+        let start = Instant::now();
+        let mut state = RampupState::new(Duration::from_millis(100), start);
+        state.on_backoff(start, &config);
+        state.on_backoff(start, &config);
+        let line = state.encode(start + Duration::from_secs(10));
+        // Read 5 s later (the store kept it 2 s) by a worker whose clock
+        // is its own: the window started 17 s before its now.
+        let elsewhere = start + Duration::from_secs(500);
+        let read = RampupState::decode(&line, Duration::from_secs(2), elsewhere).unwrap();
+        assert_eq!(read.window_start, elsewhere - Duration::from_secs(12));
+        assert_eq!(
+            RampupState {
+                window_start: state.window_start,
+                ..read
+            },
+            state
+        );
+        assert!(RampupState::decode("r1 1 2", Duration::ZERO, start).is_none());
+        assert!(RampupState::decode("x", Duration::ZERO, start).is_none());
+        assert!(RampupState::decode("r1 -5 -1 -1 0 0 0 0 0 0", Duration::ZERO, start).is_none());
     }
 
     #[test]

@@ -130,6 +130,9 @@ impl BackoffStatuses {
 pub(crate) enum SharedWrite {
     Backoff(Scope, Duration, Duration),
     Hold(Scope, Duration),
+    /// A backoff feedback of a rampup scope, at this instant, for the
+    /// fleet's search.
+    RampupBackoff(Scope, Instant),
 }
 
 impl Registry {
@@ -228,7 +231,7 @@ impl Registry {
 
     /// Applies `reports` (one per scope of `scopes`) under one lock.
     fn apply_now(&self, scopes: &Scopes, reports: &[ScopeReport]) {
-        let shared = self.fleet().is_some();
+        let shared = self.sharing();
         let mut writes = Vec::new();
         self.with_scheduler(|scheduler, now, wake| {
             apply_reports(scheduler, (scopes, reports), shared, (now, wake), &mut writes);
@@ -258,7 +261,7 @@ impl Registry {
         (now, wake): (Instant, &mut WakeList),
         writes: &mut Vec<SharedWrite>,
     ) {
-        let shared = self.fleet().is_some();
+        let shared = self.sharing();
         for report in collected {
             apply_reports(
                 scheduler,
@@ -267,6 +270,15 @@ impl Registry {
                 (now, wake),
                 writes,
             );
+        }
+    }
+
+    /// What reports must write to the store: whether there is one, and
+    /// whether its fleet learns together.
+    fn sharing(&self) -> Sharing {
+        Sharing {
+            fleet: self.fleet().is_some(),
+            learns: self.fleet().is_some_and(|fleet| fleet.learns),
         }
     }
 
@@ -282,6 +294,7 @@ impl Registry {
                     fleet.in_background(fleet.store.backoff(scope, delay, left));
                 }
                 SharedWrite::Hold(scope, left) => fleet.in_background(fleet.store.hold(scope, left)),
+                SharedWrite::RampupBackoff(scope, at) => self.share_rampup_backoff(scope, at),
             }
         }
     }
@@ -290,10 +303,19 @@ impl Registry {
 /// Applies one response's `reports` to its `scopes` (in the same order),
 /// under the scheduler's lock; with a store (`shared`), notes in `writes`
 /// the backoff delays and holds the fleet must learn.
+/// What a registry shares through its store.
+#[derive(Debug, Clone, Copy)]
+struct Sharing {
+    /// It has a store: backoffs and holds.
+    fleet: bool,
+    /// Its fleet learns together: rampup's backoffs.
+    learns: bool,
+}
+
 fn apply_reports(
     scheduler: &mut Scheduler,
     (scopes, reports): (&Scopes, &[ScopeReport]),
-    shared: bool,
+    shared: Sharing,
     (now, wake): (Instant, &mut WakeList),
     writes: &mut Vec<SharedWrite>,
 ) {
@@ -305,16 +327,21 @@ fn apply_reports(
                 .hears(&feedback);
             if feedback.says_something() || heard {
                 scheduler.feedback(scope, feedback, expected_cost, now, wake);
-                if let (true, true, Some((delay, left))) =
-                    (shared, feedback.is_backoff(), scheduler.backoff_left(scope, now))
-                {
+                if let (true, true, Some((delay, left))) = (
+                    shared.fleet,
+                    feedback.is_backoff(),
+                    scheduler.backoff_left(scope, now),
+                ) {
                     writes.push(SharedWrite::Backoff(scope.clone(), delay, left));
+                }
+                if shared.learns && feedback.is_backoff() && scheduler.runs_rampup(scope) {
+                    writes.push(SharedWrite::RampupBackoff(scope.clone(), now));
                 }
             }
         }
         if let Some(hold) = report.hold {
             scheduler.hold(scope, saturating_add(now, hold), now, wake);
-            if let (true, Some(left)) = (shared, scheduler.hold_left(scope, now)) {
+            if let (true, Some(left)) = (shared.fleet, scheduler.hold_left(scope, now)) {
                 writes.push(SharedWrite::Hold(scope.clone(), left));
             }
         }

@@ -726,6 +726,7 @@ mod choice;
 mod entry;
 mod eviction;
 mod index;
+mod learning;
 mod store_terms;
 mod timers;
 mod updates;

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Answer, Grant, Lease, LeaseId, QuotaTerms, Reservation, ScopeStore, SharedFacts, StoreFuture};
+use super::{
+    Answer, Grant, Learnt, Lease, LeaseId, QuotaTerms, Reservation, ScopeStore, SharedFacts, StoreFuture,
+};
 use crate::scope::Scope;
 use crate::time::saturating_add;
 
@@ -43,6 +45,8 @@ struct Facts {
     /// A worker's first request in flight, which the others wait for, and
     /// when its lease expires.
     first: Option<(LeaseId, Instant)>,
+    /// What the fleet learnt: version, state, written at, kept until.
+    learnt: Option<(u64, String, Instant, Instant)>,
 }
 
 impl Facts {
@@ -53,6 +57,9 @@ impl Facts {
         self.backoff = self.backoff.filter(|&(_, until)| until > now);
         self.spent = self.spent.filter(|&(_, until)| until > now);
         self.first = self.first.filter(|&(_, until)| until > now);
+        if self.learnt.as_ref().is_some_and(|learnt| learnt.3 <= now) {
+            self.learnt = None;
+        }
     }
 
     /// Whether another worker's first request keeps `lease` waiting.
@@ -74,6 +81,7 @@ impl Facts {
             && self.backoff.is_none()
             && self.spent.is_none()
             && self.first.is_none()
+            && self.learnt.is_none()
     }
 
     fn shared(&self, now: Instant) -> SharedFacts {
@@ -84,6 +92,7 @@ impl Facts {
                 .map_or(Duration::ZERO, |until| until.saturating_duration_since(now)),
             backoff_delay,
             backoff_remaining: backoff_until.saturating_duration_since(now),
+            learnt_version: self.learnt.as_ref().map_or(0, |learnt| learnt.0),
         }
     }
 }
@@ -196,6 +205,43 @@ fn done<T: Send + 'static>(value: T) -> StoreFuture<T> {
 }
 
 impl ScopeStore for MemoryStore {
+    fn learnt(&self, scope: Scope) -> StoreFuture<Option<Learnt>> {
+        let learnt = self.with_scopes(|scopes, now| {
+            let known = scopes.get_mut(&scope)?;
+            known.forget_expired(now);
+            let (version, state, written, _) = known.learnt.as_ref()?;
+            Some(Learnt::new(
+                *version,
+                state.clone(),
+                now.saturating_duration_since(*written),
+            ))
+        });
+        done(learnt)
+    }
+
+    fn swap_learnt(
+        &self,
+        scope: Scope,
+        version: u64,
+        state: String,
+        ttl: Duration,
+    ) -> StoreFuture<Option<u64>> {
+        let mut swapped = None;
+        self.update(&scope, |known, now| {
+            let current = known.learnt.as_ref().map_or(0, |learnt| learnt.0);
+            if current == version {
+                let next = current + 1;
+                known.learnt = Some((next, state, now, saturating_add(now, ttl)));
+                swapped = Some(next);
+            }
+        });
+        done(swapped)
+    }
+
+    fn shares_learning(&self) -> bool {
+        true
+    }
+
     fn reserve(&self, reservation: Reservation) -> StoreFuture<Grant> {
         done(self.reserve_now(&reservation))
     }
@@ -400,10 +446,46 @@ mod tests {
                 hold: Duration::from_secs(2),
                 backoff_delay: Duration::from_secs(1),
                 backoff_remaining: Duration::from_secs(60),
+                learnt_version: 0,
             }]
         );
         // The next gap is the backoff delay, not the scope's 100 ms.
         assert_eq!(reserve(&store, ask(2, &[("a", 4, 100)])), granted(3_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn learnt_state_is_swapped_only_from_the_version_read_and_expires() {
+        let store = MemoryStore::new();
+        let scope = || Scope::new("a");
+        let ttl = Duration::from_secs(10);
+        assert_eq!(store.learnt(scope()).await.unwrap(), None);
+        assert_eq!(
+            store.swap_learnt(scope(), 1, "x".into(), ttl).await.unwrap(),
+            None
+        );
+        assert_eq!(
+            store.swap_learnt(scope(), 0, "one".into(), ttl).await.unwrap(),
+            Some(1)
+        );
+        // A worker that read nothing writes too late: another wrote first.
+        assert_eq!(
+            store.swap_learnt(scope(), 0, "two".into(), ttl).await.unwrap(),
+            None
+        );
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(
+            store.learnt(scope()).await.unwrap(),
+            Some(Learnt::new(1, "one".into(), Duration::from_secs(3)))
+        );
+        // Reservations say which version the store has.
+        let grant = store.reserve_now(&ask(1, &[("a", 4, 100)]));
+        assert_eq!(grant.facts[0].learnt_version, 1);
+        assert_eq!(
+            store.swap_learnt(scope(), 1, "three".into(), ttl).await.unwrap(),
+            Some(2)
+        );
+        tokio::time::advance(ttl).await;
+        assert_eq!(store.learnt(scope()).await.unwrap(), None);
     }
 
     fn release_after(store: &MemoryStore, lease: u64, scope: &str, after_ms: u64) {

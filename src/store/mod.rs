@@ -215,6 +215,46 @@ pub trait ScopeStore: fmt::Debug + Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(())))
     }
 
+    /// What the fleet learnt of `scope`: the state of its shared rampup
+    /// search, if one was written (see the [module docs](self#what-the-fleet-learns)).
+    /// The default, for a store that does not share learning: nothing.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store cannot be reached.
+    fn learnt(&self, scope: Scope) -> StoreFuture<Option<Learnt>> {
+        drop(scope);
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// Atomically, replaces what the fleet learnt of `scope` with `state`
+    /// if its version is still `version` (0: nothing written yet), keeps it
+    /// for `ttl` from the store's now, and returns the new version (never
+    /// 0, one more than the last); `None` when another worker wrote first
+    /// (the caller reads again and retries). The default: `None`.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store cannot be reached.
+    fn swap_learnt(
+        &self,
+        scope: Scope,
+        version: u64,
+        state: String,
+        ttl: Duration,
+    ) -> StoreFuture<Option<u64>> {
+        drop((scope, state, version, ttl));
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// Whether this store shares what the fleet learns ([`learnt`](Self::learnt)
+    /// and [`swap_learnt`](Self::swap_learnt) implemented, and
+    /// [`SharedFacts::learnt_version`] filled). The default: `false`, and
+    /// each worker learns alone.
+    fn shares_learning(&self) -> bool {
+        false
+    }
+
     /// How long a lease lasts unless renewed. `None` (the default): the
     /// registry does not renew leases, which then last their TTL.
     fn lease_ttl(&self) -> Option<Duration> {
@@ -355,7 +395,34 @@ pub struct SharedFacts {
     pub backoff_delay: Duration,
     /// ... and for how much longer.
     pub backoff_remaining: Duration,
+    /// The version of what the fleet learnt of the scope (0: nothing; see
+    /// [`ScopeStore::learnt`]): a worker whose copy is older reads it.
+    pub learnt_version: u64,
 }
+
+/// What the fleet learnt of a scope, as its store keeps it (see
+/// [`ScopeStore::learnt`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Learnt {
+    /// One more at every write; never 0.
+    pub version: u64,
+    /// The state, opaque to the store: a short line of text.
+    pub state: String,
+    /// How long ago it was written, by the store's clock.
+    pub age: Duration,
+}
+
+impl Learnt {
+    /// What a store read: `state` at `version`, written `age` ago.
+    pub fn new(version: u64, state: String, age: Duration) -> Self {
+        Learnt { version, state, age }
+    }
+}
+
+/// How long a store keeps what the fleet learnt of a scope after its last
+/// write: a day, so a fleet that pauses overnight starts where it was.
+pub const LEARNT_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// What a registry does when its store cannot be reached; see the
 /// [module docs](self#when-the-store-is-unreachable).
@@ -458,16 +525,24 @@ pub(crate) struct StoreHandle {
     live: Mutex<HashMap<LeaseId, Vec<Scope>>>,
     /// Whether the renewal task runs.
     renewing: AtomicBool,
+    /// Whether the fleet learns together (the store shares learning and the
+    /// registry wants it).
+    pub(crate) learns: bool,
+    /// Scopes whose learnt state is being read, so one stale answer after
+    /// another starts one read.
+    pub(crate) reading: Mutex<std::collections::HashSet<Scope>>,
 }
 
 impl StoreHandle {
-    pub(crate) fn new(store: Arc<dyn ScopeStore>, failure: StoreFailure) -> Self {
+    pub(crate) fn new(store: Arc<dyn ScopeStore>, failure: StoreFailure, learning: bool) -> Self {
         StoreHandle {
+            learns: learning && store.shares_learning(),
             store,
             failure,
             outage: AtomicBool::new(false),
             live: Mutex::default(),
             renewing: AtomicBool::new(false),
+            reading: Mutex::default(),
         }
     }
 

@@ -12,13 +12,13 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::memory::{DEFAULT_LEASE_TTL, MIN_RETRY};
-use super::{Answer, Grant, Lease, Reservation, ScopeStore, SharedFacts, StoreError, StoreFuture};
+use super::{Answer, Grant, Learnt, Lease, Reservation, ScopeStore, SharedFacts, StoreError, StoreFuture};
 use crate::scope::Scope;
 
 /// Default prefix of every key the store writes.
 const DEFAULT_PREFIX: &str = "tower-throttle:";
 /// The keys of a scope, in the order the reserve script takes them.
-const FACTS: [&str; 6] = ["lanes", "next", "hold", "backoff", "quota", "first"];
+const FACTS: [&str; 7] = ["lanes", "next", "hold", "backoff", "quota", "first", "learnt"];
 /// Default limit on each Redis call (connecting included).
 const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -38,13 +38,13 @@ const RESERVE: &str = r#"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local lease, ttl, min_retry = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local scopes = #KEYS / 6
+local scopes = #KEYS / 7
 local send_at, busy, quota_wait, first_wait = now, false, 0, 0
 local answer = {0, 0, now}
 local backoff = {}
 for i = 0, scopes - 1 do
-  local lanes, next_key, hold_key, backoff_key, quota_key, first_key =
-    KEYS[6*i+1], KEYS[6*i+2], KEYS[6*i+3], KEYS[6*i+4], KEYS[6*i+5], KEYS[6*i+6]
+  local lanes, next_key, hold_key, backoff_key, quota_key, first_key, learnt_key =
+    KEYS[7*i+1], KEYS[7*i+2], KEYS[7*i+3], KEYS[7*i+4], KEYS[7*i+5], KEYS[7*i+6], KEYS[7*i+7]
   local base = 4 + 6*i
   redis.call('ZREMRANGEBYSCORE', lanes, '-inf', now)
   redis.call('ZREM', lanes, lease)
@@ -73,13 +73,14 @@ for i = 0, scopes - 1 do
   table.insert(answer, math.max(hold - now, 0))
   table.insert(answer, backoff[i])
   table.insert(answer, backoff_left * 1000)
+  table.insert(answer, tonumber(redis.call('HGET', learnt_key, 'v') or '0'))
 end
 if busy then
   answer[2] = math.max(send_at - now, quota_wait, first_wait, min_retry)
   return answer
 end
 for i = 0, scopes - 1 do
-  local lanes, next_key, quota_key, first_key = KEYS[6*i+1], KEYS[6*i+2], KEYS[6*i+5], KEYS[6*i+6]
+  local lanes, next_key, quota_key, first_key = KEYS[7*i+1], KEYS[7*i+2], KEYS[7*i+5], KEYS[7*i+6]
   local base = 4 + 6*i
   local next_at = send_at + math.max(tonumber(ARGV[base + 1]), backoff[i])
   redis.call('SET', next_key, string.format('%.0f', next_at), 'PX', math.ceil((next_at - now) / 1000) + 1)
@@ -137,6 +138,29 @@ return 1
 /// first-request lease, ARGV the lease TTL (µs) then each pair's lease. A
 /// lease still in the lanes gets the expiry now + TTL (never earlier than
 /// it had); one given back or expired is not added again (`XX`).
+/// What the fleet learnt of a scope: its version, state and age (µs), or
+/// nothing.
+const LEARNT: &str = r#"
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local known = redis.call('HMGET', KEYS[1], 'v', 's', 't')
+if not known[1] then return false end
+return {tonumber(known[1]), known[2], math.max(now - tonumber(known[3]), 0)}
+"#;
+
+/// Replaces what the fleet learnt of a scope if its version is still
+/// ARGV[1]: the new version, or 0 when another worker wrote first.
+const SWAP_LEARNT: &str = r#"
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local current = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+if current ~= tonumber(ARGV[1]) then return 0 end
+local next_version = current + 1
+redis.call('HSET', KEYS[1], 'v', next_version, 's', ARGV[2], 't', string.format('%.0f', now))
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3]) / 1000) + 1)
+return next_version
+"#;
+
 const RENEW: &str = r#"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -199,6 +223,8 @@ struct Scripts {
     release: Script,
     hold: Script,
     renew: Script,
+    learnt: Script,
+    swap_learnt: Script,
 }
 
 impl fmt::Debug for RedisStore {
@@ -234,6 +260,8 @@ impl RedisStore {
                 release: Script::new(RELEASE),
                 hold: Script::new(HOLD),
                 renew: Script::new(RENEW),
+                learnt: Script::new(LEARNT),
+                swap_learnt: Script::new(SWAP_LEARNT),
             }),
             clock: Arc::new(StdMutex::new(ClockOffset::new(Instant::now()))),
         })
@@ -323,7 +351,7 @@ fn from_micros(micros: i64) -> Duration {
 /// Reads the reserve script's answer.
 /// Reads the reserve script's answer: the grant, and Redis's now (µs).
 fn grant_of(answer: &[i64], scopes: usize) -> Result<(Grant, i64), StoreError> {
-    if answer.len() != 3 + 3 * scopes {
+    if answer.len() != 3 + 4 * scopes {
         return Err(StoreError::unexpected(format!(
             "redis reservation answered {} numbers for {scopes} scopes",
             answer.len()
@@ -335,11 +363,12 @@ fn grant_of(answer: &[i64], scopes: usize) -> Result<(Grant, i64), StoreError> {
         _ => Answer::Busy { retry_in: time },
     };
     let facts = answer[3..]
-        .chunks_exact(3)
+        .chunks_exact(4)
         .map(|facts| SharedFacts {
             hold: from_micros(facts[0]),
             backoff_delay: from_micros(facts[1]),
             backoff_remaining: from_micros(facts[2]),
+            learnt_version: u64::try_from(facts[3]).unwrap_or(0),
         })
         .collect();
     let grant = Grant {
@@ -493,6 +522,49 @@ impl ScopeStore for RedisStore {
         Some(self.lease_ttl)
     }
 
+    fn learnt(&self, scope: Scope) -> StoreFuture<Option<Learnt>> {
+        let key = self.key(&scope, "learnt");
+        let read = self.call("redis learnt state", move |mut connection, scripts| async move {
+            scripts
+                .learnt
+                .key(key)
+                .invoke_async::<Option<(u64, String, i64)>>(&mut connection)
+                .await
+        });
+        Box::pin(async move {
+            let read = read.await?;
+            Ok(read.map(|(version, state, age)| Learnt::new(version, state, from_micros(age))))
+        })
+    }
+
+    fn swap_learnt(
+        &self,
+        scope: Scope,
+        version: u64,
+        state: String,
+        ttl: Duration,
+    ) -> StoreFuture<Option<u64>> {
+        let key = self.key(&scope, "learnt");
+        let swapped = self.call(
+            "redis learnt state write",
+            move |mut connection, scripts| async move {
+                scripts
+                    .swap_learnt
+                    .key(key)
+                    .arg(version)
+                    .arg(state)
+                    .arg(micros(ttl))
+                    .invoke_async::<u64>(&mut connection)
+                    .await
+            },
+        );
+        Box::pin(async move { Ok(Some(swapped.await?).filter(|&version| version != 0)) })
+    }
+
+    fn shares_learning(&self) -> bool {
+        true
+    }
+
     fn hold(&self, scope: Scope, duration: Duration) -> StoreFuture<()> {
         let key = self.key(&scope, "hold");
         self.call("redis hold", move |mut connection, scripts| async move {
@@ -535,7 +607,7 @@ mod tests {
 
     #[test]
     fn answers_are_read_per_scope_in_order() {
-        let (grant, redis_now) = grant_of(&[0, 7_000, 42, 1_000, 2_000, 3_000, 0, 0, 0], 2).unwrap();
+        let (grant, redis_now) = grant_of(&[0, 7_000, 42, 1_000, 2_000, 3_000, 5, 0, 0, 0, 0], 2).unwrap();
         assert_eq!(redis_now, 42);
         assert_eq!(
             grant.answer,
@@ -544,6 +616,7 @@ mod tests {
             }
         );
         assert_eq!(grant.facts[0].backoff_delay, Duration::from_millis(2));
+        assert_eq!(grant.facts[0].learnt_version, 5);
         assert_eq!(grant.facts[1], SharedFacts::default());
     }
 

@@ -46,16 +46,18 @@ impl Scheduler {
 
     /// Applies what the store knows of ticket `id`'s scopes (in its order):
     /// a hold holds the local scope too, a backoff delay becomes the local
-    /// scope's `LimitSource::Fleet` contribution.
+    /// scope's `LimitSource::Fleet` contribution. With `learns` (the fleet
+    /// learns together), returns the scopes whose copy of the fleet's
+    /// rampup search is stale.
     pub(crate) fn apply_shared_facts(
         &mut self,
         id: TicketId,
         facts: &[SharedFacts],
-        now: Instant,
-        wake: &mut WakeList,
-    ) {
+        learns: bool,
+        (now, wake): (Instant, &mut WakeList),
+    ) -> Vec<Scope> {
         let Some(ticket) = self.tickets.get(id) else {
-            return;
+            return Vec::new();
         };
         let max_hold = self.max_hold;
         for (seat, facts) in ticket.seats.iter().zip(facts) {
@@ -68,6 +70,11 @@ impl Scheduler {
             }
         }
         self.run_dispatch(now, wake);
+        if learns {
+            self.stale_learnt(id, facts)
+        } else {
+            Vec::new()
+        }
     }
 
     /// Time left of scope `key`'s hold, if it is held.

@@ -1,0 +1,89 @@
+//! The scheduler's side of what a fleet learns together: which scopes'
+//! copies of the fleet's rampup search are stale, and adopting the fleet's
+//! state (see [`crate::store`]'s "What the fleet learns").
+
+use tokio::time::Instant;
+
+use super::{Scheduler, TicketId, WakeList};
+use crate::registry::rampup::{RampupConfig, RampupState};
+use crate::registry::scope_state::Manager;
+use crate::scope::Scope;
+use crate::store::SharedFacts;
+
+impl Scheduler {
+    /// The scopes of ticket `id` (in its order, beside `facts`) that run
+    /// rampup and whose copy of the fleet's search is older than the
+    /// store's.
+    pub(crate) fn stale_learnt(&self, id: TicketId, facts: &[SharedFacts]) -> Vec<Scope> {
+        let Some(ticket) = self.tickets.get(id) else {
+            return Vec::new();
+        };
+        ticket
+            .seats
+            .iter()
+            .zip(facts)
+            .filter(|(seat, facts)| {
+                let contributions = self.scopes[seat.scope].state.contributions();
+                contributions
+                    .rampup()
+                    .is_some_and(|rampup| rampup.fleet_version < facts.learnt_version)
+            })
+            .map(|(seat, _)| self.scopes[seat.scope].state.key.clone())
+            .collect()
+    }
+
+    /// Whether scope `key` runs the built-in rampup search.
+    pub(crate) fn runs_rampup(&self, key: &Scope) -> bool {
+        self.index
+            .get(key.as_str(), &self.scopes)
+            .is_some_and(|id| self.scopes[id].state.config.get_rampup().is_some())
+    }
+
+    /// Scope `key`'s rampup settings and a copy of its search, when it
+    /// runs rampup.
+    pub(crate) fn rampup_snapshot(&self, key: &Scope) -> Option<(RampupConfig, RampupState)> {
+        let id = self.index.get(key.as_str(), &self.scopes)?;
+        let state = &self.scopes[id].state;
+        let config = state.config.get_rampup()?.clone();
+        Some((config, state.contributions().rampup()?.clone()))
+    }
+
+    /// Takes the fleet's search `state`, at `version`, as scope `key`'s,
+    /// unless its copy is as new already; its waiters look again at `now`.
+    pub(crate) fn adopt_rampup(
+        &mut self,
+        key: &Scope,
+        mut state: RampupState,
+        version: u64,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let Some(id) = self.index.get(key.as_str(), &self.scopes) else {
+            return;
+        };
+        let scope = &mut self.scopes[id].state;
+        if scope.config.get_rampup().is_none() {
+            return;
+        }
+        let Some(Manager::Rampup(rampup)) = scope.contributions_mut().manager.as_mut() else {
+            return;
+        };
+        if rampup.fleet_version >= version {
+            return;
+        }
+        state.fleet_version = version;
+        tracing::debug!(
+            target: "tower_throttle",
+            scope = %key,
+            version,
+            old_delay_ms = rampup.delay.as_secs_f64() * 1000.0,
+            new_delay_ms = state.delay.as_secs_f64() * 1000.0,
+            "rampup: the fleet's search"
+        );
+        **rampup = state;
+        if self.scopes[id].has_waiters() {
+            self.dirty.push(id);
+        }
+        self.run_dispatch(now, wake);
+    }
+}

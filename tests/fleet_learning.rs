@@ -1,0 +1,143 @@
+//! A fleet that learns together (issue 24, part 1): four workers, each its
+//! own registry, sharing one `MemoryStore`, run rampup against a server
+//! that refuses (429) any request closer than 50 ms to the last one it
+//! served (20 requests a second). Paused virtual time.
+//!
+//! With the search shared, the fleet finds the rate as one client would;
+//! with each worker searching alone (`fleet_learning(false)`, the behaviour
+//! before), the workers' paces drift apart and the fleet is refused often.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower::{ServiceBuilder, ServiceExt};
+use tower_throttle::registry::RampupConfig;
+use tower_throttle::store::MemoryStore;
+use tower_throttle::{BackoffLayer, Registry, ScopeConfig, ThrottleLayer};
+
+const RATE: f64 = 20.0;
+const WINDOW: Duration = Duration::from_secs(60);
+const WINDOWS: u32 = 30;
+const WORKERS: usize = 4;
+
+/// What the server saw: (arrival since the start, served).
+type Arrivals = Arc<Mutex<Vec<(Duration, bool)>>>;
+
+struct Server {
+    last_served: Option<Instant>,
+}
+
+fn worker(store: &MemoryStore, learn_together: bool) -> Registry {
+    let config = ScopeConfig::default()
+        .concurrency(1)
+        .delay(Duration::from_secs(1))
+        .delay_per_slot(Duration::ZERO)
+        .jitter(0.0)
+        .rampup(RampupConfig::default().window(WINDOW));
+    Registry::builder()
+        .default_scope(config)
+        .store(store.clone())
+        .fleet_learning(learn_together)
+        .build()
+        .unwrap()
+}
+
+/// Runs the fleet for `WINDOWS` windows; the server's arrivals.
+async fn crawl(learn_together: bool) -> Vec<(Duration, bool)> {
+    let store = MemoryStore::new();
+    let arrivals = Arrivals::default();
+    let server = Arc::new(Mutex::new(Server { last_served: None }));
+    let start = Instant::now();
+    let end = start + WINDOW * WINDOWS;
+    let mut tasks = Vec::new();
+    let mut registries = Vec::new();
+    for _ in 0..WORKERS {
+        let registry = worker(&store, learn_together);
+        registries.push(registry.clone());
+        let (arrivals, server) = (arrivals.clone(), server.clone());
+        let site = tower::service_fn(move |_request: http::Request<()>| {
+            let now = Instant::now();
+            let mut server = server.lock().unwrap();
+            let served = server
+                .last_served
+                .is_none_or(|last| now - last >= Duration::from_secs_f64(1.0 / RATE));
+            if served {
+                server.last_served = Some(now);
+            }
+            arrivals.lock().unwrap().push((now - start, served));
+            let status = if served { 200 } else { 429 };
+            let response = http::Response::builder().status(status).body(()).unwrap();
+            async move { Ok::<_, Infallible>(response) }
+        });
+        let client = ServiceBuilder::new()
+            .layer(ThrottleLayer::new(registry.clone()).store_errors())
+            .layer(BackoffLayer::new(registry))
+            .service(site);
+        // Four requests at a time per worker, as long as the run lasts.
+        for _ in 0..4 {
+            let client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < end {
+                    let request = http::Request::get("http://api.test/").body(()).unwrap();
+                    client.clone().oneshot(request).await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for registry in &registries {
+        let stats = registry.scope_stats("api.test").unwrap();
+        println!(
+            "worker: rampup delay {:?}, windows {}, concurrency {}, delay {:?} by {:?}",
+            stats.rampup_delay, stats.rampup_windows, stats.concurrency, stats.delay, stats.delay_limited_by
+        );
+    }
+    let arrivals = arrivals.lock().unwrap().clone();
+    arrivals
+}
+
+/// Over the second half of the run: served per second, and the share of
+/// arrivals refused.
+fn settled(arrivals: &[(Duration, bool)]) -> (f64, f64) {
+    let half = WINDOW * WINDOWS / 2;
+    let late: Vec<bool> = arrivals
+        .iter()
+        .filter(|(at, _)| *at >= half && *at < WINDOW * WINDOWS)
+        .map(|(_, served)| *served)
+        .collect();
+    let served = late.iter().filter(|served| **served).count();
+    let refused = late.len() - served;
+    (
+        served as f64 / half.as_secs_f64(),
+        refused as f64 / late.len().max(1) as f64,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn four_workers_learning_together_find_the_rate_as_one_client_would() {
+    let (rate, refused) = settled(&crawl(true).await);
+    println!(
+        "learning together: {rate:.2} served per second, {:.2} % refused",
+        refused * 100.0
+    );
+    assert!(rate >= 0.9 * RATE, "{rate:.2} per second");
+    assert!(refused <= 0.02, "{:.2} % refused", refused * 100.0);
+}
+
+/// The counter-test: the same fleet with each worker searching alone (the
+/// behaviour before, `fleet_learning(false)`): a reservation spaces the
+/// fleet's sends by the reserving worker's own pace, the paces drift
+/// apart, and the fleet gets a fraction of the rate.
+#[tokio::test(start_paused = true)]
+async fn four_workers_learning_alone_get_a_fraction_of_the_rate() {
+    let (rate, refused) = settled(&crawl(false).await);
+    println!(
+        "learning alone: {rate:.2} served per second, {:.2} % refused",
+        refused * 100.0
+    );
+    assert!(rate < 0.5 * RATE, "{rate:.2} per second");
+}
