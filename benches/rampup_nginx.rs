@@ -65,11 +65,17 @@ fn start_nginx(rate: u64, port: u16) -> Option<Nginx> {
     std::fs::create_dir_all(dir.join("www")).ok()?;
     std::fs::write(dir.join("www/index.html"), "ok\n").ok()?;
     // One process, no master: killing the child stops nginx entirely (a
-    // killed master would leave its workers running).
+    // killed master would leave its workers running). With
+    // `RAMPUP_ACCESS_LOG=PATH`, nginx logs each request's arrival (`$msec`,
+    // its clock at the request's read) and status there.
+    let access_log = match std::env::var("RAMPUP_ACCESS_LOG") {
+        Ok(path) => format!("log_format arrivals '$msec $status';\n  access_log {path} arrivals;"),
+        Err(_) => "access_log off;".to_owned(),
+    };
     let config = format!(
         "master_process off;\ndaemon off;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
          events {{ worker_connections 1024; }}\n\
-         http {{\n  access_log off;\n  client_body_temp_path {dir};\n  proxy_temp_path {dir};\n  fastcgi_temp_path {dir};\n  uwsgi_temp_path {dir};\n  scgi_temp_path {dir};\n\
+         http {{\n  {access_log}\n  client_body_temp_path {dir};\n  proxy_temp_path {dir};\n  fastcgi_temp_path {dir};\n  uwsgi_temp_path {dir};\n  scgi_temp_path {dir};\n\
          limit_req_zone $server_name zone=api:1m rate={rate}r/s;\n\
          server {{\n    listen 127.0.0.1:{port};\n    server_name api.test;\n    root {dir}/www;\n\
          location / {{ limit_req zone=api; limit_req_status 429; try_files /index.html =404; }}\n  }}\n}}\n",

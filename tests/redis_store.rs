@@ -876,6 +876,8 @@ async fn a_rampup_backoff_seen_by_one_worker_moves_the_fleets_search() {
             .unwrap()
             .map(|l| l.version)
     };
+    let began = Instant::now();
+    let asked_twice = || began.elapsed() < Duration::from_secs(5);
     // Two backoffs at a pace believed safe: the search slows down 5 %.
     for expected in 1..=2 {
         told.feedback(&scope, Feedback::backoff());
@@ -888,7 +890,15 @@ async fn a_rampup_backoff_seen_by_one_worker_moves_the_fleets_search() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-    let slowed = told.scope_stats("api.test").unwrap().rampup_delay.unwrap();
+    // The worker takes the fleet's search once its write is done.
+    let slowed = loop {
+        let delay = told.scope_stats("api.test").unwrap().rampup_delay.unwrap();
+        if delay != Duration::from_millis(200) {
+            break delay;
+        }
+        assert!(asked_twice(), "the worker never took its own write");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     assert!(
         slowed.abs_diff(Duration::from_millis(210)) < Duration::from_micros(10),
         "{slowed:?}"

@@ -384,6 +384,9 @@ impl RegistryBuilder {
             .with_ip_scopes(self.ip_scopes)
             .with_eviction(self.idle_ttl, self.max_scopes)
             .with_max_hold(self.max_hold)
+            .with_fleet_learning(
+                self.fleet_learning && self.store.as_ref().is_some_and(|store| store.shares_learning()),
+            )
             .with_delayed_warn_threshold(self.delayed_warn_threshold)
             .with_metrics(metrics::Metrics {
                 per_scope: self.metrics_per_scope,

@@ -39,17 +39,22 @@ impl Registry {
     }
 
     /// Writes, in the background, a backoff feedback of rampup scope
-    /// `scope` at `at` into the fleet's search: reads it, applies the
+    /// `scope` at `at` (for a request sent at `sent`) into the fleet's search: reads it, applies the
     /// backoff, and writes it back if no other worker wrote meanwhile
     /// (else again, from what that worker wrote); then adopts the result.
-    pub(crate) fn share_rampup_backoff(&self, scope: Scope, at: Instant) {
+    pub(crate) fn share_rampup_backoff(&self, scope: Scope, at: Instant, sent: Option<Instant>) {
         let (Some(fleet), Ok(runtime)) = (self.fleet(), tokio::runtime::Handle::try_current()) else {
             return;
         };
         let (registry, fleet) = (self.clone(), fleet.clone());
         runtime.spawn(async move {
-            if let Err(error) = registry.write_backoff(&fleet, &scope, at).await {
+            if let Err(error) = registry.write_backoff(&fleet, &scope, (at, sent)).await {
                 fleet.note_failure(&error);
+                // The fleet's search did not get it: this worker's copy
+                // does, as if it searched alone.
+                registry.with_scheduler(|scheduler, now, wake| {
+                    scheduler.rampup_backoff_locally(&scope, (at, sent), now, wake);
+                });
             }
         });
     }
@@ -74,7 +79,12 @@ impl Registry {
         Ok(())
     }
 
-    async fn write_backoff(&self, fleet: &StoreHandle, scope: &Scope, at: Instant) -> Result<(), StoreError> {
+    async fn write_backoff(
+        &self,
+        fleet: &StoreHandle,
+        scope: &Scope,
+        (at, sent): (Instant, Option<Instant>),
+    ) -> Result<(), StoreError> {
         for _ in 0..MAX_SWAPS {
             let learnt = fleet.store.learnt(scope.clone()).await?;
             let now = Instant::now();
@@ -92,16 +102,22 @@ impl Registry {
             let (version, state) = match decoded {
                 Some((version, Some(mut fleet_state))) => {
                     fleet_state.catch_up(at.min(now), &config);
-                    fleet_state.on_backoff(at, &config);
+                    fleet_state.on_backoff_sent(at, sent, &config);
                     (version, fleet_state)
                 }
                 Some((version, None)) => {
                     unreadable(scope, learnt.as_ref().map_or("", |learnt| learnt.state.as_str()));
+                    let mut local = local;
+                    local.on_backoff_sent(at, sent, &config);
                     (version, local)
                 }
-                // The first word of the fleet: this worker's search, which
-                // has the backoff already.
-                None => (0, local),
+                // The first word of the fleet: this worker's search, with
+                // the backoff.
+                None => {
+                    let mut local = local;
+                    local.on_backoff_sent(at, sent, &config);
+                    (0, local)
+                }
             };
             if let Some(written) = fleet
                 .store
@@ -119,6 +135,9 @@ impl Registry {
             tries = MAX_SWAPS,
             "rampup: other workers kept writing the fleet's search first; this backoff stays local"
         );
+        self.with_scheduler(|scheduler, now, wake| {
+            scheduler.rampup_backoff_locally(scope, (at, sent), now, wake);
+        });
         Ok(())
     }
 

@@ -197,6 +197,10 @@ pub(crate) struct RampupState {
     /// Slow-downs at a pace believed safe since a window last ended within
     /// the target.
     slowdowns: u32,
+    /// When the pace last slowed down (a retreat from a probe, or a
+    /// slow-down): a backoff for a request sent before then was answered
+    /// by that change already.
+    slowed_at: Option<Instant>,
     /// The version of the fleet's shared search this state is (0: none;
     /// see [`crate::store`]'s learnt state).
     pub(crate) fleet_version: u64,
@@ -214,6 +218,7 @@ impl RampupState {
             probing: false,
             windows: 0,
             slowdowns: 0,
+            slowed_at: None,
             fleet_version: 0,
         }
     }
@@ -223,8 +228,9 @@ impl RampupState {
     /// do not).
     pub(crate) fn encode(&self, now: Instant) -> String {
         let nanos = |delay: Option<Duration>| delay.map_or(-1i128, |delay| delay.as_nanos() as i128);
+        let slowed_age = self.slowed_at.map(|at| now.saturating_duration_since(at));
         format!(
-            "r1 {} {} {} {} {} {} {} {} {}",
+            "r1 {} {} {} {} {} {} {} {} {} {}",
             self.delay.as_nanos(),
             nanos(self.safe),
             nanos(self.unsafe_),
@@ -234,6 +240,7 @@ impl RampupState {
             u8::from(self.probing),
             self.windows,
             self.slowdowns,
+            nanos(slowed_age),
         )
     }
 
@@ -264,6 +271,13 @@ impl RampupState {
             probing: next()? != 0,
             windows: u64::try_from(next()?).ok()?,
             slowdowns: u32::try_from(next()?).ok()?,
+            slowed_at: match next()? {
+                nanos if nanos < 0 => None,
+                nanos => Some(
+                    now.checked_sub(duration(nanos)?.saturating_add(age))
+                        .unwrap_or(now),
+                ),
+            },
             fleet_version: 0,
         };
         Some(state)
@@ -337,13 +351,30 @@ impl RampupState {
     }
 
     /// A backoff feedback at `now`.
+    #[cfg(test)]
     pub(crate) fn on_backoff(&mut self, now: Instant, config: &RampupConfig) {
+        self.on_backoff_sent(now, None, config);
+    }
+
+    /// A backoff feedback at `now` for a request sent at `sent` (when
+    /// known). A request sent before the pace last slowed down was sent at
+    /// a pace given up already: its backoff changes nothing (with several
+    /// requests in flight, a failed probe is refused more than once, and
+    /// the later refusals must not count against the safe pace it went
+    /// back to).
+    pub(crate) fn on_backoff_sent(&mut self, now: Instant, sent: Option<Instant>, config: &RampupConfig) {
         self.roll(now, config);
+        if let (Some(sent), Some(slowed)) = (sent, self.slowed_at) {
+            if sent < slowed {
+                return;
+            }
+        }
         self.backoffs += 1;
         if self.probing {
             self.unsafe_ = Some(self.delay);
             self.delay = self.safe.unwrap_or(self.delay);
             self.probing = false;
+            self.slowed_at = Some(now);
             return;
         }
         self.backoffs_when_safe += 1;
@@ -361,6 +392,7 @@ impl RampupState {
             self.delay = Duration::try_from_secs_f64(slower)
                 .unwrap_or(config.max_delay)
                 .min(config.max_delay);
+            self.slowed_at = Some(now);
             self.backoffs = 0;
             self.backoffs_when_safe = 0;
             self.window_start = now;
@@ -439,6 +471,30 @@ mod tests {
     }
 
     #[test]
+    fn refusals_of_requests_sent_at_a_pace_given_up_change_nothing() {
+        let config = RampupConfig::default();
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        let mut state = RampupState::new(ms(100), start);
+        state.roll(start + config.window, &config);
+        // No backoff in the first window: a probe at twice the rate.
+        assert_eq!(state.delay, ms(50));
+        let t = start + config.window + ms(500);
+        state.on_backoff_sent(t, Some(t - ms(10)), &config);
+        assert_eq!(state.delay, ms(100), "back to the safe pace");
+        // Two more refusals of requests sent during the probe: already
+        // answered by going back, so no slow-down of the safe pace.
+        state.on_backoff_sent(t + ms(5), Some(t - ms(5)), &config);
+        state.on_backoff_sent(t + ms(9), Some(t - ms(1)), &config);
+        assert_eq!(state.delay, ms(100));
+        // Sent after going back, they count: the second slows it down.
+        state.on_backoff_sent(t + ms(200), Some(t + ms(100)), &config);
+        assert_eq!(state.delay, ms(100));
+        state.on_backoff_sent(t + ms(300), Some(t + ms(200)), &config);
+        assert!(state.delay > ms(100), "{:?}", state.delay);
+    }
+
+    #[test]
     fn a_state_goes_through_the_store_and_keeps_its_window_by_age() {
         let config = RampupConfig::default();
         let start = Instant::now();
@@ -451,9 +507,12 @@ mod tests {
         let elsewhere = start + Duration::from_secs(500);
         let read = RampupState::decode(&line, Duration::from_secs(2), elsewhere).unwrap();
         assert_eq!(read.window_start, elsewhere - Duration::from_secs(12));
+        // The slow-down happened at the window's start too.
+        assert_eq!(read.slowed_at, Some(elsewhere - Duration::from_secs(12)));
         assert_eq!(
             RampupState {
                 window_start: state.window_start,
+                slowed_at: state.slowed_at,
                 ..read
             },
             state

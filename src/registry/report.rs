@@ -130,9 +130,9 @@ impl BackoffStatuses {
 pub(crate) enum SharedWrite {
     Backoff(Scope, Duration, Duration),
     Hold(Scope, Duration),
-    /// A backoff feedback of a rampup scope, at this instant, for the
-    /// fleet's search.
-    RampupBackoff(Scope, Instant),
+    /// A backoff feedback of a rampup scope, at this instant, for a
+    /// request sent then (when known), for the fleet's search.
+    RampupBackoff(Scope, Instant, Option<Instant>),
 }
 
 impl Registry {
@@ -294,7 +294,7 @@ impl Registry {
                     fleet.in_background(fleet.store.backoff(scope, delay, left));
                 }
                 SharedWrite::Hold(scope, left) => fleet.in_background(fleet.store.hold(scope, left)),
-                SharedWrite::RampupBackoff(scope, at) => self.share_rampup_backoff(scope, at),
+                SharedWrite::RampupBackoff(scope, at, sent) => self.share_rampup_backoff(scope, at, sent),
             }
         }
     }
@@ -335,7 +335,8 @@ fn apply_reports(
                     writes.push(SharedWrite::Backoff(scope.clone(), delay, left));
                 }
                 if shared.learns && feedback.is_backoff() && scheduler.runs_rampup(scope) {
-                    writes.push(SharedWrite::RampupBackoff(scope.clone(), now));
+                    let sent = feedback.latency().and_then(|latency| now.checked_sub(latency));
+                    writes.push(SharedWrite::RampupBackoff(scope.clone(), now, sent));
                 }
             }
         }

@@ -72,6 +72,9 @@ pub(crate) struct Scheduler {
     eviction: Eviction,
     /// The longest a hold may last (`RegistryBuilder::max_hold`).
     max_hold: Duration,
+    /// Whether rampup's backoffs go to the fleet's search (which the scope
+    /// adopts once written) rather than to the local copy.
+    fleet_learns: bool,
     /// Why each request admitted after waiting waited, until its future
     /// takes it (or it ends): beside the tickets, not in them, so a waiting
     /// request stays within its memory budget.
@@ -110,6 +113,7 @@ impl Scheduler {
             passed: Vec::new(),
             eviction: Eviction::new(DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES),
             max_hold: DEFAULT_MAX_HOLD,
+            fleet_learns: false,
             waited: HashMap::new(),
             waiting: 0,
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
@@ -169,6 +173,13 @@ impl Scheduler {
 
     pub(crate) fn with_eviction(mut self, idle_ttl: Duration, max_scopes: usize) -> Self {
         self.eviction = Eviction::new(idle_ttl, max_scopes);
+        self
+    }
+
+    /// Sends rampup's backoffs to the fleet's search (see
+    /// [`crate::store`]'s "What the fleet learns").
+    pub(crate) fn with_fleet_learning(mut self, learns: bool) -> Self {
+        self.fleet_learns = learns;
         self
     }
 

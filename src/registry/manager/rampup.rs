@@ -91,7 +91,8 @@ impl ScopeManager for Rampup {
             .state
             .get_or_insert_with(|| RampupState::new(feedback.base().delay(), now));
         if feedback.is_backoff() {
-            state.on_backoff(now, &self.config);
+            let sent = feedback.latency().and_then(|latency| now.checked_sub(latency));
+            state.on_backoff_sent(now, sent, &self.config);
         }
     }
 

@@ -48,6 +48,31 @@ impl Scheduler {
         Some((config, state.contributions().rampup()?.clone()))
     }
 
+    /// Applies a rampup backoff of scope `key` (at `at`, for a request sent
+    /// at `sent`) to the local copy of the search: when it could not be
+    /// written to the fleet's (the store is unreachable, or other workers
+    /// kept writing first).
+    pub(crate) fn rampup_backoff_locally(
+        &mut self,
+        key: &Scope,
+        (at, sent): (Instant, Option<Instant>),
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let Some(id) = self.index.get(key.as_str(), &self.scopes) else {
+            return;
+        };
+        let scope = &mut self.scopes[id].state;
+        let Some(config) = scope.config.get_rampup().cloned() else {
+            return;
+        };
+        if let Some(Manager::Rampup(rampup)) = scope.contributions_mut().manager.as_mut() {
+            rampup.on_backoff_sent(at, sent, &config);
+            self.dirty.push(id);
+            self.run_dispatch(now, wake);
+        }
+    }
+
     /// Takes the fleet's search `state`, at `version`, as scope `key`'s,
     /// unless its copy is as new already; its waiters look again at `now`.
     pub(crate) fn adopt_rampup(

@@ -55,10 +55,12 @@ impl Scheduler {
         if feedback.is_backoff() {
             self.metrics.backoff(key);
         }
-        if self.scopes[id]
-            .state
-            .apply_feedback(feedback, expected_cost, now, self.max_concurrency)
-        {
+        if self.scopes[id].state.apply_feedback(
+            feedback,
+            expected_cost,
+            now,
+            (self.max_concurrency, self.fleet_learns),
+        ) {
             self.dirty.push(id);
             self.run_dispatch(now, wake);
         }

@@ -39,12 +39,14 @@ impl ScopeState {
 
     /// Applies feedback about one response (or error). Returns whether the
     /// scope's limits changed (backoff feedback: a backoff or rampup step).
+    /// `fleet_learns`: rampup's backoffs go to the fleet's search instead,
+    /// and the scope adopts the search once they are written.
     pub(crate) fn apply_feedback(
         &mut self,
         feedback: Feedback,
         expected_cost: f64,
         now: Instant,
-        max_concurrency: u32,
+        (max_concurrency, fleet_learns): (u32, bool),
     ) -> bool {
         let mut quota_changed = false;
         if let Some(cost) = feedback.actual_cost() {
@@ -64,7 +66,10 @@ impl ScopeState {
         }
         match kind {
             ManagerKind::Backoff => self.step_backoff(now, max_concurrency),
-            ManagerKind::Rampup(rampup) => self.tell_rampup(rampup, now),
+            ManagerKind::Rampup(rampup) => {
+                let sent = feedback.latency().and_then(|latency| now.checked_sub(latency));
+                self.tell_rampup(rampup, now, sent.filter(|_| !fleet_learns), fleet_learns);
+            }
             ManagerKind::Custom(factory) => self.tell_custom_manager(factory, feedback, now, max_concurrency),
         }
         true
@@ -92,8 +97,16 @@ impl ScopeState {
         self.contributions_mut().set_backoff(Some(stepped));
     }
 
-    /// Rampup's slow-down on backoff feedback.
-    fn tell_rampup(&mut self, config: &RampupConfig, now: Instant) {
+    /// Rampup's slow-down on backoff feedback, for a request sent at `sent`
+    /// when known; with `fleet_learns`, only makes sure the search exists
+    /// (the fleet's search takes the backoff: see `registry::learning`).
+    pub(crate) fn tell_rampup(
+        &mut self,
+        config: &RampupConfig,
+        now: Instant,
+        sent: Option<Instant>,
+        fleet_learns: bool,
+    ) {
         let delay = self.config.delay;
         let contributions = self.contributed.get_or_insert_with(Box::default);
         if !matches!(contributions.manager, Some(Manager::Rampup(_))) {
@@ -102,8 +115,11 @@ impl ScopeState {
         let Some(Manager::Rampup(rampup)) = contributions.manager.as_mut() else {
             return;
         };
+        if fleet_learns {
+            return;
+        }
         let before = rampup.delay;
-        rampup.on_backoff(now, config);
+        rampup.on_backoff_sent(now, sent, config);
         tracing::debug!(
             target: "tower_throttle",
             scope = %self.key,
