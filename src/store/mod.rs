@@ -90,12 +90,13 @@
 //! - its state is a short versioned line of text per scope
 //!   ([`ScopeStore::learnt`]), kept a day ([`LEARNT_TTL`]) after its last
 //!   write;
-//! - a worker's backoff feedback is written into it, in the background:
-//!   read, caught up with the windows that ended since the last write,
-//!   the backoff applied, written back only if no other worker wrote
-//!   meanwhile ([`ScopeStore::swap_learnt`], a compare-and-swap on the
+//! - a worker's backoff feedback goes to it, not to the worker's copy, in
+//!   the background: read, caught up with the windows that ended since the
+//!   last write, the backoff applied, written back only if no other worker
+//!   wrote meanwhile ([`ScopeStore::swap_learnt`], a compare-and-swap on the
 //!   version; otherwise again, from what that worker wrote); then the
-//!   worker takes the result as its own;
+//!   worker takes the result as its own (if the store cannot be reached,
+//!   its copy takes the backoff, as if it searched alone);
 //! - every reservation answer says which version the store has
 //!   ([`SharedFacts::learnt_version`]); a worker whose copy is older reads
 //!   it (once per scope at a time) and takes it;
@@ -103,7 +104,9 @@
 //!   same instants, the same way.
 //!
 //! The same four workers then got 19.99 requests a second with 0.08 %
-//! refused, as one worker does. The decision logic stays in Rust: the store
+//! refused, as one worker does; against nginx `limit_req` at 20 r/s, four
+//! workers got 80.9–96.4 % of the rate over three runs, at most 0.86 %
+//! refused (`benches/rampup_nginx.rs`). The decision logic stays in Rust: the store
 //! only compares versions. [`RegistryBuilder::fleet_learning(false)`](crate::registry::RegistryBuilder::fleet_learning)
 //! keeps each worker's search its own. A custom
 //! [`ScopeManager`](crate::registry::manager::ScopeManager)'s state stays in
