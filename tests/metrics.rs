@@ -26,6 +26,27 @@ fn free() -> ScopeConfig {
 /// Runs a small crawl under a local debugging recorder and returns every
 /// metric as (name, labels, value).
 fn crawl_and_snapshot(per_scope: bool) -> Vec<Metric> {
+    recorded(async move {
+        let registry = Registry::builder()
+            .default_scope(free())
+            .max_scopes(2)
+            .metrics_per_scope(per_scope)
+            .build()
+            .unwrap();
+        let recorder = Recorder::new();
+        let mut service = ThrottleLayer::new(registry.clone()).layer(recorder.service(Duration::ZERO));
+        for host in ["a", "b", "c", "a"] {
+            let request = get(&format!("https://{host}.example/"));
+            service.ready().await.unwrap().call(request).await.unwrap();
+        }
+        registry.feedback(&Scopes::from("a.example"), Feedback::backoff());
+        registry.hold("a.example", Duration::from_secs(5));
+    })
+}
+
+/// Runs `run` on a paused current-thread runtime under a local debugging
+/// recorder, and returns every metric as (name, labels, value).
+fn recorded(run: impl std::future::Future<Output = ()>) -> Vec<Metric> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
@@ -34,22 +55,7 @@ fn crawl_and_snapshot(per_scope: bool) -> Vec<Metric> {
             .start_paused(true)
             .build()
             .unwrap();
-        runtime.block_on(async {
-            let registry = Registry::builder()
-                .default_scope(free())
-                .max_scopes(2)
-                .metrics_per_scope(per_scope)
-                .build()
-                .unwrap();
-            let recorder = Recorder::new();
-            let mut service = ThrottleLayer::new(registry.clone()).layer(recorder.service(Duration::ZERO));
-            for host in ["a", "b", "c", "a"] {
-                let request = get(&format!("https://{host}.example/"));
-                service.ready().await.unwrap().call(request).await.unwrap();
-            }
-            registry.feedback(&Scopes::from("a.example"), Feedback::backoff());
-            registry.hold("a.example", Duration::from_secs(5));
-        });
+        runtime.block_on(run);
     });
     snapshotter
         .snapshot()
@@ -123,40 +129,23 @@ type Labels = Vec<(String, String)>;
 /// `tower_throttle_wait_seconds`, labelled by cause and source only.
 #[test]
 fn waits_are_recorded_by_cause_and_source() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
+    let metrics = recorded(async {
+        // One lane, one request a second: three requests, the second
+        // waits 1 s and the third 2 s, all of it the config's delay.
+        let registry = Registry::builder()
+            .default_scope(free().concurrency(1).delay(Duration::from_secs(1)))
             .build()
             .unwrap();
-        runtime.block_on(async {
-            // One lane, one request a second: three requests, the second
-            // waits 1 s and the third 2 s, all of it the config's delay.
-            let registry = Registry::builder()
-                .default_scope(free().concurrency(1).delay(Duration::from_secs(1)))
-                .build()
-                .unwrap();
-            let service = ThrottleLayer::new(registry).layer(Recorder::new().service(Duration::ZERO));
-            let requests =
-                (0..3).map(|page| service.clone().oneshot(get(&format!("https://a.example/{page}"))));
-            for response in futures::future::join_all(requests).await {
-                response.unwrap();
-            }
-        });
+        let service = ThrottleLayer::new(registry).layer(Recorder::new().service(Duration::ZERO));
+        let requests = (0..3).map(|page| service.clone().oneshot(get(&format!("https://a.example/{page}"))));
+        for response in futures::future::join_all(requests).await {
+            response.unwrap();
+        }
     });
-    let waits: Vec<(Labels, Vec<f64>)> = snapshotter
-        .snapshot()
-        .into_vec()
+    let waits: Vec<(Labels, Vec<f64>)> = metrics
         .into_iter()
-        .filter(|(key, _, _, _)| key.key().name() == "tower_throttle_wait_seconds")
-        .map(|(key, _, _, value)| {
-            let labels = key
-                .key()
-                .labels()
-                .map(|label| (label.key().to_owned(), label.value().to_owned()))
-                .collect();
+        .filter(|(name, _, _)| name == "tower_throttle_wait_seconds")
+        .map(|(_, labels, value)| {
             let DebugValue::Histogram(values) = value else {
                 panic!("not a histogram: {value:?}")
             };
