@@ -141,3 +141,81 @@ async fn four_workers_learning_alone_get_a_fraction_of_the_rate() {
     );
     assert!(rate < 0.5 * RATE, "{rate:.2} per second");
 }
+
+/// A store that shares learning but cannot read or write it (as when Redis
+/// is unreachable for those calls): everything else goes to a `MemoryStore`.
+#[derive(Debug)]
+struct LearningFails(MemoryStore);
+
+impl tower_throttle::store::ScopeStore for LearningFails {
+    fn reserve(
+        &self,
+        reservation: tower_throttle::store::Reservation,
+    ) -> tower_throttle::store::StoreFuture<tower_throttle::store::Grant> {
+        self.0.reserve(reservation)
+    }
+
+    fn release(&self, lease: tower_throttle::store::Lease) -> tower_throttle::store::StoreFuture<()> {
+        self.0.release(lease)
+    }
+
+    fn hold(
+        &self,
+        scope: tower_throttle::Scope,
+        duration: Duration,
+    ) -> tower_throttle::store::StoreFuture<()> {
+        self.0.hold(scope, duration)
+    }
+
+    fn backoff(
+        &self,
+        scope: tower_throttle::Scope,
+        delay: Duration,
+        ttl: Duration,
+    ) -> tower_throttle::store::StoreFuture<()> {
+        self.0.backoff(scope, delay, ttl)
+    }
+
+    fn learnt(
+        &self,
+        _scope: tower_throttle::Scope,
+    ) -> tower_throttle::store::StoreFuture<Option<tower_throttle::store::Learnt>> {
+        Box::pin(async {
+            Err(tower_throttle::store::StoreError::unexpected(
+                "learnt: unreachable",
+            ))
+        })
+    }
+
+    fn shares_learning(&self) -> bool {
+        true
+    }
+}
+
+/// When the fleet's search cannot be reached, a worker's own copy takes its
+/// backoffs, as if it searched alone: rampup still slows down.
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_cannot_reach_the_fleets_search_learns_alone() {
+    use tower_throttle::registry::Feedback;
+    use tower_throttle::Scopes;
+    let config = ScopeConfig::default()
+        .delay(Duration::from_millis(200))
+        .jitter(0.0)
+        .rampup(RampupConfig::default());
+    let registry = Registry::builder()
+        .default_scope(config)
+        .store(LearningFails(MemoryStore::new()))
+        .build()
+        .unwrap();
+    let scope = Scopes::from("api.test");
+    // Two backoffs at a pace believed safe: 5 % slower.
+    registry.feedback(&scope, Feedback::backoff());
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    registry.feedback(&scope, Feedback::backoff());
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let delay = registry.scope_stats("api.test").unwrap().rampup_delay.unwrap();
+    assert!(
+        delay.abs_diff(Duration::from_millis(210)) < Duration::from_micros(10),
+        "{delay:?}"
+    );
+}
