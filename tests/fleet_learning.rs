@@ -7,6 +7,8 @@
 //! with each worker searching alone (`fleet_learning(false)`, the behaviour
 //! before), the workers' paces drift apart and the fleet is refused often.
 
+mod support;
+
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -147,35 +149,7 @@ async fn four_workers_learning_alone_get_a_fraction_of_the_rate() {
 #[derive(Debug)]
 struct LearningFails(MemoryStore);
 
-impl tower_throttle::store::ScopeStore for LearningFails {
-    fn reserve(
-        &self,
-        reservation: tower_throttle::store::Reservation,
-    ) -> tower_throttle::store::StoreFuture<tower_throttle::store::Grant> {
-        self.0.reserve(reservation)
-    }
-
-    fn release(&self, lease: tower_throttle::store::Lease) -> tower_throttle::store::StoreFuture<()> {
-        self.0.release(lease)
-    }
-
-    fn hold(
-        &self,
-        scope: tower_throttle::Scope,
-        duration: Duration,
-    ) -> tower_throttle::store::StoreFuture<()> {
-        self.0.hold(scope, duration)
-    }
-
-    fn backoff(
-        &self,
-        scope: tower_throttle::Scope,
-        delay: Duration,
-        ttl: Duration,
-    ) -> tower_throttle::store::StoreFuture<()> {
-        self.0.backoff(scope, delay, ttl)
-    }
-
+crate::memory_store_but!(LearningFails {
     fn learnt(
         &self,
         _scope: tower_throttle::Scope,
@@ -190,7 +164,7 @@ impl tower_throttle::store::ScopeStore for LearningFails {
     fn shares_learning(&self) -> bool {
         true
     }
-}
+});
 
 /// When the fleet's search cannot be reached, a worker's own copy takes its
 /// backoffs, as if it searched alone: rampup still slows down.

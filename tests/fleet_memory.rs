@@ -250,35 +250,7 @@ async fn a_long_hold_survives_a_worker_restart() {
 #[derive(Debug, Clone)]
 struct NoRenewal(MemoryStore);
 
-impl tower_throttle::store::ScopeStore for NoRenewal {
-    fn reserve(
-        &self,
-        reservation: tower_throttle::store::Reservation,
-    ) -> tower_throttle::store::StoreFuture<tower_throttle::store::Grant> {
-        self.0.reserve(reservation)
-    }
-
-    fn release(&self, lease: tower_throttle::store::Lease) -> tower_throttle::store::StoreFuture<()> {
-        self.0.release(lease)
-    }
-
-    fn hold(
-        &self,
-        scope: tower_throttle::Scope,
-        duration: Duration,
-    ) -> tower_throttle::store::StoreFuture<()> {
-        self.0.hold(scope, duration)
-    }
-
-    fn backoff(
-        &self,
-        scope: tower_throttle::Scope,
-        delay: Duration,
-        ttl: Duration,
-    ) -> tower_throttle::store::StoreFuture<()> {
-        self.0.backoff(scope, delay, ttl)
-    }
-}
+crate::memory_store_but!(NoRenewal {});
 
 /// A worker of one lane and no delay on `store`.
 fn one_lane_worker(store: &(impl tower_throttle::store::ScopeStore + Clone)) -> Registry {

@@ -380,13 +380,15 @@ impl RegistryBuilder {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
         };
+        // Whether rampup's searches are the fleet's: asked for, and a store
+        // that shares them.
+        let fleet_learns =
+            self.fleet_learning && self.store.as_ref().is_some_and(|store| store.shares_learning());
         let scheduler = Scheduler::new(self.default_scope, self.scopes, self.max_concurrency, rng)
             .with_ip_scopes(self.ip_scopes)
             .with_eviction(self.idle_ttl, self.max_scopes)
             .with_max_hold(self.max_hold)
-            .with_fleet_learning(
-                self.fleet_learning && self.store.as_ref().is_some_and(|store| store.shares_learning()),
-            )
+            .with_fleet_learning(fleet_learns)
             .with_delayed_warn_threshold(self.delayed_warn_threshold)
             .with_metrics(metrics::Metrics {
                 per_scope: self.metrics_per_scope,
@@ -406,7 +408,7 @@ impl RegistryBuilder {
                 queue_places: places::QueuePlaces::new(self.max_queued),
                 fleet: self
                     .store
-                    .map(|store| Arc::new(StoreHandle::new(store, self.store_failure, self.fleet_learning))),
+                    .map(|store| Arc::new(StoreHandle::new(store, self.store_failure, fleet_learns))),
             }),
         })
     }

@@ -573,9 +573,11 @@ pub(crate) struct StoreHandle {
 }
 
 impl StoreHandle {
-    pub(crate) fn new(store: Arc<dyn ScopeStore>, failure: StoreFailure, learning: bool) -> Self {
+    /// `learns`: whether the fleet learns together (asked for, and a store
+    /// that shares learning).
+    pub(crate) fn new(store: Arc<dyn ScopeStore>, failure: StoreFailure, learns: bool) -> Self {
         StoreHandle {
-            learns: learning && store.shares_learning(),
+            learns,
             store,
             failure,
             outage: AtomicBool::new(false),

@@ -449,3 +449,43 @@ pub fn one_lane_every(delay: Duration) -> tower_throttle::ScopeConfig {
         .delay_per_slot(Duration::ZERO)
         .jitter(0.0)
 }
+
+/// Implements `ScopeStore` for `$name`, a newtype around a `MemoryStore`,
+/// by handing the four required methods to it; the items given replace
+/// the trait's provided methods (the behaviour a test changes).
+#[macro_export]
+macro_rules! memory_store_but {
+    ($name:ident { $($changed:item)* }) => {
+        impl tower_throttle::store::ScopeStore for $name {
+            fn reserve(
+                &self,
+                reservation: tower_throttle::store::Reservation,
+            ) -> tower_throttle::store::StoreFuture<tower_throttle::store::Grant> {
+                self.0.reserve(reservation)
+            }
+
+            fn release(&self, lease: tower_throttle::store::Lease) -> tower_throttle::store::StoreFuture<()> {
+                self.0.release(lease)
+            }
+
+            fn hold(
+                &self,
+                scope: tower_throttle::Scope,
+                duration: std::time::Duration,
+            ) -> tower_throttle::store::StoreFuture<()> {
+                self.0.hold(scope, duration)
+            }
+
+            fn backoff(
+                &self,
+                scope: tower_throttle::Scope,
+                delay: std::time::Duration,
+                ttl: std::time::Duration,
+            ) -> tower_throttle::store::StoreFuture<()> {
+                self.0.backoff(scope, delay, ttl)
+            }
+
+            $($changed)*
+        }
+    };
+}
