@@ -922,3 +922,50 @@ async fn a_rampup_backoff_seen_by_one_worker_moves_the_fleets_search() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_sending_ten_times_as_many_requests_does_not_take_the_others_lanes() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    if !redis_is_there() {
+        return;
+    }
+    let prefix = fresh_prefix();
+    // Two lanes, no delay, 100 ms per request: 20 sends a second for the
+    // fleet. Worker 0 runs ten request loops, the others one each.
+    let workers = [10, 1, 1, 1]
+        .map(|loops| support::fleet_share::Loops {
+            registry: Registry::builder()
+                .scope("api", one_lane_every(Duration::ZERO).concurrency(2))
+                .store(store(&prefix))
+                .build()
+                .unwrap(),
+            loops,
+            scopes: vec!["api"],
+            pause: Duration::ZERO,
+        })
+        .into();
+    let counts = support::fleet_share::sends_per_window(
+        workers,
+        Duration::from_millis(100),
+        Duration::from_secs(1),
+        6,
+    )
+    .await;
+    eprintln!("sends per window and worker: {counts:?}");
+    // Without lines, whichever worker held the lanes kept them (its next
+    // request asked as its last one ended): the others got 0 a window. A
+    // quarter is 5; real time on a shared machine blurs the turns, so at
+    // least 2 of them, in every window but the first.
+    for (window, counts) in counts.iter().enumerate().skip(1) {
+        for (worker, &sent) in counts.iter().enumerate().skip(1) {
+            assert!(
+                sent >= 2,
+                "window {window}: worker {worker} sent {sent}: {counts:?}"
+            );
+        }
+    }
+    for worker in 1..4 {
+        let sent: usize = counts.iter().skip(1).map(|counts| counts[worker]).sum();
+        assert!(sent >= 15, "worker {worker} sent {sent} in 5 windows: {counts:?}");
+    }
+}

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::line::Line;
 use super::{
     Answer, Grant, Learnt, Lease, LeaseId, QuotaTerms, Reservation, ScopeStore, SharedFacts, StoreFuture,
 };
@@ -34,6 +35,13 @@ pub struct MemoryStore {
     lease_ttl: Duration,
 }
 
+/// A fresh ticket: one more than the last given by any store in this
+/// process (tickets only need to grow).
+fn next_ticket() -> u64 {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    LAST.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+}
+
 #[derive(Debug, Default)]
 struct Facts {
     next: Option<Instant>,
@@ -47,6 +55,8 @@ struct Facts {
     first: Option<(LeaseId, Instant)>,
     /// What the fleet learnt: version, state, written at, kept until.
     learnt: Option<(u64, String, Instant, Instant)>,
+    /// The waiters refused a lane, in ticket order for the next free ones.
+    line: Line,
 }
 
 impl Facts {
@@ -60,6 +70,7 @@ impl Facts {
         if self.learnt.as_ref().is_some_and(|learnt| learnt.3 <= now) {
             self.learnt = None;
         }
+        self.line.forget_expired(now);
     }
 
     /// Whether another worker's first request keeps `lease` waiting.
@@ -82,6 +93,7 @@ impl Facts {
             && self.spent.is_none()
             && self.first.is_none()
             && self.learnt.is_none()
+            && self.line.is_empty()
     }
 
     fn shared(&self, now: Instant) -> SharedFacts {
@@ -129,6 +141,7 @@ impl MemoryStore {
 
     fn reserve_now(&self, reservation: &Reservation) -> Grant {
         let lease_ttl = self.lease_ttl;
+        let waiter = reservation.waiter;
         self.with_scopes(|scopes, now| {
             let mut send_at = now;
             let mut busy = false;
@@ -136,12 +149,16 @@ impl MemoryStore {
             // has no instant yet: ask again a delay later.
             let mut retry_at_least = Duration::ZERO;
             let mut quota_frees_at: Option<Instant> = None;
+            // Each scope's free lanes; whether any scope has a line.
+            let mut free: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
+            let mut lines = false;
             let mut facts = Vec::with_capacity(reservation.scopes.len());
             for terms in &reservation.scopes {
                 let known = scopes.entry(terms.scope.clone()).or_default();
                 known.forget_expired(now);
                 known.leases.retain(|&(id, _)| id != reservation.lease);
-                busy |= known.leases.len() >= terms.concurrency as usize;
+                free.push((terms.concurrency as usize).saturating_sub(known.leases.len()));
+                lines |= !known.line.is_empty();
                 if known.first_of_another(reservation.lease) {
                     busy = true;
                     retry_at_least = retry_at_least.max(terms.delay);
@@ -152,19 +169,26 @@ impl MemoryStore {
                     .max(known.hold_until.unwrap_or(now));
                 facts.push(known.shared(now));
             }
-            if busy || quota_frees_at.is_some() {
+            let (ticket, refused) = match lines {
+                false => (None, Self::no_lane(reservation, &free)),
+                true => Self::lanes_in_line(scopes, reservation, &free),
+            };
+            if busy || !refused.is_empty() || quota_frees_at.is_some() {
                 let retry_at = send_at.max(quota_frees_at.unwrap_or(now));
                 let retry_in = retry_at
                     .saturating_duration_since(now)
                     .max(retry_at_least)
                     .max(MIN_RETRY);
-                return Grant {
-                    answer: Answer::Busy { retry_in },
-                    facts,
-                };
+                let ticket = ticket.unwrap_or_else(next_ticket);
+                for scope in &refused {
+                    let line = &mut scopes.get_mut(scope).expect("entered above").line;
+                    line.join(waiter, ticket, saturating_add(now, retry_in));
+                }
+                return Grant::new(Answer::Busy { retry_in }, facts);
             }
             for (terms, shared) in reservation.scopes.iter().zip(&facts) {
                 let known = scopes.get_mut(&terms.scope).expect("entered above");
+                known.line.leave(waiter);
                 let gap = terms.delay.max(shared.backoff_delay);
                 known.next = Some(saturating_add(send_at, gap));
                 known
@@ -178,13 +202,47 @@ impl MemoryStore {
                     known.spent = Some((spent + quota.cost, ends));
                 }
             }
-            Grant {
-                answer: Answer::Granted {
-                    wait: send_at.saturating_duration_since(now),
-                },
-                facts,
-            }
+            let wait = send_at.saturating_duration_since(now);
+            Grant::new(Answer::Granted { wait }, facts)
         })
+    }
+
+    /// Without lines: the scopes with no free lane.
+    fn no_lane(reservation: &Reservation, free: &[usize]) -> Vec<Scope> {
+        reservation
+            .scopes
+            .iter()
+            .zip(free)
+            .filter(|&(_, &free)| free == 0)
+            .map(|(terms, _)| terms.scope.clone())
+            .collect()
+    }
+
+    /// With lines: the waiter's ticket (in any line it is in; `None` for a
+    /// newcomer, behind everyone), and the scopes whose free lanes go to
+    /// the waiters ahead of it.
+    fn lanes_in_line(
+        scopes: &HashMap<Scope, Facts>,
+        reservation: &Reservation,
+        free: &[usize],
+    ) -> (Option<u64>, Vec<Scope>) {
+        let lines: Vec<&Line> = reservation
+            .scopes
+            .iter()
+            .map(|terms| &scopes[&terms.scope].line)
+            .collect();
+        let ticket = lines
+            .iter()
+            .filter_map(|line| line.ticket_of(reservation.waiter))
+            .min();
+        let refused = reservation
+            .scopes
+            .iter()
+            .zip(free.iter().zip(&lines))
+            .filter(|&(_, (&free, line))| free <= line.ahead_of(ticket))
+            .map(|(terms, _)| terms.scope.clone())
+            .collect();
+        (ticket, refused)
     }
 
     fn update(&self, scope: &Scope, change: impl FnOnce(&mut Facts, Instant)) {
@@ -322,6 +380,7 @@ mod tests {
                     first: false,
                 })
                 .collect(),
+            waiter: crate::store::WaiterId(lease),
         }
     }
 

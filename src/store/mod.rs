@@ -113,6 +113,42 @@
 //! its worker; AutoThrottle's delay too (it follows each worker's own
 //! latency sample).
 //!
+//! # Fairness between workers
+//!
+//! When a scope's lanes are all taken, the workers that want one ask again
+//! and again, and without more the one that asks first after a lane frees
+//! takes it. That is most often the worker whose request just ended: its
+//! next request asks as the last one gives its lane back. In the test
+//! `tests/fleet_fairness.rs`, one worker of four kept both lanes of a scope
+//! for the whole run and the others sent nothing. So a store keeps a
+//! **line** per scope:
+//!
+//! - a reservation names its **waiter** ([`Reservation::waiter`]): the
+//!   worker with the set of scopes it asks for. However many requests a
+//!   worker has waiting, its waiter has one place in a line;
+//! - a waiter refused a lane joins the scope's line with a **ticket**: its
+//!   ticket in any line it is already in, else a new one, larger than every
+//!   ticket given before. One ticket for all its lines orders waiters the
+//!   same way in every scope, so two waiters over two scopes never hold a
+//!   lane each for the other (the smallest ticket is first everywhere);
+//! - a scope's free lanes go to the line first: a reservation takes a lane
+//!   only when the scope has more free lanes than waiters ahead of it (all
+//!   of them, for a waiter not in line);
+//! - a granted waiter leaves the lines of its scopes, so its next wait
+//!   starts at the back: the lanes go round the waiting workers;
+//! - a place lasts until the waiter's next ask is due plus
+//!   [`LINE_GRACE`]; a worker that stopped asking (its requests were
+//!   dropped, or it crashed) loses it, and the lanes it was owed go on.
+//!
+//! A worker with ten times the requests of the others then gets the same
+//! share of a busy scope as each of them, and a worker that asks for less
+//! than its share gets all it asks. With 4 workers on two lanes of 100 ms
+//! requests, in paused time: 5 sends a second each (20 for the fleet),
+//! where one worker had taken all 20 before; against Redis, in real time,
+//! 4–5 a second for each worker with one request loop and 5–8 for the one
+//! with ten (1–7 and 5–12 without lines). A line only decides who takes a free lane: the
+//! delay, quota and holds apply as before.
+//!
 //! # When the store is unreachable
 //!
 //! The registry fails in the direction chosen with
@@ -169,6 +205,7 @@
 //! # }
 //! ```
 
+mod line;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
@@ -176,6 +213,7 @@ mod redis;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
+pub use line::{WaiterId, LINE_GRACE};
 pub use memory::MemoryStore;
 
 use std::collections::HashMap;
@@ -194,15 +232,19 @@ pub type StoreFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + S
 
 /// Where the shared facts of scopes live; see the [module docs](self).
 pub trait ScopeStore: fmt::Debug + Send + Sync + 'static {
-    /// Atomically, for every scope of `reservation`: drops expired leases;
-    /// if each scope has a free lane (fewer live leases than its
-    /// concurrency) and room in its quota window for the request's cost (an
-    /// empty window takes any cost), takes one lease in each, spends the
-    /// cost, picks the send instant `t` = the latest of now, every scope's
-    /// next send instant and hold, and moves every scope's next send
-    /// instant to `t` + its delay (at least its stored backoff delay).
-    /// Otherwise takes nothing, and says to ask again at the scopes' next
-    /// instant or, when a quota is what is missing, when its window ends.
+    /// Atomically, for every scope of `reservation`: drops expired leases
+    /// and expired places in line; if each scope has a free lane for the
+    /// reservation's waiter (more free lanes than waiters ahead of it in
+    /// the scope's [line](self#fairness-between-workers)) and room in its
+    /// quota window for the request's cost (an empty window takes any
+    /// cost), takes one lease in each, spends the cost, takes the waiter
+    /// out of the lines, picks the send instant `t` = the latest of now,
+    /// every scope's next send instant and hold, and moves every scope's
+    /// next send instant to `t` + its delay (at least its stored backoff
+    /// delay). Otherwise takes nothing, puts the waiter in the line of each
+    /// scope that had no lane for it, and says to ask again at the scopes'
+    /// next instant or, when a quota is what is missing, when its window
+    /// ends.
     ///
     /// # Errors
     ///
@@ -319,6 +361,10 @@ pub struct Reservation {
     pub lease: LeaseId,
     /// One entry per scope of the request.
     pub scopes: Vec<ScopeTerms>,
+    /// Who waits: the worker with this set of scopes, one place in each
+    /// scope's [line](self#fairness-between-workers) however many of its
+    /// requests wait.
+    pub waiter: WaiterId,
 }
 
 /// The local limits of one scope, as a reservation carries them.
@@ -570,6 +616,8 @@ pub(crate) struct StoreHandle {
     /// Scopes whose learnt state is being read, so one stale answer after
     /// another starts one read.
     pub(crate) reading: Mutex<std::collections::HashSet<Scope>>,
+    /// This worker's name in the scopes' lines (random).
+    pub(crate) worker: u64,
 }
 
 impl StoreHandle {
@@ -584,6 +632,7 @@ impl StoreHandle {
             live: Mutex::default(),
             renewing: AtomicBool::new(false),
             reading: Mutex::default(),
+            worker: fastrand::u64(..),
         }
     }
 

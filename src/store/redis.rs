@@ -12,13 +12,25 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::memory::{DEFAULT_LEASE_TTL, MIN_RETRY};
-use super::{Answer, Grant, Learnt, Lease, Reservation, ScopeStore, SharedFacts, StoreError, StoreFuture};
+use super::{
+    Answer, Grant, Learnt, Lease, Reservation, ScopeStore, SharedFacts, StoreError, StoreFuture, LINE_GRACE,
+};
 use crate::scope::Scope;
 
 /// Default prefix of every key the store writes.
 const DEFAULT_PREFIX: &str = "tower-throttle:";
 /// The keys of a scope, in the order the reserve script takes them.
-const FACTS: [&str; 7] = ["lanes", "next", "hold", "backoff", "quota", "first", "learnt"];
+const FACTS: [&str; 9] = [
+    "lanes",
+    "next",
+    "hold",
+    "backoff",
+    "quota",
+    "first",
+    "learnt",
+    "line",
+    "line_until",
+];
 /// Default limit on each Redis call (connecting included).
 const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -27,28 +39,55 @@ const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(500);
 /// workers whose clocks disagree still agree on the gaps. Per scope, KEYS
 /// are its lanes (a sorted set of leases scored by expiry), next send
 /// instant, hold-until, backoff delay, quota spent (expiring with its
-/// window) and the lease of a worker's first request in flight (which the
-/// other reservations wait for); ARGV is the lease, the lease TTL, the
-/// shortest retry, then each scope's concurrency, delay, quota (-1: none),
-/// window, cost and first-request flag (1: this is one). Answers
-/// `{granted (0/1), wait or retry (µs), Redis's now (µs), then per scope:
-/// hold left (µs), backoff delay (µs), backoff left (µs)}`. Every key it writes expires,
-/// so an idle scope leaves nothing behind.
+/// window), the lease of a worker's first request in flight (which the
+/// other reservations wait for), what the fleet learnt, and the line of
+/// waiters (a sorted set of waiters scored by ticket, and one scored by
+/// when each place expires); ARGV is the lease, the lease TTL, the
+/// shortest retry, the waiter, the line grace, then each scope's
+/// concurrency, delay, quota (-1: none), window, cost and first-request
+/// flag (1: this is one). A waiter's ticket is Redis's now when it first
+/// joins a line, kept while it has a place. Answers `{granted (0/1), wait
+/// or retry (µs), Redis's now (µs), then per scope: hold left (µs),
+/// backoff delay (µs), backoff left (µs), learnt version}`. Every key it
+/// writes expires, so an idle scope leaves nothing behind.
 const RESERVE: &str = r#"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local lease, ttl, min_retry = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local scopes = #KEYS / 7
+local waiter, grace = ARGV[4], tonumber(ARGV[5])
+local scopes = #KEYS / 9
 local send_at, busy, quota_wait, first_wait = now, false, 0, 0
 local answer = {0, 0, now}
-local backoff = {}
+local backoff, refused = {}, {}
+-- The lines: expired places go; a waiter in line keeps its ticket.
+local ticket = false
 for i = 0, scopes - 1 do
-  local lanes, next_key, hold_key, backoff_key, quota_key, first_key, learnt_key =
-    KEYS[7*i+1], KEYS[7*i+2], KEYS[7*i+3], KEYS[7*i+4], KEYS[7*i+5], KEYS[7*i+6], KEYS[7*i+7]
-  local base = 4 + 6*i
+  local line, line_until = KEYS[9*i+8], KEYS[9*i+9]
+  local gone = redis.call('ZRANGEBYSCORE', line_until, '-inf', now)
+  if #gone > 0 then
+    redis.call('ZREM', line, unpack(gone))
+    redis.call('ZREM', line_until, unpack(gone))
+  end
+  local held = redis.call('ZSCORE', line, waiter)
+  if held and (not ticket or tonumber(held) < ticket) then ticket = tonumber(held) end
+end
+for i = 0, scopes - 1 do
+  local lanes, next_key, hold_key, backoff_key, quota_key, first_key, learnt_key, line =
+    KEYS[9*i+1], KEYS[9*i+2], KEYS[9*i+3], KEYS[9*i+4], KEYS[9*i+5], KEYS[9*i+6], KEYS[9*i+7], KEYS[9*i+8]
+  local base = 6 + 6*i
   redis.call('ZREMRANGEBYSCORE', lanes, '-inf', now)
   redis.call('ZREM', lanes, lease)
-  if redis.call('ZCARD', lanes) >= tonumber(ARGV[base]) then busy = true end
+  local free = tonumber(ARGV[base]) - redis.call('ZCARD', lanes)
+  local ahead
+  if ticket then
+    ahead = redis.call('ZCOUNT', line, '-inf', '(' .. string.format('%.0f', ticket))
+  else
+    ahead = redis.call('ZCARD', line)
+  end
+  if free <= ahead then
+    busy = true
+    refused[i] = true
+  end
   local first = redis.call('GET', first_key)
   if first and first ~= lease then
     busy = true
@@ -76,12 +115,28 @@ for i = 0, scopes - 1 do
   table.insert(answer, tonumber(redis.call('HGET', learnt_key, 'v') or '0'))
 end
 if busy then
-  answer[2] = math.max(send_at - now, quota_wait, first_wait, min_retry)
+  local retry = math.max(send_at - now, quota_wait, first_wait, min_retry)
+  answer[2] = retry
+  if not ticket then ticket = now end
+  local keep = math.ceil((retry + grace) / 1000) + 1
+  for i = 0, scopes - 1 do
+    if refused[i] then
+      local line, line_until = KEYS[9*i+8], KEYS[9*i+9]
+      redis.call('ZADD', line, string.format('%.0f', ticket), waiter)
+      redis.call('ZADD', line_until, string.format('%.0f', now + retry + grace), waiter)
+      if redis.call('PTTL', line) < keep then
+        redis.call('PEXPIRE', line, keep)
+        redis.call('PEXPIRE', line_until, keep)
+      end
+    end
+  end
   return answer
 end
 for i = 0, scopes - 1 do
-  local lanes, next_key, quota_key, first_key = KEYS[7*i+1], KEYS[7*i+2], KEYS[7*i+5], KEYS[7*i+6]
-  local base = 4 + 6*i
+  local lanes, next_key, quota_key, first_key = KEYS[9*i+1], KEYS[9*i+2], KEYS[9*i+5], KEYS[9*i+6]
+  local base = 6 + 6*i
+  redis.call('ZREM', KEYS[9*i+8], waiter)
+  redis.call('ZREM', KEYS[9*i+9], waiter)
   local next_at = send_at + math.max(tonumber(ARGV[base + 1]), backoff[i])
   redis.call('SET', next_key, string.format('%.0f', next_at), 'PX', math.ceil((next_at - now) / 1000) + 1)
   redis.call('ZADD', lanes, send_at + ttl, lease)
@@ -195,7 +250,7 @@ return 1
 ///   answer showed), so an answer that reached its task late does not make
 ///   the send late.
 /// - **Keys** `PREFIX + scope + {":lanes", ":next", ":hold", ":backoff",
-///   ":quota", ":first"}`,
+///   ":quota", ":first", ":learnt", ":line", ":line_until"}`,
 ///   each with a TTL, so idle scopes vanish from Redis by themselves.
 /// - **A timeout on every call** (500 ms by default, connecting included);
 ///   a connection that broke is made again on the next call.
@@ -440,6 +495,7 @@ impl ScopeStore for RedisStore {
             .flat_map(|terms| FACTS.map(|fact| self.key(&terms.scope, fact)))
             .collect();
         let lease = reservation.lease.to_string();
+        let waiter = reservation.waiter.to_string();
         let (lease_ttl, scopes) = (micros(self.lease_ttl), reservation.scopes.len());
         let terms: Vec<(u32, u64, f64, u64, f64, u8)> = reservation
             .scopes
@@ -458,7 +514,9 @@ impl ScopeStore for RedisStore {
                 .key(keys)
                 .arg(lease)
                 .arg(lease_ttl)
-                .arg(micros(MIN_RETRY));
+                .arg(micros(MIN_RETRY))
+                .arg(waiter)
+                .arg(micros(LINE_GRACE));
             for (concurrency, delay, quota, window, cost, first) in terms {
                 invocation
                     .arg(concurrency)

@@ -113,7 +113,7 @@ impl StoreAdmission {
         loop {
             match &mut self.step {
                 Step::Ask => {
-                    let reservation = ticket.fleet_reservation(self.lease);
+                    let reservation = ticket.fleet_reservation(self.lease, &fleet);
                     self.terms = reservation
                         .scopes
                         .iter()

@@ -18,7 +18,7 @@ use crate::registry::{
     Collected, LimitSource, Outcome, QueuePlace, Registry, TicketId, TicketPoll, WaitedInScheduler,
 };
 use crate::scope::{Priority, Scopes};
-use crate::store::{LeaseId, Reservation, SharedFacts, StoreHandle};
+use crate::store::{LeaseId, Reservation, SharedFacts, StoreHandle, WaiterId};
 use crate::time::Stamp;
 use crate::waited::{WaitCause, Waited};
 
@@ -232,10 +232,15 @@ impl Ticket {
 
     /// The store reservation for this admitted request: its scopes with
     /// their effective limits now, and this send's jitter drawn.
-    pub(crate) fn fleet_reservation(&self, lease: LeaseId) -> Reservation {
+    /// The store reservation of this request: lease `lease` in each of
+    /// its scopes, asked by the waiter of this worker for them.
+    pub(crate) fn fleet_reservation(&self, lease: LeaseId, fleet: &StoreHandle) -> Reservation {
+        let scopes = self.registry.fleet_terms(self.id);
+        let waiter = WaiterId::of(fleet.worker, scopes.iter().map(|terms| &terms.scope));
         Reservation {
             lease,
-            scopes: self.registry.fleet_terms(self.id),
+            scopes,
+            waiter,
         }
     }
 
