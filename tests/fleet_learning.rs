@@ -193,3 +193,90 @@ async fn a_worker_that_cannot_reach_the_fleets_search_learns_alone() {
         "{delay:?}"
     );
 }
+
+/// AutoThrottle through a fleet (issue 24, part 1): one delay for the
+/// fleet, moved by every worker's responses. Worker A sees a response
+/// 2 s slow; worker B, which saw none, then spaces its requests by the
+/// fleet's delay, and its own fast response moves that same delay.
+async fn autothrottle_sends_of_b(learn_together: bool) -> (Vec<Duration>, Duration, Duration) {
+    use tower_throttle::registry::AutoThrottleConfig;
+    let store = MemoryStore::new();
+    let config = ScopeConfig::default()
+        .concurrency(1)
+        .delay(Duration::from_millis(100))
+        .delay_per_slot(Duration::ZERO)
+        .jitter(0.0)
+        .autothrottle(AutoThrottleConfig::default().start_delay(Duration::ZERO));
+    let worker = || {
+        Registry::builder()
+            .default_scope(config.clone())
+            .store(store.clone())
+            .fleet_learning(learn_together)
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (worker(), worker());
+    let start = Instant::now();
+    let client = |registry: &Registry, latency: Duration, sends: Arc<Mutex<Vec<Duration>>>| {
+        ServiceBuilder::new()
+            .layer(ThrottleLayer::new(registry.clone()).store_errors())
+            .service(tower::service_fn(move |_request: http::Request<()>| {
+                let sends = sends.clone();
+                async move {
+                    sends.lock().unwrap().push(start.elapsed());
+                    tokio::time::sleep(latency).await;
+                    Ok::<_, Infallible>(http::Response::new(()))
+                }
+            }))
+    };
+    let get = || http::Request::get("http://api.test/").body(()).unwrap();
+    let sends_of_a = Arc::default();
+    client(&a, Duration::from_secs(2), sends_of_a)
+        .oneshot(get())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let sends_of_b = Arc::new(Mutex::new(Vec::new()));
+    let b_client = client(&b, Duration::ZERO, sends_of_b.clone());
+    b_client.clone().oneshot(get()).await.unwrap();
+    b_client.oneshot(get()).await.unwrap();
+    // Let the background store calls land.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let delay = |registry: &Registry| {
+        registry
+            .scope_stats("api.test")
+            .unwrap()
+            .autothrottle_delay
+            .unwrap()
+    };
+    let sends = sends_of_b.lock().unwrap().clone();
+    (sends, delay(&a), delay(&b))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fleet_has_one_autothrottle_delay_moved_by_every_workers_responses() {
+    let (sends, delay_a, delay_b) = autothrottle_sends_of_b(true).await;
+    // A's 2 s response: the fleet's delay is max(2, (0.1 + 2) / 2) = 2 s.
+    // B's first request (at 3 s) learns it with its reservation; B's own
+    // response, at once: max(0, (2 + 0) / 2) = 1 s. B's second request
+    // goes 1 s after its first.
+    assert_eq!(sends, [Duration::from_secs(3), Duration::from_secs(4)]);
+    // B's second response: (1 + 0) / 2 = 0.5 s, the fleet's delay, which B
+    // holds; A, idle since, learns it with its next reservation.
+    assert_eq!(
+        (delay_a, delay_b),
+        (Duration::from_secs(2), Duration::from_millis(500))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn workers_learning_alone_each_have_their_own_autothrottle_delay() {
+    let (sends, delay_a, delay_b) = autothrottle_sends_of_b(false).await;
+    // B knows nothing of A's slow response: its own fast one sets its
+    // delay to the configured 100 ms.
+    assert_eq!(sends, [Duration::from_secs(3), Duration::from_millis(3_100)]);
+    assert_eq!(
+        (delay_a, delay_b),
+        (Duration::from_secs(2), Duration::from_millis(100))
+    );
+}

@@ -969,3 +969,44 @@ async fn a_worker_sending_ten_times_as_many_requests_does_not_take_the_others_la
         assert!(sent >= 15, "worker {worker} sent {sent} in 5 windows: {counts:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_has_one_autothrottle_delay_in_redis() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    if !redis_is_there() {
+        return;
+    }
+    let (_site, addr) = site().await;
+    let prefix = fresh_prefix();
+    let config = one_lane_every(Duration::from_millis(100))
+        .autothrottle(tower_throttle::registry::AutoThrottleConfig::default().start_delay(Duration::ZERO));
+    let registry = || {
+        Registry::builder()
+            .default_scope(config.clone())
+            .store(store(&prefix))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (registry(), registry());
+    let uri = |path: &str| format!("http://auto.test:{}{path}", addr.port());
+    // A's response takes 2 s: the fleet's delay becomes max(2, (0.1 + 2) /
+    // 2) = 2 s. B's takes 5 ms: (2 + 0.005) / 2, about 1 s. Alone, B's
+    // would be its configured 100 ms.
+    let answer = worker(&a).oneshot(full_request(&uri("/long"))).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let answer = worker(&b).oneshot(full_request(&uri("/"))).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let mut delay = Duration::ZERO;
+    for _ in 0..100 {
+        // The fleet's answer lands in the background.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        delay = b.scope_stats("auto.test").unwrap().autothrottle_delay.unwrap();
+        if delay > Duration::from_millis(500) {
+            break;
+        }
+    }
+    assert!(
+        (Duration::from_millis(950)..=Duration::from_millis(1_100)).contains(&delay),
+        "B's AutoThrottle delay {delay:?}: the fleet's, moved by A's 2 s and B's own 5 ms"
+    );
+}

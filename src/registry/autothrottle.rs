@@ -15,6 +15,7 @@
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::store::AutoThrottleSample;
 use crate::time::validate_delay;
 
 /// AutoThrottle settings (Scrapy's `AUTOTHROTTLE_*`). Enable it per scope
@@ -124,16 +125,26 @@ impl AutoThrottleConfig {
         status: u16,
         configured_delay: Duration,
     ) -> Duration {
-        let target = latency.as_secs_f64() / self.target_concurrency;
-        let averaged = (old.as_secs_f64() + target) / 2.0;
-        let new = Duration::try_from_secs_f64(target.max(averaged)).unwrap_or(self.max_delay);
-        let new = new
-            .max(configured_delay)
-            .min(self.max_delay.max(configured_delay));
-        if status != 200 && new <= old {
-            return old;
+        self.sample(latency, status, configured_delay)
+            .next_delay(Some(old))
+    }
+
+    /// A response's sample with these settings, as a fleet's store takes
+    /// it (the rule itself lives with it, so both apply the same one).
+    pub(crate) fn sample(
+        &self,
+        latency: Duration,
+        status: u16,
+        configured_delay: Duration,
+    ) -> AutoThrottleSample {
+        AutoThrottleSample {
+            latency,
+            status,
+            configured_delay,
+            start_delay: self.start(configured_delay),
+            max_delay: self.max_delay,
+            target_concurrency: self.target_concurrency,
         }
-        new
     }
 }
 

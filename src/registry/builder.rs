@@ -279,8 +279,10 @@ impl RegistryBuilder {
     /// Whether the workers of a fleet learn together (default `true`):
     /// each rampup scope's search for the server's rate is one search for
     /// the whole fleet, kept in the store, which every worker's backoff
-    /// feedback moves and every worker follows. With `false` (the behaviour
-    /// before), each worker searches alone, and their paces drift apart.
+    /// feedback moves and every worker follows; each AutoThrottle scope's
+    /// delay is one delay, which every worker's responses move. With
+    /// `false` (the behaviour before), each worker learns alone, and their
+    /// paces drift apart.
     /// Needs a store that shares learning ([`ScopeStore::shares_learning`]:
     /// `MemoryStore` and `RedisStore` do); without a store it changes
     /// nothing. See the [`store`](crate::store#what-the-fleet-learns) module.

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::rampup::RampupState;
 use super::Registry;
 use crate::scope::Scope;
-use crate::store::{StoreError, StoreHandle, LEARNT_TTL};
+use crate::store::{AutoThrottleSample, StoreError, StoreHandle, LEARNT_TTL};
 
 /// How many times a backoff is written again after other workers wrote
 /// first, before it is given up (it stays in this worker's copy).
@@ -139,6 +139,34 @@ impl Registry {
             scheduler.rampup_backoff_locally(scope, (at, sent), now, wake);
         });
         Ok(())
+    }
+
+    /// Applies, in the background, each AutoThrottle sample to the fleet's
+    /// delay of its scope, and takes the result as the scope's; a sample
+    /// the store cannot take moves this worker's own delay instead.
+    pub(crate) fn share_autothrottle(&self, samples: Vec<(Scope, AutoThrottleSample)>) {
+        let (Some(fleet), Ok(runtime)) = (self.fleet(), tokio::runtime::Handle::try_current()) else {
+            self.with_scheduler(|scheduler, now, wake| {
+                for (scope, sample) in &samples {
+                    scheduler.autothrottle_locally(scope, sample, now, wake);
+                }
+            });
+            return;
+        };
+        for (scope, sample) in samples {
+            let (registry, fleet) = (self.clone(), fleet.clone());
+            runtime.spawn(async move {
+                let shared = fleet.store.autothrottle(scope.clone(), sample).await;
+                registry.with_scheduler(|scheduler, now, wake| match &shared {
+                    Ok(Some(delay)) => scheduler.adopt_autothrottle(&scope, *delay, now, wake),
+                    _ => scheduler.autothrottle_locally(&scope, &sample, now, wake),
+                });
+                match shared {
+                    Ok(_) => fleet.note_answer(),
+                    Err(error) => fleet.note_failure(&error),
+                }
+            });
+        }
     }
 
     fn adopt_rampup(&self, scope: &Scope, state: RampupState, version: u64) {

@@ -24,6 +24,7 @@ use super::scope_state::{Effective, ScopeCheck, ScopeState, Sending};
 use super::ticket::{OrderKey, Seat, Seats, Status, TicketState, WaitedInScheduler};
 pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
 use crate::scope::{Scope, Scopes, DEFAULT_COST};
+use crate::store::AutoThrottleSample;
 use crate::time::Stamp;
 use crate::waited::WaitCause;
 pub(crate) use entry::ScopeEntry;
@@ -72,9 +73,13 @@ pub(crate) struct Scheduler {
     eviction: Eviction,
     /// The longest a hold may last (`RegistryBuilder::max_hold`).
     max_hold: Duration,
-    /// Whether rampup's backoffs go to the fleet's search (which the scope
-    /// adopts once written) rather than to the local copy.
+    /// Whether the fleet learns together: rampup's backoffs go to the
+    /// fleet's search (which the scope adopts once written) rather than to
+    /// the local copy, and AutoThrottle's samples to the fleet's delay.
     fleet_learns: bool,
+    /// AutoThrottle samples for the fleet's store, taken by the registry
+    /// after the lock (empty without a fleet that learns).
+    autothrottle_samples: Vec<(Scope, AutoThrottleSample)>,
     /// Why each request admitted after waiting waited, until its future
     /// takes it (or it ends): beside the tickets, not in them, so a waiting
     /// request stays within its memory budget.
@@ -114,6 +119,7 @@ impl Scheduler {
             eviction: Eviction::new(DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES),
             max_hold: DEFAULT_MAX_HOLD,
             fleet_learns: false,
+            autothrottle_samples: Vec::new(),
             waited: HashMap::new(),
             waiting: 0,
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
@@ -176,8 +182,9 @@ impl Scheduler {
         self
     }
 
-    /// Sends rampup's backoffs to the fleet's search (see
-    /// [`crate::store`]'s "What the fleet learns").
+    /// Sends rampup's backoffs to the fleet's search and AutoThrottle's
+    /// samples to the fleet's delay (see [`crate::store`]'s "What the fleet
+    /// learns").
     pub(crate) fn with_fleet_learning(mut self, learns: bool) -> Self {
         self.fleet_learns = learns;
         self
@@ -478,7 +485,12 @@ impl Scheduler {
                         scope.state.depart(seat.lane, at);
                     }
                     if let Some((latency, status, adjust_autothrottle)) = latency {
-                        scope.state.observe_latency(latency, status, adjust_autothrottle);
+                        if adjust_autothrottle && self.fleet_learns {
+                            scope.state.observe_latency(latency, status, false);
+                            sample_for_fleet(&mut self.autothrottle_samples, &scope.state, latency, status);
+                        } else {
+                            scope.state.observe_latency(latency, status, adjust_autothrottle);
+                        }
                     }
                     scope.state.release_lane(seat.lane, departed_at.is_some(), now);
                     if scope.has_waiters() {
@@ -742,6 +754,20 @@ mod store_terms;
 mod timers;
 mod updates;
 mod wait_log;
+
+/// Keeps a response's AutoThrottle sample for the fleet's store (when the
+/// scope runs AutoThrottle): off the common path.
+#[inline(never)]
+fn sample_for_fleet(
+    samples: &mut Vec<(Scope, AutoThrottleSample)>,
+    scope: &ScopeState,
+    latency: Duration,
+    status: u16,
+) {
+    if let Some(sample) = scope.autothrottle_sample(latency, status) {
+        samples.push((scope.key.clone(), sample));
+    }
+}
 
 use eviction::Eviction;
 pub use eviction::{DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};

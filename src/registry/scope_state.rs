@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::backoff::BackoffNow;
 use super::config::ScopeConfig;
 use crate::scope::Scope;
+use crate::store::AutoThrottleSample;
 use crate::time::{scale, Jitter, Stamp};
 use crate::waited::{CauseKey, WaitCause};
 use contributions::NO_CONTRIBUTIONS;
@@ -586,6 +587,24 @@ impl ScopeState {
                 last_send.departed_at(Stamp::of(now));
             }
         }
+    }
+
+    /// The AutoThrottle sample of a response (`None` without AutoThrottle),
+    /// for the fleet's delay.
+    pub(crate) fn autothrottle_sample(&self, latency: Duration, status: u16) -> Option<AutoThrottleSample> {
+        let autothrottle = self.config.get_autothrottle()?;
+        Some(autothrottle.sample(latency, status, self.config.delay))
+    }
+
+    /// Takes the fleet's AutoThrottle `delay` (when the scope runs
+    /// AutoThrottle); whether it changed.
+    pub(crate) fn adopt_autothrottle(&mut self, delay: Duration) -> bool {
+        if self.config.get_autothrottle().is_none() || self.contributions().autothrottle_delay == Some(delay)
+        {
+            return false;
+        }
+        self.contributions_mut().autothrottle_delay = Some(delay.max(self.config.delay));
+        true
     }
 
     /// Scrapy's AutoThrottle step, and the latency average shown in stats.

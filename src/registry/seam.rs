@@ -88,18 +88,23 @@ impl Registry {
         (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
         collected: &[Collected],
     ) {
-        if collected.is_empty() {
+        let learns = self.fleet().is_some_and(|fleet| fleet.learns);
+        if collected.is_empty() && !learns {
             self.with_scheduler_at(ended, |scheduler, now, wake| {
                 scheduler.finish(id, outcome, departed_at, (now, ended_stamp), wake)
             });
             return;
         }
         let mut writes = Vec::new();
-        self.with_scheduler_at(ended, |scheduler, now, wake| {
+        let samples = self.with_scheduler_at(ended, |scheduler, now, wake| {
             self.apply_collected(scheduler, collected, (now, wake), &mut writes);
             scheduler.finish(id, outcome, departed_at, (now, ended_stamp), wake);
+            scheduler.take_autothrottle_samples()
         });
         self.write_shared(writes);
+        if let Some(samples) = samples {
+            self.share_autothrottle(samples);
+        }
     }
 
     /// The store reservation terms of admitted ticket `id`: its scopes

@@ -8,7 +8,8 @@ use tokio::time::Instant;
 
 use super::line::Line;
 use super::{
-    Answer, Grant, Learnt, Lease, LeaseId, QuotaTerms, Reservation, ScopeStore, SharedFacts, StoreFuture,
+    Answer, AutoThrottleSample, Grant, Learnt, Lease, LeaseId, QuotaTerms, Reservation, ScopeStore,
+    SharedFacts, StoreFuture, LEARNT_TTL,
 };
 use crate::scope::Scope;
 use crate::time::saturating_add;
@@ -57,6 +58,8 @@ struct Facts {
     learnt: Option<(u64, String, Instant, Instant)>,
     /// The waiters refused a lane, in ticket order for the next free ones.
     line: Line,
+    /// The fleet's AutoThrottle delay, and until when it is kept.
+    autothrottle: Option<(Duration, Instant)>,
 }
 
 impl Facts {
@@ -71,6 +74,7 @@ impl Facts {
             self.learnt = None;
         }
         self.line.forget_expired(now);
+        self.autothrottle = self.autothrottle.filter(|&(_, until)| until > now);
     }
 
     /// Whether another worker's first request keeps `lease` waiting.
@@ -94,6 +98,7 @@ impl Facts {
             && self.first.is_none()
             && self.learnt.is_none()
             && self.line.is_empty()
+            && self.autothrottle.is_none()
     }
 
     fn shared(&self, now: Instant) -> SharedFacts {
@@ -105,6 +110,7 @@ impl Facts {
             backoff_delay,
             backoff_remaining: backoff_until.saturating_duration_since(now),
             learnt_version: self.learnt.as_ref().map_or(0, |learnt| learnt.0),
+            autothrottle_delay: self.autothrottle.map(|(delay, _)| delay),
         }
     }
 }
@@ -294,6 +300,16 @@ impl ScopeStore for MemoryStore {
             }
         });
         done(swapped)
+    }
+
+    fn autothrottle(&self, scope: Scope, sample: AutoThrottleSample) -> StoreFuture<Option<Duration>> {
+        let mut delay = None;
+        self.update(&scope, |known, now| {
+            let next = sample.next_delay(known.autothrottle.map(|(delay, _)| delay));
+            known.autothrottle = Some((next, saturating_add(now, LEARNT_TTL)));
+            delay = Some(next);
+        });
+        done(delay)
     }
 
     fn shares_learning(&self) -> bool {
@@ -506,6 +522,7 @@ mod tests {
                 backoff_delay: Duration::from_secs(1),
                 backoff_remaining: Duration::from_secs(60),
                 learnt_version: 0,
+                autothrottle_delay: None,
             }]
         );
         // The next gap is the backoff delay, not the scope's 100 ms.

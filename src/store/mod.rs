@@ -22,10 +22,13 @@
 //!   reports stay local).
 //!
 //! - **what the fleet learns**: the state of each rampup scope's search
-//!   for the server's rate (see [below](#what-the-fleet-learns)).
+//!   for the server's rate, and each AutoThrottle scope's delay (see
+//!   [below](#what-the-fleet-learns));
+//! - the **line** of workers waiting for a busy scope's lanes (see
+//!   [fairness](#fairness-between-workers)).
 //!
 //! Everything else stays in the process: the queues, the waiters' wake-ups,
-//! AutoThrottle's latency sample, a custom manager's state.
+//! the latency average, a custom manager's state.
 //!
 //! # How a request goes through a store
 //!
@@ -108,10 +111,30 @@
 //! workers got 80.9–96.4 % of the rate over three runs, at most 0.86 %
 //! refused (`benches/rampup_nginx.rs`). The decision logic stays in Rust: the store
 //! only compares versions. [`RegistryBuilder::fleet_learning(false)`](crate::registry::RegistryBuilder::fleet_learning)
-//! keeps each worker's search its own. A custom
-//! [`ScopeManager`](crate::registry::manager::ScopeManager)'s state stays in
-//! its worker; AutoThrottle's delay too (it follows each worker's own
-//! latency sample).
+//! keeps each worker's search its own.
+//!
+//! An **AutoThrottle** scope's delay is one delay for the fleet too: each
+//! response's sample (latency, status, with the scope's settings:
+//! [`AutoThrottleSample`]) goes to the store in the background, which
+//! applies Scrapy's rule to the delay it keeps, atomically
+//! ([`ScopeStore::autothrottle`]: a Lua script in Redis), as if one client
+//! had seen every worker's responses in turn; the worker takes the result
+//! as its delay, and every reservation answer carries the fleet's delay
+//! ([`SharedFacts::autothrottle_delay`]), so a worker that saw no response
+//! follows it. One slow response seen by one worker slows them all; the
+//! fast responses of all of them bring the delay down together. A sample
+//! the store cannot take moves the worker's own delay. (A store call per
+//! response of an AutoThrottle scope, in the background, off the request's
+//! path.)
+//!
+//! A custom [`ScopeManager`](crate::registry::manager::ScopeManager)'s state
+//! stays in its worker. Its state is any Rust value; sharing it would need
+//! every manager to encode its state and to say how two workers' updates
+//! merge, for what a built-in manager or a [hold](crate::Registry::hold)
+//! (which the fleet shares) mostly covers. A manager that must act for the
+//! fleet can hold the scope, or keep its state in a store of its own; an
+//! opt-in pair of methods to export and import a small state can be added
+//! to the trait later without breaking a manager written today.
 //!
 //! # Fairness between workers
 //!
@@ -205,6 +228,7 @@
 //! # }
 //! ```
 
+mod autothrottle;
 mod line;
 mod memory;
 #[cfg(feature = "redis")]
@@ -213,6 +237,7 @@ mod redis;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
+pub use autothrottle::AutoThrottleSample;
 pub use line::{WaiterId, LINE_GRACE};
 pub use memory::MemoryStore;
 
@@ -328,10 +353,26 @@ pub trait ScopeStore: fmt::Debug + Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(None)))
     }
 
-    /// Whether this store shares what the fleet learns ([`learnt`](Self::learnt)
-    /// and [`swap_learnt`](Self::swap_learnt) implemented, and
-    /// [`SharedFacts::learnt_version`] filled). The default: `false`, and
-    /// each worker learns alone.
+    /// Atomically, applies `sample` to the fleet's AutoThrottle delay of
+    /// `scope` ([`AutoThrottleSample::next_delay`] from the delay kept, or
+    /// from the start delay when none is), keeps the result for
+    /// [`LEARNT_TTL`], and returns it; the reservation answers carry it
+    /// ([`SharedFacts::autothrottle_delay`]). The default, for a store that
+    /// does not share learning: `None`, and the worker adjusts its own.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store cannot be reached.
+    fn autothrottle(&self, scope: Scope, sample: AutoThrottleSample) -> StoreFuture<Option<Duration>> {
+        drop((scope, sample));
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// Whether this store shares what the fleet learns ([`learnt`](Self::learnt),
+    /// [`swap_learnt`](Self::swap_learnt) and [`autothrottle`](Self::autothrottle)
+    /// implemented, and [`SharedFacts::learnt_version`] and
+    /// [`SharedFacts::autothrottle_delay`] filled). The default: `false`,
+    /// and each worker learns alone.
     fn shares_learning(&self) -> bool {
         false
     }
@@ -483,6 +524,9 @@ pub struct SharedFacts {
     /// The version of what the fleet learnt of the scope (0: nothing; see
     /// [`ScopeStore::learnt`]): a worker whose copy is older reads it.
     pub learnt_version: u64,
+    /// The fleet's AutoThrottle delay of the scope, if one is kept (see
+    /// [`ScopeStore::autothrottle`]).
+    pub autothrottle_delay: Option<Duration>,
 }
 
 /// What the fleet learnt of a scope, as its store keeps it (see

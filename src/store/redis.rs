@@ -13,14 +13,15 @@ use tokio::time::Instant;
 
 use super::memory::{DEFAULT_LEASE_TTL, MIN_RETRY};
 use super::{
-    Answer, Grant, Learnt, Lease, Reservation, ScopeStore, SharedFacts, StoreError, StoreFuture, LINE_GRACE,
+    Answer, AutoThrottleSample, Grant, Learnt, Lease, Reservation, ScopeStore, SharedFacts, StoreError,
+    StoreFuture, LEARNT_TTL, LINE_GRACE,
 };
 use crate::scope::Scope;
 
 /// Default prefix of every key the store writes.
 const DEFAULT_PREFIX: &str = "tower-throttle:";
 /// The keys of a scope, in the order the reserve script takes them.
-const FACTS: [&str; 9] = [
+const FACTS: [&str; 10] = [
     "lanes",
     "next",
     "hold",
@@ -30,6 +31,7 @@ const FACTS: [&str; 9] = [
     "learnt",
     "line",
     "line_until",
+    "auto",
 ];
 /// Default limit on each Redis call (connecting included).
 const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(500);
@@ -42,27 +44,28 @@ const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(500);
 /// window), the lease of a worker's first request in flight (which the
 /// other reservations wait for), what the fleet learnt, and the line of
 /// waiters (a sorted set of waiters scored by ticket, and one scored by
-/// when each place expires); ARGV is the lease, the lease TTL, the
+/// when each place expires) and the fleet's AutoThrottle delay; ARGV is the lease, the lease TTL, the
 /// shortest retry, the waiter, the line grace, then each scope's
 /// concurrency, delay, quota (-1: none), window, cost and first-request
 /// flag (1: this is one). A waiter's ticket is Redis's now when it first
 /// joins a line, kept while it has a place. Answers `{granted (0/1), wait
 /// or retry (µs), Redis's now (µs), then per scope: hold left (µs),
-/// backoff delay (µs), backoff left (µs), learnt version}`. Every key it
-/// writes expires, so an idle scope leaves nothing behind.
+/// backoff delay (µs), backoff left (µs), learnt version, the fleet's
+/// AutoThrottle delay (µs, -1: none)}`. Every key it writes expires, so an
+/// idle scope leaves nothing behind.
 const RESERVE: &str = r#"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local lease, ttl, min_retry = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local waiter, grace = ARGV[4], tonumber(ARGV[5])
-local scopes = #KEYS / 9
+local scopes = #KEYS / 10
 local send_at, busy, quota_wait, first_wait = now, false, 0, 0
 local answer = {0, 0, now}
 local backoff, refused = {}, {}
 -- The lines: expired places go; a waiter in line keeps its ticket.
 local ticket = false
 for i = 0, scopes - 1 do
-  local line, line_until = KEYS[9*i+8], KEYS[9*i+9]
+  local line, line_until = KEYS[10*i+8], KEYS[10*i+9]
   local gone = redis.call('ZRANGEBYSCORE', line_until, '-inf', now)
   if #gone > 0 then
     redis.call('ZREM', line, unpack(gone))
@@ -73,7 +76,7 @@ for i = 0, scopes - 1 do
 end
 for i = 0, scopes - 1 do
   local lanes, next_key, hold_key, backoff_key, quota_key, first_key, learnt_key, line =
-    KEYS[9*i+1], KEYS[9*i+2], KEYS[9*i+3], KEYS[9*i+4], KEYS[9*i+5], KEYS[9*i+6], KEYS[9*i+7], KEYS[9*i+8]
+    KEYS[10*i+1], KEYS[10*i+2], KEYS[10*i+3], KEYS[10*i+4], KEYS[10*i+5], KEYS[10*i+6], KEYS[10*i+7], KEYS[10*i+8]
   local base = 6 + 6*i
   redis.call('ZREMRANGEBYSCORE', lanes, '-inf', now)
   redis.call('ZREM', lanes, lease)
@@ -113,6 +116,7 @@ for i = 0, scopes - 1 do
   table.insert(answer, backoff[i])
   table.insert(answer, backoff_left * 1000)
   table.insert(answer, tonumber(redis.call('HGET', learnt_key, 'v') or '0'))
+  table.insert(answer, tonumber(redis.call('GET', KEYS[10*i+10]) or '-1'))
 end
 if busy then
   local retry = math.max(send_at - now, quota_wait, first_wait, min_retry)
@@ -121,7 +125,7 @@ if busy then
   local keep = math.ceil((retry + grace) / 1000) + 1
   for i = 0, scopes - 1 do
     if refused[i] then
-      local line, line_until = KEYS[9*i+8], KEYS[9*i+9]
+      local line, line_until = KEYS[10*i+8], KEYS[10*i+9]
       redis.call('ZADD', line, string.format('%.0f', ticket), waiter)
       redis.call('ZADD', line_until, string.format('%.0f', now + retry + grace), waiter)
       if redis.call('PTTL', line) < keep then
@@ -133,10 +137,10 @@ if busy then
   return answer
 end
 for i = 0, scopes - 1 do
-  local lanes, next_key, quota_key, first_key = KEYS[9*i+1], KEYS[9*i+2], KEYS[9*i+5], KEYS[9*i+6]
+  local lanes, next_key, quota_key, first_key = KEYS[10*i+1], KEYS[10*i+2], KEYS[10*i+5], KEYS[10*i+6]
   local base = 6 + 6*i
-  redis.call('ZREM', KEYS[9*i+8], waiter)
-  redis.call('ZREM', KEYS[9*i+9], waiter)
+  redis.call('ZREM', KEYS[10*i+8], waiter)
+  redis.call('ZREM', KEYS[10*i+9], waiter)
   local next_at = send_at + math.max(tonumber(ARGV[base + 1]), backoff[i])
   redis.call('SET', next_key, string.format('%.0f', next_at), 'PX', math.ceil((next_at - now) / 1000) + 1)
   redis.call('ZADD', lanes, send_at + ttl, lease)
@@ -216,6 +220,26 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3]) / 1000) + 1)
 return next_version
 "#;
 
+/// Scrapy's AutoThrottle rule applied to the fleet's delay of a scope
+/// (KEYS[1], µs), as `AutoThrottleSample::next_delay` applies it: ARGV is
+/// the latency, the status, the configured delay, the start delay, the
+/// largest delay (µs), the target concurrency and the key's TTL (µs).
+/// Answers the new delay.
+const AUTOTHROTTLE: &str = r#"
+local latency, status = tonumber(ARGV[1]), tonumber(ARGV[2])
+local configured, start, largest = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local target_concurrency, keep = tonumber(ARGV[6]), tonumber(ARGV[7])
+local old = tonumber(redis.call('GET', KEYS[1]) or ARGV[4])
+local target = latency / target_concurrency
+local new = math.max(target, (old + target) / 2)
+local ceiling = math.max(largest, configured)
+new = math.min(math.max(new, configured), ceiling)
+if status ~= 200 and new <= old then new = old end
+new = math.floor(new + 0.5)
+redis.call('SET', KEYS[1], string.format('%.0f', new), 'PX', math.ceil(keep / 1000))
+return new
+"#;
+
 const RENEW: &str = r#"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -250,7 +274,7 @@ return 1
 ///   answer showed), so an answer that reached its task late does not make
 ///   the send late.
 /// - **Keys** `PREFIX + scope + {":lanes", ":next", ":hold", ":backoff",
-///   ":quota", ":first", ":learnt", ":line", ":line_until"}`,
+///   ":quota", ":first", ":learnt", ":line", ":line_until", ":auto"}`,
 ///   each with a TTL, so idle scopes vanish from Redis by themselves.
 /// - **A timeout on every call** (500 ms by default, connecting included);
 ///   a connection that broke is made again on the next call.
@@ -280,6 +304,7 @@ struct Scripts {
     renew: Script,
     learnt: Script,
     swap_learnt: Script,
+    autothrottle: Script,
 }
 
 impl fmt::Debug for RedisStore {
@@ -317,6 +342,7 @@ impl RedisStore {
                 renew: Script::new(RENEW),
                 learnt: Script::new(LEARNT),
                 swap_learnt: Script::new(SWAP_LEARNT),
+                autothrottle: Script::new(AUTOTHROTTLE),
             }),
             clock: Arc::new(StdMutex::new(ClockOffset::new(Instant::now()))),
         })
@@ -406,7 +432,7 @@ fn from_micros(micros: i64) -> Duration {
 /// Reads the reserve script's answer.
 /// Reads the reserve script's answer: the grant, and Redis's now (µs).
 fn grant_of(answer: &[i64], scopes: usize) -> Result<(Grant, i64), StoreError> {
-    if answer.len() != 3 + 4 * scopes {
+    if answer.len() != 3 + 5 * scopes {
         return Err(StoreError::unexpected(format!(
             "redis reservation answered {} numbers for {scopes} scopes",
             answer.len()
@@ -418,12 +444,13 @@ fn grant_of(answer: &[i64], scopes: usize) -> Result<(Grant, i64), StoreError> {
         _ => Answer::Busy { retry_in: time },
     };
     let facts = answer[3..]
-        .chunks_exact(4)
+        .chunks_exact(5)
         .map(|facts| SharedFacts {
             hold: from_micros(facts[0]),
             backoff_delay: from_micros(facts[1]),
             backoff_remaining: from_micros(facts[2]),
             learnt_version: u64::try_from(facts[3]).unwrap_or(0),
+            autothrottle_delay: (facts[4] >= 0).then(|| from_micros(facts[4])),
         })
         .collect();
     let grant = Grant {
@@ -619,6 +646,25 @@ impl ScopeStore for RedisStore {
         Box::pin(async move { Ok(Some(swapped.await?).filter(|&version| version != 0)) })
     }
 
+    fn autothrottle(&self, scope: Scope, sample: AutoThrottleSample) -> StoreFuture<Option<Duration>> {
+        let key = self.key(&scope, "auto");
+        let delay = self.call("redis autothrottle", move |mut connection, scripts| async move {
+            scripts
+                .autothrottle
+                .key(key)
+                .arg(micros(sample.latency))
+                .arg(sample.status)
+                .arg(micros(sample.configured_delay))
+                .arg(micros(sample.start_delay))
+                .arg(micros(sample.max_delay))
+                .arg(sample.target_concurrency)
+                .arg(micros(LEARNT_TTL))
+                .invoke_async::<i64>(&mut connection)
+                .await
+        });
+        Box::pin(async move { Ok(Some(from_micros(delay.await?))) })
+    }
+
     fn shares_learning(&self) -> bool {
         true
     }
@@ -665,7 +711,8 @@ mod tests {
 
     #[test]
     fn answers_are_read_per_scope_in_order() {
-        let (grant, redis_now) = grant_of(&[0, 7_000, 42, 1_000, 2_000, 3_000, 5, 0, 0, 0, 0], 2).unwrap();
+        let answer = [0, 7_000, 42, 1_000, 2_000, 3_000, 5, 250_000, 0, 0, 0, 0, -1];
+        let (grant, redis_now) = grant_of(&answer, 2).unwrap();
         assert_eq!(redis_now, 42);
         assert_eq!(
             grant.answer,
@@ -675,6 +722,10 @@ mod tests {
         );
         assert_eq!(grant.facts[0].backoff_delay, Duration::from_millis(2));
         assert_eq!(grant.facts[0].learnt_version, 5);
+        assert_eq!(
+            grant.facts[0].autothrottle_delay,
+            Some(Duration::from_millis(250))
+        );
         assert_eq!(grant.facts[1], SharedFacts::default());
     }
 
@@ -696,6 +747,58 @@ mod tests {
         assert_eq!(clock.local_wait(1_200_000, ms(3), base + ms(210)), Duration::ZERO);
         // Redis's clock stepped back 1 s: the estimate follows at once.
         assert_eq!(clock.local_wait(300_000, ms(50), base + ms(300)), ms(50));
+    }
+
+    /// Scrapy's AutoThrottle table through the Lua script, against the
+    /// Rust rule it mirrors. Needs a Redis (`REDIS_URL`): skipped without
+    /// one, except under `CI=true`, where it fails.
+    #[tokio::test]
+    async fn the_autothrottle_script_applies_the_rule_as_rust_does() {
+        let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+        let store = RedisStore::new(&url)
+            .unwrap()
+            .prefix(format!("tower-throttle-test:{:016x}:", fastrand::u64(..)));
+        let secs = Duration::from_secs_f64;
+        // (latency, target concurrency, old, status, configured, max): the
+        // rows of `registry::autothrottle`'s Scrapy table.
+        let rows = [
+            (2.0, 2.0, 1.0, 200, 0.0, 60.0),
+            (1.0, 2.0, 1.0, 200, 0.0, 60.0),
+            (4.0, 2.0, 1.0, 200, 0.0, 60.0),
+            (2.0, 4.0, 1.0, 200, 0.0, 60.0),
+            (2.0, 2.0, 2.0, 200, 0.0, 60.0),
+            (2.0, 2.0, 1.0, 200, 0.25, 0.5),
+            (1.0, 2.0, 1.0, 400, 0.0, 60.0),
+            (4.0, 2.0, 1.0, 400, 0.0, 60.0),
+            (0.3, 1.0, 0.2, 503, 0.1, 60.0),
+        ];
+        for (row, (latency, target, old, status, configured, max)) in rows.into_iter().enumerate() {
+            let sample = AutoThrottleSample {
+                latency: secs(latency),
+                status,
+                configured_delay: secs(configured),
+                start_delay: secs(old),
+                max_delay: secs(max),
+                target_concurrency: target,
+            };
+            let scope = Scope::new(format!("row{row}"));
+            let shared = match store.autothrottle(scope, sample).await {
+                Ok(shared) => shared.unwrap(),
+                Err(error) => {
+                    assert!(
+                        std::env::var("CI").as_deref() != Ok("true"),
+                        "no Redis at {url}: {error}"
+                    );
+                    eprintln!("skipped: no Redis at {url} ({error})");
+                    return;
+                }
+            };
+            let rust = sample.next_delay(None);
+            assert!(
+                shared.abs_diff(rust) <= Duration::from_micros(1),
+                "row {row}: Lua {shared:?}, Rust {rust:?}"
+            );
+        }
     }
 
     #[test]

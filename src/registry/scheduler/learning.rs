@@ -2,13 +2,15 @@
 //! copies of the fleet's rampup search are stale, and adopting the fleet's
 //! state (see [`crate::store`]'s "What the fleet learns").
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::{Scheduler, TicketId, WakeList};
 use crate::registry::rampup::{RampupConfig, RampupState};
 use crate::registry::scope_state::Manager;
 use crate::scope::Scope;
-use crate::store::SharedFacts;
+use crate::store::{AutoThrottleSample, SharedFacts};
 
 impl Scheduler {
     /// The scopes of ticket `id` (in its order, beside `facts`) that run
@@ -110,5 +112,49 @@ impl Scheduler {
             self.dirty.push(id);
         }
         self.run_dispatch(now, wake);
+    }
+
+    /// The AutoThrottle samples the last requests left for the fleet's
+    /// store, if any (`None` on most calls).
+    #[inline]
+    pub(crate) fn take_autothrottle_samples(&mut self) -> Option<Vec<(Scope, AutoThrottleSample)>> {
+        if self.autothrottle_samples.is_empty() {
+            return None;
+        }
+        Some(std::mem::take(&mut self.autothrottle_samples))
+    }
+
+    /// Takes the fleet's AutoThrottle `delay` as scope `key`'s; its
+    /// waiters look again at `now` if it changed.
+    pub(crate) fn adopt_autothrottle(
+        &mut self,
+        key: &Scope,
+        delay: Duration,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let Some(id) = self.index.get(key.as_str(), &self.scopes) else {
+            return;
+        };
+        if self.scopes[id].state.adopt_autothrottle(delay) {
+            self.dirty.push(id);
+            self.run_dispatch(now, wake);
+        }
+    }
+
+    /// Applies an AutoThrottle `sample` of scope `key` to its own delay:
+    /// when the fleet's store could not take it.
+    pub(crate) fn autothrottle_locally(
+        &mut self,
+        key: &Scope,
+        sample: &AutoThrottleSample,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let Some(id) = self.index.get(key.as_str(), &self.scopes) else {
+            return;
+        };
+        let old = self.scopes[id].state.contributions().autothrottle_delay;
+        self.adopt_autothrottle(key, sample.next_delay(old), now, wake);
     }
 }

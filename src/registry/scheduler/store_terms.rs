@@ -65,7 +65,11 @@ impl Scheduler {
             let held = !facts.hold.is_zero() && state.hold(saturating_add(now, facts.hold), now, max_hold);
             let fleet_backoff = (!facts.backoff_delay.is_zero())
                 .then(|| (facts.backoff_delay, saturating_add(now, facts.backoff_remaining)));
-            if held | state.set_fleet_backoff(fleet_backoff) {
+            let mut changed = held | state.set_fleet_backoff(fleet_backoff);
+            if let (true, Some(delay)) = (learns, facts.autothrottle_delay) {
+                changed |= state.adopt_autothrottle(delay);
+            }
+            if changed {
                 self.dirty.push(seat.scope);
             }
         }
