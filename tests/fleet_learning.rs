@@ -280,3 +280,84 @@ async fn workers_learning_alone_each_have_their_own_autothrottle_delay() {
         (Duration::from_secs(2), Duration::from_millis(100))
     );
 }
+
+/// The built-in backoff through a fleet (issue 24, part 1): one level for
+/// the fleet, stepped up in the store by every worker's backoff feedback.
+/// Worker A sees a backoff, then worker B: the fleet is at level 2 (2 s),
+/// as one client seeing both would be, and A's next requests keep 2 s.
+async fn backoff_of_a_fleet(learn_together: bool) -> (Vec<(u32, u32)>, Vec<Duration>) {
+    use tower_throttle::registry::Feedback;
+    use tower_throttle::Scopes;
+    let store = MemoryStore::new();
+    let config = ScopeConfig::default()
+        .concurrency(1)
+        .delay(Duration::from_millis(100))
+        .delay_per_slot(Duration::ZERO)
+        .jitter(0.0)
+        .backoff(tower_throttle::registry::BackoffConfig::default().jitter(0.0));
+    let worker = || {
+        Registry::builder()
+            .default_scope(config.clone())
+            .store(store.clone())
+            .fleet_learning(learn_together)
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (worker(), worker());
+    let scope = Scopes::from("api.test");
+    a.feedback(&scope, Feedback::backoff());
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    b.feedback(&scope, Feedback::backoff());
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let level = |registry: &Registry| registry.scope_stats("api.test").unwrap().backoff_level;
+    let mut levels = vec![(level(&a), level(&b))];
+    let start = Instant::now();
+    let sends = Arc::new(Mutex::new(Vec::new()));
+    let recorded = sends.clone();
+    let client = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(a.clone()).store_errors())
+        .service(tower::service_fn(move |_request: http::Request<()>| {
+            recorded.lock().unwrap().push(start.elapsed());
+            async { Ok::<_, Infallible>(http::Response::new(())) }
+        }));
+    for _ in 0..3 {
+        let request = http::Request::get("http://api.test/").body(()).unwrap();
+        client.clone().oneshot(request).await.unwrap();
+    }
+    // One quiet window (60 s) after B's step, one step back; after two,
+    // none.
+    tokio::time::sleep_until(start + Duration::from_millis(60_000)).await;
+    levels.push((level(&a), level(&b)));
+    tokio::time::sleep_until(start + Duration::from_millis(120_000)).await;
+    levels.push((level(&a), level(&b)));
+    let sends = sends.lock().unwrap().clone();
+    (levels, sends)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fleet_has_one_backoff_level_stepped_by_every_workers_feedback() {
+    let (levels, sends) = backoff_of_a_fleet(true).await;
+    // A stepped the fleet to level 1 (1 s), B from there to level 2 (2 s).
+    // A learns level 2 with its first reservation: its requests go 2 s
+    // apart (its first one at once: the last send was before the steps).
+    assert_eq!(levels[0], (1, 2));
+    assert_eq!(
+        sends,
+        [Duration::ZERO, Duration::from_secs(2), Duration::from_secs(4)]
+    );
+    // Both step back together: level 1 after one quiet window, none after
+    // two.
+    assert_eq!(levels[1..], [(1, 1), (0, 0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn workers_learning_alone_each_have_their_own_backoff_level() {
+    let (levels, sends) = backoff_of_a_fleet(false).await;
+    // Each worker at its own level 1, and B's 1 s replaced nothing longer:
+    // A's requests go 1 s apart.
+    assert_eq!(levels[0], (1, 1));
+    assert_eq!(
+        sends,
+        [Duration::ZERO, Duration::from_secs(1), Duration::from_secs(2)]
+    );
+}

@@ -86,20 +86,43 @@ async fn a_hold_set_on_one_registry_holds_the_other() {
     assert!(two.scope_stats("site.test").is_some());
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_backoff_on_one_registry_slows_the_other() {
+/// One backoff step seen by `one` and the sends of `two` after it.
+async fn backoff_on_one_then_two_sends(learn_together: bool) -> (Vec<u64>, LimitSource) {
     let store = MemoryStore::new();
-    let (one, two) = (registry(&store), registry(&store));
+    let config =
+        one_lane_every(DELAY).backoff(tower_throttle::registry::BackoffConfig::default().jitter(0.0));
+    let registry = || {
+        Registry::builder()
+            .default_scope(config.clone())
+            .store(store.clone())
+            .fleet_learning(learn_together)
+            .build()
+            .unwrap()
+    };
+    let (one, two) = (registry(), registry());
     one.feedback(&Scopes::from("site.test"), Feedback::backoff());
     tokio::task::yield_now().await;
     let sends = Sends::default();
     let start = Instant::now();
     crawl(&two, "two", 2, &sends, start).await;
     let instants: Vec<u64> = sends.lock().unwrap().iter().map(|(at, _)| *at).collect();
+    (instants, two.scope_stats("site.test").unwrap().delay_limited_by)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backoff_on_one_registry_slows_the_other() {
     // One backoff step: the delay doubles to at least `min_delay` (1 s).
-    assert_eq!(instants, [0, 1_000]);
-    let stats = two.scope_stats("site.test").unwrap();
-    assert_eq!(stats.delay_limited_by, LimitSource::Fleet);
+    // The fleet learns together: `two` takes the fleet's backoff level as
+    // its own backoff.
+    assert_eq!(
+        backoff_on_one_then_two_sends(true).await,
+        (vec![0, 1_000], LimitSource::Backoff)
+    );
+    // Learning alone, the fleet's backoff delay is a limit of its own.
+    assert_eq!(
+        backoff_on_one_then_two_sends(false).await,
+        (vec![0, 1_000], LimitSource::Fleet)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -344,4 +367,47 @@ fn renewal_starts_again_on_another_runtime_after_the_first_shut_down() {
         next_after_a_long_request(&slow, Duration::from_secs(5), &other).await
     });
     assert!((5_000..5_100).contains(&sent), "sent at {sent} ms");
+}
+
+/// A worker that learns of the fleet's backoff from its first request's
+/// answer (it asked with its own 100 ms) still spaces the next send by the
+/// fleet's 1 s from that request's end (the cold-start rule): a first
+/// request reaches the site late by the connection's setup.
+#[tokio::test(start_paused = true)]
+async fn the_gap_after_a_first_request_is_the_fleets_backoff_delay_when_it_is_longer() {
+    let store = MemoryStore::new();
+    // Backoff jitter in [0.5, 1): this worker alone would send again 0.5
+    // to 1 s after the first request's end.
+    let config =
+        one_lane_every(DELAY).backoff(tower_throttle::registry::BackoffConfig::default().jitter((0.5, 0.0)));
+    let registry = || {
+        Registry::builder()
+            .default_scope(config.clone())
+            .store(store.clone())
+            .build()
+            .unwrap()
+    };
+    let (one, two) = (registry(), registry());
+    one.feedback(&Scopes::from("site.test"), Feedback::backoff());
+    tokio::task::yield_now().await;
+    let start = Instant::now();
+    let sends = Arc::new(Mutex::new(Vec::new()));
+    let recorded = sends.clone();
+    let client = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(two).store_errors())
+        .service(tower::service_fn(move |_request: http::Request<()>| {
+            recorded.lock().unwrap().push(start.elapsed().as_millis() as u64);
+            async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok::<_, Infallible>(http::Response::new(()))
+            }
+        }));
+    let get = || http::Request::get("http://site.test/").body(()).unwrap();
+    let (first, second) = tokio::join!(client.clone().oneshot(get()), client.clone().oneshot(get()));
+    first.unwrap();
+    second.unwrap();
+    // The first request ends at 300 ms; the second goes the fleet's 1 s
+    // after (not at 1 s, the fleet's 1 s after the first's send, nor its
+    // own jittered 0.5 to 1 s after that end).
+    assert_eq!(*sends.lock().unwrap(), [0, 1_300]);
 }

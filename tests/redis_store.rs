@@ -677,8 +677,13 @@ async fn a_backoff_seen_by_one_worker_slows_the_others() {
         gap >= Duration::from_millis(998),
         "the other worker's two sends {gap:?} apart after a backoff"
     );
+    // The fleet learns together: the other worker takes the fleet's backoff
+    // level as its own backoff.
     let stats = other.scope_stats("site.test").unwrap();
-    assert_eq!(stats.delay_limited_by, LimitSource::Fleet);
+    assert_eq!(
+        (stats.delay_limited_by, stats.backoff_level),
+        (LimitSource::Backoff, 1)
+    );
 }
 
 /// A Redis address nothing listens on.

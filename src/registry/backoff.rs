@@ -14,7 +14,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::ConfigError;
-use crate::time::{validate_delay, Jitter};
+use crate::store::{BackoffStep, FleetBackoff};
+use crate::time::{saturating_add, validate_delay, Jitter};
 
 /// Status codes that are backoff feedback by default: 429, 502, 503, 504
 /// and Cloudflare's 520–524.
@@ -123,6 +124,18 @@ impl BackoffConfig {
         self
     }
 
+    /// These settings with the scope's delay before backoff, as a fleet's
+    /// store steps them.
+    pub(crate) fn step_terms(&self, base_delay: Duration) -> BackoffStep {
+        BackoffStep {
+            base_delay,
+            delay_factor: self.delay_factor,
+            min_delay: self.min_delay,
+            max_delay: self.max_delay,
+            window: self.window,
+        }
+    }
+
     /// Whether `status` is backoff feedback.
     pub fn is_backoff_status(&self, status: u16) -> bool {
         self.http_codes.contains(&status)
@@ -221,12 +234,11 @@ impl BackoffState {
             Some(now) => (now.level, now.delay, now.concurrency),
             None => (0, base_delay, base_concurrency),
         };
-        let grown = Duration::try_from_secs_f64(delay.as_secs_f64() * config.delay_factor)
-            .unwrap_or(config.max_delay);
+        let (level, delay) = config.step_terms(base_delay).step(Some((level, delay)));
         BackoffState {
-            level: level.saturating_add(1),
-            reported_level: level.saturating_add(1),
-            delay: grown.max(config.min_delay).min(config.max_delay),
+            level,
+            reported_level: level,
+            delay,
             concurrency: ((f64::from(concurrency) * config.concurrency_factor).floor() as u32).max(1),
             last_step: now,
         }
@@ -241,24 +253,41 @@ impl BackoffState {
         base_concurrency: u32,
     ) -> Option<BackoffNow> {
         let quiet = now.saturating_duration_since(self.last_step);
-        let steps_back =
-            (quiet.as_nanos() / config.window.as_nanos().max(1)).min(u128::from(u32::MAX)) as u32;
-        if steps_back >= self.level {
-            return None;
-        }
-        let divisor = config.delay_factor.powi(steps_back.min(1_000) as i32);
-        let delay = Duration::try_from_secs_f64(self.delay.as_secs_f64() / divisor).unwrap_or(Duration::ZERO);
-        if delay < config.min_delay {
-            return None;
-        }
+        let recovered = config
+            .step_terms(Duration::ZERO)
+            .recovered(self.level, self.delay, quiet)?;
+        let steps_back = self.level - recovered.level;
         let regrowth = (1.0 / config.concurrency_factor).powi(steps_back.min(1_000) as i32);
         let concurrency = (f64::from(self.concurrency) * regrowth).min(f64::from(base_concurrency)) as u32;
         Some(BackoffNow {
-            level: self.level - steps_back,
-            delay,
+            level: recovered.level,
+            delay: recovered.delay,
             concurrency: concurrency.clamp(1, base_concurrency.max(1)),
-            next_step_back: self.last_step + config.window * (steps_back + 1),
+            next_step_back: saturating_add(now, recovered.next_step_back),
         })
+    }
+
+    /// The state a worker takes from its fleet's backoff `fleet` (read at
+    /// `now`): the fleet's level and delay, the concurrency those steps
+    /// give `base_concurrency`, and the step back when the fleet's comes.
+    pub(crate) fn of_fleet(
+        fleet: FleetBackoff,
+        now: Instant,
+        config: &BackoffConfig,
+        base_concurrency: u32,
+    ) -> Self {
+        let mut concurrency = base_concurrency.max(1);
+        for _ in 0..fleet.level.min(64) {
+            concurrency = ((f64::from(concurrency) * config.concurrency_factor).floor() as u32).max(1);
+        }
+        let since_step = config.window.saturating_sub(fleet.next_step_back);
+        BackoffState {
+            level: fleet.level,
+            delay: fleet.delay,
+            concurrency,
+            last_step: now.checked_sub(since_step).unwrap_or(now),
+            reported_level: fleet.level,
+        }
     }
 }
 

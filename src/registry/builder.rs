@@ -280,7 +280,8 @@ impl RegistryBuilder {
     /// each rampup scope's search for the server's rate is one search for
     /// the whole fleet, kept in the store, which every worker's backoff
     /// feedback moves and every worker follows; each AutoThrottle scope's
-    /// delay is one delay, which every worker's responses move. With
+    /// delay is one delay, which every worker's responses move; the built-in
+    /// backoff has one level, which every worker's backoff feedback steps. With
     /// `false` (the behaviour before), each worker learns alone, and their
     /// paces drift apart.
     /// Needs a store that shares learning ([`ScopeStore::shares_learning`]:

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::rampup::RampupState;
 use super::Registry;
 use crate::scope::Scope;
-use crate::store::{AutoThrottleSample, StoreError, StoreHandle, LEARNT_TTL};
+use crate::store::{AutoThrottleSample, BackoffStep, StoreError, StoreHandle, LEARNT_TTL};
 
 /// How many times a backoff is written again after other workers wrote
 /// first, before it is given up (it stays in this worker's copy).
@@ -139,6 +139,42 @@ impl Registry {
             scheduler.rampup_backoff_locally(scope, (at, sent), now, wake);
         });
         Ok(())
+    }
+
+    /// Steps, in the background, the fleet's backoff of `scope` (the store
+    /// steps it from the level in force) and takes the result as the
+    /// scope's; a store that keeps no level, or cannot be reached, leaves
+    /// the step to this worker's own backoff (and, for the first, the delay
+    /// to the store's backoff fact, as before).
+    pub(crate) fn share_backoff_step(&self, scope: Scope, step: BackoffStep) {
+        let (Some(fleet), Ok(runtime)) = (self.fleet(), tokio::runtime::Handle::try_current()) else {
+            self.with_scheduler(|scheduler, now, wake| scheduler.step_backoff_locally(&scope, now, wake));
+            return;
+        };
+        let (registry, fleet) = (self.clone(), fleet.clone());
+        runtime.spawn(async move {
+            let stepped = fleet.store.step_backoff(scope.clone(), step).await;
+            let left = registry.with_scheduler(|scheduler, now, wake| match &stepped {
+                Ok(Some(level)) => {
+                    scheduler.adopt_fleet_backoff(&scope, Some(*level), now, wake);
+                    None
+                }
+                _ => {
+                    scheduler.step_backoff_locally(&scope, now, wake);
+                    scheduler.backoff_left(&scope, now)
+                }
+            });
+            match stepped {
+                Ok(Some(_)) => fleet.note_answer(),
+                Ok(None) => {
+                    fleet.note_answer();
+                    if let Some((delay, left)) = left {
+                        fleet.in_background(fleet.store.backoff(scope, delay, left));
+                    }
+                }
+                Err(error) => fleet.note_failure(&error),
+            }
+        });
     }
 
     /// Applies, in the background, each AutoThrottle sample to the fleet's

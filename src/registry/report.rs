@@ -14,6 +14,7 @@ use super::feedback::{AnnouncedLimits, Feedback};
 use super::scheduler::{Scheduler, WakeList};
 use super::{Registry, ScopeConfig};
 use crate::scope::{Scope, Scopes};
+use crate::store::BackoffStep;
 use crate::time::saturating_add;
 
 pub(crate) mod collect;
@@ -133,6 +134,9 @@ pub(crate) enum SharedWrite {
     /// A backoff feedback of a rampup scope, at this instant, for a
     /// request sent then (when known), for the fleet's search.
     RampupBackoff(Scope, Instant, Option<Instant>),
+    /// A backoff feedback of a scope under the built-in backoff, for the
+    /// fleet's level.
+    BackoffStep(Scope, BackoffStep),
 }
 
 impl Registry {
@@ -295,6 +299,7 @@ impl Registry {
                 }
                 SharedWrite::Hold(scope, left) => fleet.in_background(fleet.store.hold(scope, left)),
                 SharedWrite::RampupBackoff(scope, at, sent) => self.share_rampup_backoff(scope, at, sent),
+                SharedWrite::BackoffStep(scope, step) => self.share_backoff_step(scope, step),
             }
         }
     }
@@ -327,7 +332,12 @@ fn apply_reports(
                 .hears(&feedback);
             if feedback.says_something() || heard {
                 scheduler.feedback(scope, feedback, expected_cost, now, wake);
-                if let (true, true, Some((delay, left))) = (
+                let step = (shared.learns && feedback.is_backoff())
+                    .then(|| scheduler.backoff_step_terms(scope))
+                    .flatten();
+                if let Some(step) = step {
+                    writes.push(SharedWrite::BackoffStep(scope.clone(), step));
+                } else if let (true, true, Some((delay, left))) = (
                     shared.fleet,
                     feedback.is_backoff(),
                     scheduler.backoff_left(scope, now),

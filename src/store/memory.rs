@@ -8,8 +8,8 @@ use tokio::time::Instant;
 
 use super::line::Line;
 use super::{
-    Answer, AutoThrottleSample, Grant, Learnt, Lease, LeaseId, QuotaTerms, Reservation, ScopeStore,
-    SharedFacts, StoreFuture, LEARNT_TTL,
+    Answer, AutoThrottleSample, BackoffStep, FleetBackoff, Grant, Learnt, Lease, LeaseId, QuotaTerms,
+    Reservation, ScopeStore, SharedFacts, StoreFuture, LEARNT_TTL,
 };
 use crate::scope::Scope;
 use crate::time::saturating_add;
@@ -60,6 +60,9 @@ struct Facts {
     line: Line,
     /// The fleet's AutoThrottle delay, and until when it is kept.
     autothrottle: Option<(Duration, Instant)>,
+    /// The fleet's backoff: its settings, the level and delay its last
+    /// step left, and when that step was.
+    level: Option<(BackoffStep, u32, Duration, Instant)>,
 }
 
 impl Facts {
@@ -75,6 +78,15 @@ impl Facts {
         }
         self.line.forget_expired(now);
         self.autothrottle = self.autothrottle.filter(|&(_, until)| until > now);
+        if self.level_now(now).is_none() {
+            self.level = None;
+        }
+    }
+
+    /// The fleet's backoff in force at `now`.
+    fn level_now(&self, now: Instant) -> Option<FleetBackoff> {
+        let (terms, level, delay, stepped) = self.level?;
+        terms.recovered(level, delay, now.saturating_duration_since(stepped))
     }
 
     /// Whether another worker's first request keeps `lease` waiting.
@@ -99,16 +111,24 @@ impl Facts {
             && self.learnt.is_none()
             && self.line.is_empty()
             && self.autothrottle.is_none()
+            && self.level.is_none()
     }
 
     fn shared(&self, now: Instant) -> SharedFacts {
-        let (backoff_delay, backoff_until) = self.backoff.unwrap_or((Duration::ZERO, now));
+        let (mut backoff_delay, backoff_until) = self.backoff.unwrap_or((Duration::ZERO, now));
+        let mut backoff_remaining = backoff_until.saturating_duration_since(now);
+        let mut backoff_level = 0;
+        if let Some(level) = self.level_now(now) {
+            (backoff_delay, backoff_remaining, backoff_level) =
+                (level.delay, level.next_step_back, level.level);
+        }
         SharedFacts {
             hold: self
                 .hold_until
                 .map_or(Duration::ZERO, |until| until.saturating_duration_since(now)),
             backoff_delay,
-            backoff_remaining: backoff_until.saturating_duration_since(now),
+            backoff_remaining,
+            backoff_level,
             learnt_version: self.learnt.as_ref().map_or(0, |learnt| learnt.0),
             autothrottle_delay: self.autothrottle.map(|(delay, _)| delay),
         }
@@ -300,6 +320,17 @@ impl ScopeStore for MemoryStore {
             }
         });
         done(swapped)
+    }
+
+    fn step_backoff(&self, scope: Scope, step: BackoffStep) -> StoreFuture<Option<FleetBackoff>> {
+        let mut stepped = None;
+        self.update(&scope, |known, now| {
+            let current = known.level_now(now).map(|level| (level.level, level.delay));
+            let (level, delay) = step.step(current);
+            known.level = Some((step, level, delay, now));
+            stepped = Some(FleetBackoff::new(level, delay, step.window));
+        });
+        done(stepped)
     }
 
     fn autothrottle(&self, scope: Scope, sample: AutoThrottleSample) -> StoreFuture<Option<Duration>> {
@@ -523,6 +554,7 @@ mod tests {
                 backoff_remaining: Duration::from_secs(60),
                 learnt_version: 0,
                 autothrottle_delay: None,
+                backoff_level: 0,
             }]
         );
         // The next gap is the backoff delay, not the scope's 100 ms.

@@ -22,8 +22,8 @@
 //!   reports stay local).
 //!
 //! - **what the fleet learns**: the state of each rampup scope's search
-//!   for the server's rate, and each AutoThrottle scope's delay (see
-//!   [below](#what-the-fleet-learns));
+//!   for the server's rate, each AutoThrottle scope's delay, and the level
+//!   of the built-in backoff (see [below](#what-the-fleet-learns));
 //! - the **line** of workers waiting for a busy scope's lanes (see
 //!   [fairness](#fairness-between-workers)).
 //!
@@ -127,6 +127,20 @@
 //! response of an AutoThrottle scope, in the background, off the request's
 //! path.)
 //!
+//! The **built-in backoff** has one level for the fleet: a worker's backoff
+//! feedback steps the fleet's level up in the store, atomically
+//! ([`ScopeStore::step_backoff`]: from the level in force, stepped back by
+//! the quiet windows since the last step, one level more and the delay times
+//! the factor), and the worker takes the result as its backoff; every
+//! reservation answer carries the level in force, its delay and the time
+//! to its next step back ([`SharedFacts::backoff_level`]), so every worker
+//! has the same level, with the same concurrency reduction and jitter, and
+//! steps back at the same instant. Before, each worker stepped its own
+//! level and wrote only its delay, so a worker at its first step could
+//! replace a fleet's 8 s with 1 s (`tests/fleet_learning.rs`: two workers'
+//! backoffs give the fleet level 2, 2 s; learning alone, level 1 each and
+//! 1 s between sends).
+//!
 //! A custom [`ScopeManager`](crate::registry::manager::ScopeManager)'s state
 //! stays in its worker. Its state is any Rust value; sharing it would need
 //! every manager to encode its state and to say how two workers' updates
@@ -229,6 +243,7 @@
 //! ```
 
 mod autothrottle;
+mod backoff;
 mod line;
 mod memory;
 #[cfg(feature = "redis")]
@@ -238,6 +253,7 @@ mod redis;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
 pub use autothrottle::AutoThrottleSample;
+pub use backoff::{BackoffStep, FleetBackoff};
 pub use line::{WaiterId, LINE_GRACE};
 pub use memory::MemoryStore;
 
@@ -353,6 +369,24 @@ pub trait ScopeStore: fmt::Debug + Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(None)))
     }
 
+    /// Atomically, steps the fleet's backoff of `scope` up by one: from the
+    /// backoff in force now (the level and delay kept, stepped back by the
+    /// quiet windows since the last step: [`BackoffStep::recovered`]) to
+    /// [`BackoffStep::step`] of it, kept until it would have stepped all the
+    /// way back; returns it. The reservation answers carry the backoff in
+    /// force ([`SharedFacts::backoff_level`], `backoff_delay`,
+    /// `backoff_remaining`). The default, for a store that does not share
+    /// learning: `None`, and the worker steps its own backoff (and writes
+    /// its delay with [`backoff`](Self::backoff)).
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the store cannot be reached.
+    fn step_backoff(&self, scope: Scope, step: BackoffStep) -> StoreFuture<Option<FleetBackoff>> {
+        drop((scope, step));
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
     /// Atomically, applies `sample` to the fleet's AutoThrottle delay of
     /// `scope` ([`AutoThrottleSample::next_delay`] from the delay kept, or
     /// from the start delay when none is), keeps the result for
@@ -370,8 +404,9 @@ pub trait ScopeStore: fmt::Debug + Send + Sync + 'static {
 
     /// Whether this store shares what the fleet learns ([`learnt`](Self::learnt),
     /// [`swap_learnt`](Self::swap_learnt) and [`autothrottle`](Self::autothrottle)
-    /// implemented, and [`SharedFacts::learnt_version`] and
-    /// [`SharedFacts::autothrottle_delay`] filled). The default: `false`,
+    /// [`step_backoff`](Self::step_backoff) implemented, and
+    /// [`SharedFacts::learnt_version`], [`SharedFacts::autothrottle_delay`]
+    /// and [`SharedFacts::backoff_level`] filled). The default: `false`,
     /// and each worker learns alone.
     fn shares_learning(&self) -> bool {
         false
@@ -527,6 +562,11 @@ pub struct SharedFacts {
     /// The fleet's AutoThrottle delay of the scope, if one is kept (see
     /// [`ScopeStore::autothrottle`]).
     pub autothrottle_delay: Option<Duration>,
+    /// The level of the fleet's backoff in force (0: none, or a store that
+    /// keeps no level; see [`ScopeStore::step_backoff`]); `backoff_delay`
+    /// and `backoff_remaining` are then its delay and the time until its
+    /// next step back.
+    pub backoff_level: u32,
 }
 
 /// What the fleet learnt of a scope, as its store keeps it (see

@@ -13,15 +13,15 @@ use tokio::time::Instant;
 
 use super::memory::{DEFAULT_LEASE_TTL, MIN_RETRY};
 use super::{
-    Answer, AutoThrottleSample, Grant, Learnt, Lease, Reservation, ScopeStore, SharedFacts, StoreError,
-    StoreFuture, LEARNT_TTL, LINE_GRACE,
+    Answer, AutoThrottleSample, BackoffStep, FleetBackoff, Grant, Learnt, Lease, Reservation, ScopeStore,
+    SharedFacts, StoreError, StoreFuture, LEARNT_TTL, LINE_GRACE,
 };
 use crate::scope::Scope;
 
 /// Default prefix of every key the store writes.
 const DEFAULT_PREFIX: &str = "tower-throttle:";
 /// The keys of a scope, in the order the reserve script takes them.
-const FACTS: [&str; 10] = [
+const FACTS: [&str; 11] = [
     "lanes",
     "next",
     "hold",
@@ -32,9 +32,57 @@ const FACTS: [&str; 10] = [
     "line",
     "line_until",
     "auto",
+    "level",
 ];
 /// Default limit on each Redis call (connecting included).
 const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The backoff in force `quiet` µs after a step left `level` and `delay`
+/// (µs), with the window, factor and smallest delay: the level, the delay
+/// and the time to the next step back, or nothing once stepped all the way
+/// back. `BackoffStep::recovered` in Lua.
+macro_rules! recovered_lua {
+    () => {
+        r#"
+local function recovered(level, delay, quiet, window, factor, min_delay)
+  local back = math.floor(quiet / window)
+  if back >= level then return nil end
+  local d = delay / (factor ^ back)
+  if d < min_delay then return nil end
+  return level - back, d, window * (back + 1) - quiet
+end
+"#
+    };
+}
+
+/// One step up of a scope's fleet backoff (KEYS[1], a hash of the level
+/// `l`, the delay `d` and the instant `t` (µs) its last step left, with the
+/// window `w`, factor `f` and smallest delay `m`): from the backoff in force
+/// now, one level more and the delay (or the base delay, ARGV[1]) times
+/// the factor (ARGV[2]) within the smallest and largest delays (ARGV[3],
+/// ARGV[4]), the window ARGV[5]. `BackoffStep::step` in Lua. Kept until it
+/// would have stepped all the way back. Answers `{level, delay}`.
+const STEP_BACKOFF: &str = concat!(
+    recovered_lua!(),
+    r#"
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local base, factor = tonumber(ARGV[1]), tonumber(ARGV[2])
+local min_delay, max_delay, window = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local level, delay = 0, base
+local known = redis.call('HMGET', KEYS[1], 'l', 'd', 't')
+if known[1] then
+  local l, d = recovered(tonumber(known[1]), tonumber(known[2]), now - tonumber(known[3]), window, factor, min_delay)
+  if l then level, delay = l, d end
+end
+level = level + 1
+delay = math.min(math.max(delay * factor, min_delay), max_delay)
+redis.call('HSET', KEYS[1], 'l', level, 'd', string.format('%.0f', delay), 't', string.format('%.0f', now),
+  'w', string.format('%.0f', window), 'f', tostring(factor), 'm', string.format('%.0f', min_delay))
+redis.call('PEXPIRE', KEYS[1], math.ceil(window * level / 1000) + 1)
+return {level, math.floor(delay + 0.5)}
+"#
+);
 
 /// One reservation over every scope of a request, atomic because Redis runs
 /// a script alone. Times are microseconds of Redis's own clock (`TIME`), so
@@ -44,28 +92,34 @@ const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(500);
 /// window), the lease of a worker's first request in flight (which the
 /// other reservations wait for), what the fleet learnt, and the line of
 /// waiters (a sorted set of waiters scored by ticket, and one scored by
-/// when each place expires) and the fleet's AutoThrottle delay; ARGV is the lease, the lease TTL, the
+/// when each place expires), the fleet's AutoThrottle delay and the
+/// fleet's backoff level (a hash, see `STEP_BACKOFF`); ARGV is the lease, the lease TTL, the
 /// shortest retry, the waiter, the line grace, then each scope's
 /// concurrency, delay, quota (-1: none), window, cost and first-request
 /// flag (1: this is one). A waiter's ticket is Redis's now when it first
 /// joins a line, kept while it has a place. Answers `{granted (0/1), wait
 /// or retry (µs), Redis's now (µs), then per scope: hold left (µs),
 /// backoff delay (µs), backoff left (µs), learnt version, the fleet's
-/// AutoThrottle delay (µs, -1: none)}`. Every key it writes expires, so an
+/// AutoThrottle delay (µs, -1: none), the fleet's backoff level}`; with a
+/// level in force, the backoff delay and time left are the level's (its
+/// delay stepped back by the quiet windows, and the time to the next step
+/// back). Every key it writes expires, so an
 /// idle scope leaves nothing behind.
-const RESERVE: &str = r#"
+const RESERVE: &str = concat!(
+    recovered_lua!(),
+    r#"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local lease, ttl, min_retry = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local waiter, grace = ARGV[4], tonumber(ARGV[5])
-local scopes = #KEYS / 10
+local scopes = #KEYS / 11
 local send_at, busy, quota_wait, first_wait = now, false, 0, 0
 local answer = {0, 0, now}
 local backoff, refused = {}, {}
 -- The lines: expired places go; a waiter in line keeps its ticket.
 local ticket = false
 for i = 0, scopes - 1 do
-  local line, line_until = KEYS[10*i+8], KEYS[10*i+9]
+  local line, line_until = KEYS[11*i+8], KEYS[11*i+9]
   local gone = redis.call('ZRANGEBYSCORE', line_until, '-inf', now)
   if #gone > 0 then
     redis.call('ZREM', line, unpack(gone))
@@ -76,7 +130,7 @@ for i = 0, scopes - 1 do
 end
 for i = 0, scopes - 1 do
   local lanes, next_key, hold_key, backoff_key, quota_key, first_key, learnt_key, line =
-    KEYS[10*i+1], KEYS[10*i+2], KEYS[10*i+3], KEYS[10*i+4], KEYS[10*i+5], KEYS[10*i+6], KEYS[10*i+7], KEYS[10*i+8]
+    KEYS[11*i+1], KEYS[11*i+2], KEYS[11*i+3], KEYS[11*i+4], KEYS[11*i+5], KEYS[11*i+6], KEYS[11*i+7], KEYS[11*i+8]
   local base = 6 + 6*i
   redis.call('ZREMRANGEBYSCORE', lanes, '-inf', now)
   redis.call('ZREM', lanes, lease)
@@ -112,11 +166,21 @@ for i = 0, scopes - 1 do
   backoff[i] = tonumber(redis.call('GET', backoff_key) or '0')
   local backoff_left = redis.call('PTTL', backoff_key)
   if backoff_left < 0 then backoff_left = 0 end
+  backoff_left = backoff_left * 1000
+  -- The fleet's backoff level, stepped back by the quiet windows since.
+  local level = 0
+  local stepped = redis.call('HMGET', KEYS[11*i+11], 'l', 'd', 't', 'w', 'f', 'm')
+  if stepped[1] then
+    local l, d, left = recovered(tonumber(stepped[1]), tonumber(stepped[2]), now - tonumber(stepped[3]),
+      tonumber(stepped[4]), tonumber(stepped[5]), tonumber(stepped[6]))
+    if l then level, backoff[i], backoff_left = l, d, left end
+  end
   table.insert(answer, math.max(hold - now, 0))
-  table.insert(answer, backoff[i])
-  table.insert(answer, backoff_left * 1000)
+  table.insert(answer, math.floor(backoff[i] + 0.5))
+  table.insert(answer, math.floor(backoff_left + 0.5))
   table.insert(answer, tonumber(redis.call('HGET', learnt_key, 'v') or '0'))
-  table.insert(answer, tonumber(redis.call('GET', KEYS[10*i+10]) or '-1'))
+  table.insert(answer, tonumber(redis.call('GET', KEYS[11*i+10]) or '-1'))
+  table.insert(answer, level)
 end
 if busy then
   local retry = math.max(send_at - now, quota_wait, first_wait, min_retry)
@@ -125,7 +189,7 @@ if busy then
   local keep = math.ceil((retry + grace) / 1000) + 1
   for i = 0, scopes - 1 do
     if refused[i] then
-      local line, line_until = KEYS[10*i+8], KEYS[10*i+9]
+      local line, line_until = KEYS[11*i+8], KEYS[11*i+9]
       redis.call('ZADD', line, string.format('%.0f', ticket), waiter)
       redis.call('ZADD', line_until, string.format('%.0f', now + retry + grace), waiter)
       if redis.call('PTTL', line) < keep then
@@ -137,10 +201,10 @@ if busy then
   return answer
 end
 for i = 0, scopes - 1 do
-  local lanes, next_key, quota_key, first_key = KEYS[10*i+1], KEYS[10*i+2], KEYS[10*i+5], KEYS[10*i+6]
+  local lanes, next_key, quota_key, first_key = KEYS[11*i+1], KEYS[11*i+2], KEYS[11*i+5], KEYS[11*i+6]
   local base = 6 + 6*i
-  redis.call('ZREM', KEYS[10*i+8], waiter)
-  redis.call('ZREM', KEYS[10*i+9], waiter)
+  redis.call('ZREM', KEYS[11*i+8], waiter)
+  redis.call('ZREM', KEYS[11*i+9], waiter)
   local next_at = send_at + math.max(tonumber(ARGV[base + 1]), backoff[i])
   redis.call('SET', next_key, string.format('%.0f', next_at), 'PX', math.ceil((next_at - now) / 1000) + 1)
   redis.call('ZADD', lanes, send_at + ttl, lease)
@@ -157,7 +221,8 @@ end
 answer[1] = 1
 answer[2] = send_at - now
 return answer
-"#;
+"#
+);
 
 /// Gives a lease back. Per scope, KEYS are its lanes, next send instant and
 /// first-request lease; ARGV is the lease, then per scope the shortest time
@@ -274,7 +339,7 @@ return 1
 ///   answer showed), so an answer that reached its task late does not make
 ///   the send late.
 /// - **Keys** `PREFIX + scope + {":lanes", ":next", ":hold", ":backoff",
-///   ":quota", ":first", ":learnt", ":line", ":line_until", ":auto"}`,
+///   ":quota", ":first", ":learnt", ":line", ":line_until", ":auto", ":level"}`,
 ///   each with a TTL, so idle scopes vanish from Redis by themselves.
 /// - **A timeout on every call** (500 ms by default, connecting included);
 ///   a connection that broke is made again on the next call.
@@ -305,6 +370,7 @@ struct Scripts {
     learnt: Script,
     swap_learnt: Script,
     autothrottle: Script,
+    step_backoff: Script,
 }
 
 impl fmt::Debug for RedisStore {
@@ -343,6 +409,7 @@ impl RedisStore {
                 learnt: Script::new(LEARNT),
                 swap_learnt: Script::new(SWAP_LEARNT),
                 autothrottle: Script::new(AUTOTHROTTLE),
+                step_backoff: Script::new(STEP_BACKOFF),
             }),
             clock: Arc::new(StdMutex::new(ClockOffset::new(Instant::now()))),
         })
@@ -432,7 +499,7 @@ fn from_micros(micros: i64) -> Duration {
 /// Reads the reserve script's answer.
 /// Reads the reserve script's answer: the grant, and Redis's now (µs).
 fn grant_of(answer: &[i64], scopes: usize) -> Result<(Grant, i64), StoreError> {
-    if answer.len() != 3 + 5 * scopes {
+    if answer.len() != 3 + 6 * scopes {
         return Err(StoreError::unexpected(format!(
             "redis reservation answered {} numbers for {scopes} scopes",
             answer.len()
@@ -444,13 +511,14 @@ fn grant_of(answer: &[i64], scopes: usize) -> Result<(Grant, i64), StoreError> {
         _ => Answer::Busy { retry_in: time },
     };
     let facts = answer[3..]
-        .chunks_exact(5)
+        .chunks_exact(6)
         .map(|facts| SharedFacts {
             hold: from_micros(facts[0]),
             backoff_delay: from_micros(facts[1]),
             backoff_remaining: from_micros(facts[2]),
             learnt_version: u64::try_from(facts[3]).unwrap_or(0),
             autothrottle_delay: (facts[4] >= 0).then(|| from_micros(facts[4])),
+            backoff_level: u32::try_from(facts[5]).unwrap_or(0),
         })
         .collect();
     let grant = Grant {
@@ -646,6 +714,26 @@ impl ScopeStore for RedisStore {
         Box::pin(async move { Ok(Some(swapped.await?).filter(|&version| version != 0)) })
     }
 
+    fn step_backoff(&self, scope: Scope, step: BackoffStep) -> StoreFuture<Option<FleetBackoff>> {
+        let key = self.key(&scope, "level");
+        let stepped = self.call("redis backoff step", move |mut connection, scripts| async move {
+            scripts
+                .step_backoff
+                .key(key)
+                .arg(micros(step.base_delay))
+                .arg(step.delay_factor)
+                .arg(micros(step.min_delay))
+                .arg(micros(step.max_delay))
+                .arg(micros(step.window))
+                .invoke_async::<(u32, i64)>(&mut connection)
+                .await
+        });
+        Box::pin(async move {
+            let (level, delay) = stepped.await?;
+            Ok(Some(FleetBackoff::new(level, from_micros(delay), step.window)))
+        })
+    }
+
     fn autothrottle(&self, scope: Scope, sample: AutoThrottleSample) -> StoreFuture<Option<Duration>> {
         let key = self.key(&scope, "auto");
         let delay = self.call("redis autothrottle", move |mut connection, scripts| async move {
@@ -711,7 +799,9 @@ mod tests {
 
     #[test]
     fn answers_are_read_per_scope_in_order() {
-        let answer = [0, 7_000, 42, 1_000, 2_000, 3_000, 5, 250_000, 0, 0, 0, 0, -1];
+        let answer = [
+            0, 7_000, 42, 1_000, 2_000, 3_000, 5, 250_000, 2, 0, 0, 0, 0, -1, 0,
+        ];
         let (grant, redis_now) = grant_of(&answer, 2).unwrap();
         assert_eq!(redis_now, 42);
         assert_eq!(
@@ -799,6 +889,49 @@ mod tests {
                 "row {row}: Lua {shared:?}, Rust {rust:?}"
             );
         }
+    }
+
+    /// The backoff step script against `BackoffStep` in Rust: three steps
+    /// (1, 2, 4 s), a quiet window (one step back, to 2 s), and a step from
+    /// there (4 s at level 3). Needs a Redis, as the test above.
+    #[tokio::test]
+    async fn the_backoff_step_script_steps_and_steps_back_as_rust_does() {
+        let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+        let store = RedisStore::new(&url)
+            .unwrap()
+            .prefix(format!("tower-throttle-test:{:016x}:", fastrand::u64(..)));
+        let step = BackoffStep {
+            base_delay: Duration::from_millis(100),
+            delay_factor: 2.0,
+            min_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(300),
+            window: Duration::from_millis(300),
+        };
+        let scope = Scope::new("stepped");
+        let mut expected = None;
+        for round in 0..4 {
+            if round == 3 {
+                tokio::time::sleep(Duration::from_millis(350)).await;
+                let (level, delay) = expected.unwrap();
+                let back = step.recovered(level, delay, Duration::from_millis(350)).unwrap();
+                expected = Some((back.level, back.delay));
+            }
+            let rust = step.step(expected);
+            let shared = match store.step_backoff(scope.clone(), step).await {
+                Ok(shared) => shared.unwrap(),
+                Err(error) => {
+                    assert!(
+                        std::env::var("CI").as_deref() != Ok("true"),
+                        "no Redis at {url}: {error}"
+                    );
+                    eprintln!("skipped: no Redis at {url} ({error})");
+                    return;
+                }
+            };
+            assert_eq!((shared.level, shared.delay), rust, "round {round}");
+            expected = Some(rust);
+        }
+        assert_eq!(expected, Some((3, Duration::from_secs(4))));
     }
 
     #[test]

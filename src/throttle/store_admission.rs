@@ -129,6 +129,12 @@ impl StoreAdmission {
                     Ok(grant) => {
                         fleet.note_answer();
                         ticket.apply_shared_facts(&grant.facts);
+                        // The gap after this send is at least the fleet's
+                        // backoff delay, which the store spaced it by but
+                        // this worker may not have known when it asked.
+                        for ((_, gap, _), facts) in self.terms.iter_mut().zip(&grant.facts) {
+                            *gap = (*gap).max(facts.backoff_delay);
+                        }
                         let (wait, then) = match grant.answer {
                             Answer::Granted { wait } => {
                                 fleet.track(

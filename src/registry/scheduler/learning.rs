@@ -10,7 +10,7 @@ use super::{Scheduler, TicketId, WakeList};
 use crate::registry::rampup::{RampupConfig, RampupState};
 use crate::registry::scope_state::Manager;
 use crate::scope::Scope;
-use crate::store::{AutoThrottleSample, SharedFacts};
+use crate::store::{AutoThrottleSample, BackoffStep, FleetBackoff, SharedFacts};
 
 impl Scheduler {
     /// The scopes of ticket `id` (in its order, beside `facts`) that run
@@ -156,5 +156,43 @@ impl Scheduler {
         };
         let old = self.scopes[id].state.contributions().autothrottle_delay;
         self.adopt_autothrottle(key, sample.next_delay(old), now, wake);
+    }
+
+    /// Scope `key`'s backoff settings for the fleet's store to step, when
+    /// the built-in backoff runs it.
+    pub(crate) fn backoff_step_terms(&self, key: &Scope) -> Option<BackoffStep> {
+        let id = self.index.get(key.as_str(), &self.scopes)?;
+        self.scopes[id].state.backoff_step_terms(self.max_concurrency)
+    }
+
+    /// Takes the fleet's backoff in force as scope `key`'s; its waiters
+    /// look again at `now` if its limits changed.
+    pub(crate) fn adopt_fleet_backoff(
+        &mut self,
+        key: &Scope,
+        fleet: Option<FleetBackoff>,
+        now: Instant,
+        wake: &mut WakeList,
+    ) {
+        let Some(id) = self.index.get(key.as_str(), &self.scopes) else {
+            return;
+        };
+        if self.scopes[id]
+            .state
+            .adopt_fleet_backoff(fleet, now, self.max_concurrency)
+        {
+            self.dirty.push(id);
+            self.run_dispatch(now, wake);
+        }
+    }
+
+    /// Steps scope `key`'s own backoff: when the fleet's store could not.
+    pub(crate) fn step_backoff_locally(&mut self, key: &Scope, now: Instant, wake: &mut WakeList) {
+        let Some(id) = self.index.get(key.as_str(), &self.scopes) else {
+            return;
+        };
+        self.scopes[id].state.step_backoff(now, self.max_concurrency);
+        self.dirty.push(id);
+        self.run_dispatch(now, wake);
     }
 }

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::{Scheduler, WakeList};
 use crate::registry::ticket::TicketId;
 use crate::scope::Scope;
-use crate::store::{QuotaTerms, ScopeTerms, SharedFacts};
+use crate::store::{FleetBackoff, QuotaTerms, ScopeTerms, SharedFacts};
 use crate::time::{saturating_add, scale};
 
 impl Scheduler {
@@ -59,13 +59,25 @@ impl Scheduler {
         let Some(ticket) = self.tickets.get(id) else {
             return Vec::new();
         };
-        let max_hold = self.max_hold;
+        let (max_hold, max_concurrency) = (self.max_hold, self.max_concurrency);
         for (seat, facts) in ticket.seats.iter().zip(facts) {
             let state = &mut self.scopes[seat.scope].state;
             let held = !facts.hold.is_zero() && state.hold(saturating_add(now, facts.hold), now, max_hold);
             let fleet_backoff = (!facts.backoff_delay.is_zero())
                 .then(|| (facts.backoff_delay, saturating_add(now, facts.backoff_remaining)));
-            let mut changed = held | state.set_fleet_backoff(fleet_backoff);
+            // A fleet that learns has one backoff level, which the built-in
+            // backoff takes as its state; otherwise the fleet's backoff
+            // delay is a limit of its own.
+            let level = (facts.backoff_level > 0).then(|| {
+                FleetBackoff::new(facts.backoff_level, facts.backoff_delay, facts.backoff_remaining)
+            });
+            let adopted = learns && state.backoff_step_terms(max_concurrency).is_some();
+            let mut changed = held
+                | if adopted {
+                    state.set_fleet_backoff(None) | state.adopt_fleet_backoff(level, now, max_concurrency)
+                } else {
+                    state.set_fleet_backoff(fleet_backoff)
+                };
             if let (true, Some(delay)) = (learns, facts.autothrottle_delay) {
                 changed |= state.adopt_autothrottle(delay);
             }

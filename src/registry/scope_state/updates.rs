@@ -12,6 +12,7 @@ use crate::registry::config::ScopeConfig;
 use crate::registry::feedback::{AnnouncedLimits, Feedback};
 use crate::registry::manager::{BaseLimits, ManagerFactory, ManagerFeedback};
 use crate::registry::rampup::{RampupConfig, RampupState};
+use crate::store::{BackoffStep, FleetBackoff};
 use crate::time::{saturating_add, MAX_CONFIG_DELAY};
 
 impl ScopeState {
@@ -65,6 +66,9 @@ impl ScopeState {
             self.contributions_mut().backoff_feedbacks += 1;
         }
         match kind {
+            // With a fleet that learns, the fleet's level steps (in the
+            // store) and the scope takes it once stepped.
+            ManagerKind::Backoff if fleet_learns => {}
             ManagerKind::Backoff => self.step_backoff(now, max_concurrency),
             ManagerKind::Rampup(rampup) => {
                 let sent = feedback.latency().and_then(|latency| now.checked_sub(latency));
@@ -77,7 +81,7 @@ impl ScopeState {
 
     /// The built-in backoff's step up on backoff feedback, from the limits
     /// in force at `now` (after the steps back quiet windows earned).
-    fn step_backoff(&mut self, now: Instant, max_concurrency: u32) {
+    pub(crate) fn step_backoff(&mut self, now: Instant, max_concurrency: u32) {
         self.note_backoff_recovery(now, max_concurrency);
         let base = self.effective_before_backoff(max_concurrency);
         let config = self.config.get_backoff();
@@ -95,6 +99,51 @@ impl ScopeState {
             "backoff step up"
         );
         self.contributions_mut().set_backoff(Some(stepped));
+    }
+
+    /// The built-in backoff's settings with the scope's delay before
+    /// backoff, for the fleet's store to step (`None` when another manager
+    /// runs the scope).
+    pub(crate) fn backoff_step_terms(&self, max_concurrency: u32) -> Option<BackoffStep> {
+        if !matches!(self.config.manager_kind(), ManagerKind::Backoff) {
+            return None;
+        }
+        let base = self.effective_before_backoff(max_concurrency);
+        Some(self.config.get_backoff().step_terms(base.delay))
+    }
+
+    /// Takes the fleet's backoff in force (`None`: none) as the built-in
+    /// backoff's state; whether the scope's limits changed.
+    pub(crate) fn adopt_fleet_backoff(
+        &mut self,
+        fleet: Option<FleetBackoff>,
+        now: Instant,
+        max_concurrency: u32,
+    ) -> bool {
+        if !matches!(self.config.manager_kind(), ManagerKind::Backoff) {
+            return false;
+        }
+        let base = self.effective_before_backoff(max_concurrency);
+        let config = self.config.get_backoff();
+        let current = self
+            .contributions()
+            .backoff()
+            .and_then(|state| state.at(now, config, base.concurrency));
+        let same = match (fleet, current) {
+            (None, None) => true,
+            (Some(fleet), Some(current)) => {
+                fleet.level == current.level && fleet.delay.abs_diff(current.delay) < Duration::from_millis(1)
+            }
+            _ => false,
+        };
+        if same {
+            return false;
+        }
+        let adopted = fleet.map(|fleet| BackoffState::of_fleet(fleet, now, config, base.concurrency));
+        self.contributed
+            .get_or_insert_with(Box::default)
+            .set_backoff(adopted);
+        true
     }
 
     /// Rampup's slow-down on backoff feedback, for a request sent at `sent`
