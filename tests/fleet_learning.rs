@@ -207,14 +207,7 @@ async fn autothrottle_sends_of_b(learn_together: bool) -> (Vec<Duration>, Durati
         .delay_per_slot(Duration::ZERO)
         .jitter(0.0)
         .autothrottle(AutoThrottleConfig::default().start_delay(Duration::ZERO));
-    let worker = || {
-        Registry::builder()
-            .default_scope(config.clone())
-            .store(store.clone())
-            .fleet_learning(learn_together)
-            .build()
-            .unwrap()
-    };
+    let worker = || support::fleet_worker(&config, &store, learn_together);
     let (a, b) = (worker(), worker());
     let start = Instant::now();
     let client = |registry: &Registry, latency: Duration, sends: Arc<Mutex<Vec<Duration>>>| {
@@ -295,14 +288,7 @@ async fn backoff_of_a_fleet(learn_together: bool) -> (Vec<(u32, u32)>, Vec<Durat
         .delay_per_slot(Duration::ZERO)
         .jitter(0.0)
         .backoff(tower_throttle::registry::BackoffConfig::default().jitter(0.0));
-    let worker = || {
-        Registry::builder()
-            .default_scope(config.clone())
-            .store(store.clone())
-            .fleet_learning(learn_together)
-            .build()
-            .unwrap()
-    };
+    let worker = || support::fleet_worker(&config, &store, learn_together);
     let (a, b) = (worker(), worker());
     let scope = Scopes::from("api.test");
     a.feedback(&scope, Feedback::backoff());

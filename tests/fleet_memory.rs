@@ -91,14 +91,7 @@ async fn backoff_on_one_then_two_sends(learn_together: bool) -> (Vec<u64>, Limit
     let store = MemoryStore::new();
     let config =
         one_lane_every(DELAY).backoff(tower_throttle::registry::BackoffConfig::default().jitter(0.0));
-    let registry = || {
-        Registry::builder()
-            .default_scope(config.clone())
-            .store(store.clone())
-            .fleet_learning(learn_together)
-            .build()
-            .unwrap()
-    };
+    let registry = || support::fleet_worker(&config, &store, learn_together);
     let (one, two) = (registry(), registry());
     one.feedback(&Scopes::from("site.test"), Feedback::backoff());
     tokio::task::yield_now().await;
@@ -380,13 +373,7 @@ async fn the_gap_after_a_first_request_is_the_fleets_backoff_delay_when_it_is_lo
     // to 1 s after the first request's end.
     let config =
         one_lane_every(DELAY).backoff(tower_throttle::registry::BackoffConfig::default().jitter((0.5, 0.0)));
-    let registry = || {
-        Registry::builder()
-            .default_scope(config.clone())
-            .store(store.clone())
-            .build()
-            .unwrap()
-    };
+    let registry = || support::fleet_worker(&config, &store, true);
     let (one, two) = (registry(), registry());
     one.feedback(&Scopes::from("site.test"), Feedback::backoff());
     tokio::task::yield_now().await;

@@ -839,15 +839,37 @@ mod tests {
         assert_eq!(clock.local_wait(300_000, ms(50), base + ms(300)), ms(50));
     }
 
+    /// A store on `REDIS_URL` (default `redis://127.0.0.1:6379`) under a
+    /// prefix of its own.
+    fn test_store() -> RedisStore {
+        let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+        RedisStore::new(&url)
+            .unwrap()
+            .prefix(format!("tower-throttle-test:{:016x}:", fastrand::u64(..)))
+    }
+
+    /// A store call's answer, or `None` (the test is skipped, saying why)
+    /// when no Redis answers; under `CI=true` that fails the test.
+    fn answered_or_skip<T>(answer: Result<Option<T>, StoreError>) -> Option<T> {
+        match answer {
+            Ok(answer) => Some(answer.expect("a store that shares learning answers")),
+            Err(error) => {
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "no Redis answers: {error}"
+                );
+                eprintln!("skipped: no Redis answers ({error})");
+                None
+            }
+        }
+    }
+
     /// Scrapy's AutoThrottle table through the Lua script, against the
     /// Rust rule it mirrors. Needs a Redis (`REDIS_URL`): skipped without
     /// one, except under `CI=true`, where it fails.
     #[tokio::test]
     async fn the_autothrottle_script_applies_the_rule_as_rust_does() {
-        let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-        let store = RedisStore::new(&url)
-            .unwrap()
-            .prefix(format!("tower-throttle-test:{:016x}:", fastrand::u64(..)));
+        let store = test_store();
         let secs = Duration::from_secs_f64;
         // (latency, target concurrency, old, status, configured, max): the
         // rows of `registry::autothrottle`'s Scrapy table.
@@ -872,16 +894,8 @@ mod tests {
                 target_concurrency: target,
             };
             let scope = Scope::new(format!("row{row}"));
-            let shared = match store.autothrottle(scope, sample).await {
-                Ok(shared) => shared.unwrap(),
-                Err(error) => {
-                    assert!(
-                        std::env::var("CI").as_deref() != Ok("true"),
-                        "no Redis at {url}: {error}"
-                    );
-                    eprintln!("skipped: no Redis at {url} ({error})");
-                    return;
-                }
+            let Some(shared) = answered_or_skip(store.autothrottle(scope, sample).await) else {
+                return;
             };
             let rust = sample.next_delay(None);
             assert!(
@@ -896,10 +910,7 @@ mod tests {
     /// there (4 s at level 3). Needs a Redis, as the test above.
     #[tokio::test]
     async fn the_backoff_step_script_steps_and_steps_back_as_rust_does() {
-        let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-        let store = RedisStore::new(&url)
-            .unwrap()
-            .prefix(format!("tower-throttle-test:{:016x}:", fastrand::u64(..)));
+        let store = test_store();
         let step = BackoffStep {
             base_delay: Duration::from_millis(100),
             delay_factor: 2.0,
@@ -917,16 +928,8 @@ mod tests {
                 expected = Some((back.level, back.delay));
             }
             let rust = step.step(expected);
-            let shared = match store.step_backoff(scope.clone(), step).await {
-                Ok(shared) => shared.unwrap(),
-                Err(error) => {
-                    assert!(
-                        std::env::var("CI").as_deref() != Ok("true"),
-                        "no Redis at {url}: {error}"
-                    );
-                    eprintln!("skipped: no Redis at {url} ({error})");
-                    return;
-                }
+            let Some(shared) = answered_or_skip(store.step_backoff(scope.clone(), step).await) else {
+                return;
             };
             assert_eq!((shared.level, shared.delay), rust, "round {round}");
             expected = Some(rust);

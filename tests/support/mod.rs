@@ -490,3 +490,18 @@ macro_rules! memory_store_but {
         }
     };
 }
+
+/// A worker of a fleet: a registry with `config` for every scope, sharing
+/// `store`, learning with the fleet or alone.
+pub fn fleet_worker(
+    config: &tower_throttle::ScopeConfig,
+    store: &tower_throttle::store::MemoryStore,
+    learn_together: bool,
+) -> tower_throttle::Registry {
+    tower_throttle::Registry::builder()
+        .default_scope(config.clone())
+        .store(store.clone())
+        .fleet_learning(learn_together)
+        .build()
+        .unwrap()
+}

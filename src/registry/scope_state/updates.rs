@@ -6,8 +6,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::manager::ManagerKind;
-use super::{Manager, QuotaWindow, RobotsContribution, ScopeState};
-use crate::registry::backoff::BackoffState;
+use super::{Effective, Manager, QuotaWindow, RobotsContribution, ScopeState};
+use crate::registry::backoff::{BackoffNow, BackoffState};
 use crate::registry::config::ScopeConfig;
 use crate::registry::feedback::{AnnouncedLimits, Feedback};
 use crate::registry::manager::{BaseLimits, ManagerFactory, ManagerFeedback};
@@ -79,16 +79,23 @@ impl ScopeState {
         true
     }
 
+    /// The scope's limits before backoff, and the built-in backoff in force
+    /// at `now` (after the steps back quiet windows earned).
+    fn backoff_in_force(&self, now: Instant, max_concurrency: u32) -> (Effective, Option<BackoffNow>) {
+        let base = self.effective_before_backoff(max_concurrency);
+        let current = self
+            .contributions()
+            .backoff()
+            .and_then(|state| state.at(now, self.config.get_backoff(), base.concurrency));
+        (base, current)
+    }
+
     /// The built-in backoff's step up on backoff feedback, from the limits
     /// in force at `now` (after the steps back quiet windows earned).
     pub(crate) fn step_backoff(&mut self, now: Instant, max_concurrency: u32) {
         self.note_backoff_recovery(now, max_concurrency);
-        let base = self.effective_before_backoff(max_concurrency);
+        let (base, current) = self.backoff_in_force(now, max_concurrency);
         let config = self.config.get_backoff();
-        let current = self
-            .contributions()
-            .backoff()
-            .and_then(|state| state.at(now, config, base.concurrency));
         let stepped = BackoffState::step(current, now, config, base.delay, base.concurrency);
         tracing::debug!(
             target: "tower_throttle",
@@ -123,12 +130,8 @@ impl ScopeState {
         if !matches!(self.config.manager_kind(), ManagerKind::Backoff) {
             return false;
         }
-        let base = self.effective_before_backoff(max_concurrency);
+        let (base, current) = self.backoff_in_force(now, max_concurrency);
         let config = self.config.get_backoff();
-        let current = self
-            .contributions()
-            .backoff()
-            .and_then(|state| state.at(now, config, base.concurrency));
         let same = match (fleet, current) {
             (None, None) => true,
             (Some(fleet), Some(current)) => {
