@@ -176,6 +176,10 @@ impl RampupConfig {
 /// How much faster than the safe pace a probe goes, at least.
 const MIN_PROBE_STEP: f64 = 0.99;
 
+/// For how many gaps of an abandoned pace (a failed probe's, or the one
+/// slowed down from) a refused request still counts as sent at it.
+const ABANDONED_GAPS: u32 = 8;
+
 /// The rampup controller of one scope.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RampupState {
@@ -342,7 +346,16 @@ impl RampupState {
                     2.0 / (1.0 / unsafe_.as_secs_f64().max(1e-9) + 1.0 / safe.as_secs_f64().max(1e-9));
                 middle.min(safe.as_secs_f64() * MIN_PROBE_STEP)
             }
-            _ => safe.as_secs_f64() / 2.0,
+            // A pace at least as fast as the one believed unsafe proved
+            // safe: the boundary is further than thought, but not far
+            // (doubling the rate here overshot it by half). Step past it
+            // twice as far as the safe pace already is, from 1 % to half.
+            Some(unsafe_) => {
+                let past = 1.0 - safe.as_secs_f64() / unsafe_.as_secs_f64().max(1e-9);
+                let step = (2.0 * past).clamp(1.0 - MIN_PROBE_STEP, 0.5);
+                safe.as_secs_f64() * (1.0 - step)
+            }
+            None => safe.as_secs_f64() / 2.0,
         };
         self.delay = Duration::try_from_secs_f64(probe)
             .unwrap_or(config.min_delay)
@@ -365,7 +378,14 @@ impl RampupState {
     pub(crate) fn on_backoff_sent(&mut self, now: Instant, sent: Option<Instant>, config: &RampupConfig) {
         self.roll(now, config);
         if let (Some(sent), Some(slowed)) = (sent, self.slowed_at) {
-            if sent < slowed {
+            // Requests reserved at the abandoned pace (the failed probe's, or
+            // the one slowed down from: `unsafe_`) are still sent at it for
+            // a few of its gaps after the change (granted instants ahead,
+            // workers of a fleet that take the change at their next ask):
+            // their refusals were answered by the change too. Refusals that
+            // go on after that count.
+            let abandoned = self.unsafe_.unwrap_or_default().saturating_mul(ABANDONED_GAPS);
+            if slowed.checked_add(abandoned).is_none_or(|until| sent < until) {
                 return;
             }
         }
@@ -487,11 +507,42 @@ mod tests {
         state.on_backoff_sent(t + ms(5), Some(t - ms(5)), &config);
         state.on_backoff_sent(t + ms(9), Some(t - ms(1)), &config);
         assert_eq!(state.delay, ms(100));
-        // Sent after going back, they count: the second slows it down.
+        // Sent after going back, but within 8 gaps of the probe's pace (a
+        // reservation made at it, a worker of the fleet that had not taken
+        // the change yet): still the probe's.
         state.on_backoff_sent(t + ms(200), Some(t + ms(100)), &config);
+        state.on_backoff_sent(t + ms(450), Some(t + ms(390)), &config);
         assert_eq!(state.delay, ms(100));
-        state.on_backoff_sent(t + ms(300), Some(t + ms(200)), &config);
+        // Sent later, they count: the second slows it down.
+        state.on_backoff_sent(t + ms(600), Some(t + ms(500)), &config);
+        assert_eq!(state.delay, ms(100));
+        state.on_backoff_sent(t + ms(700), Some(t + ms(600)), &config);
         assert!(state.delay > ms(100), "{:?}", state.delay);
+    }
+
+    #[test]
+    fn a_safe_pace_past_the_one_believed_unsafe_probes_on_gently() {
+        let config = RampupConfig::default();
+        let ms = Duration::from_secs_f64;
+        let mut state = RampupState::new(ms(0.0594), Instant::now());
+        state.safe = Some(ms(0.0594));
+        state.unsafe_ = Some(ms(0.060));
+        state.start_probe(&config);
+        // 1 % past 60 ms: the next probe 2 % faster, not twice the rate.
+        assert!(
+            (state.delay.as_secs_f64() - 0.0594 * 0.98).abs() < 1e-9,
+            "{:?}",
+            state.delay
+        );
+        assert!(state.probing);
+        // Far past it, at most half the delay.
+        state.safe = Some(ms(0.030));
+        state.start_probe(&config);
+        assert!(
+            (state.delay.as_secs_f64() - 0.015).abs() < 1e-9,
+            "{:?}",
+            state.delay
+        );
     }
 
     #[test]

@@ -86,8 +86,8 @@
 //! pace its server accepts. Searched by each worker alone, the paces drift
 //! apart (one worker's probe is another's refusal, and a reservation spaces
 //! the fleet's next send by the reserving worker's own pace): four workers
-//! against a server allowing 20 requests a second got 1.7 of them, with
-//! 3.4 % refused, in the paused-time test `tests/fleet_learning.rs`. So
+//! against a server allowing 20 requests a second got 0.08 of them, with
+//! 43.6 % refused, in the paused-time test `tests/fleet_learning.rs`. So
 //! the search is one search for the fleet, in the store:
 //!
 //! - its state is a short versioned line of text per scope
@@ -108,8 +108,8 @@
 //!
 //! The same four workers then got 19.99 requests a second with 0.08 %
 //! refused, as one worker does; against nginx `limit_req` at 20 r/s, four
-//! workers got 80.9–96.4 % of the rate over three runs, at most 0.86 %
-//! refused (`benches/rampup_nginx.rs`). The decision logic stays in Rust: the store
+//! workers got 96.3–96.8 % of the rate over three runs, at most 1.14 %
+//! refused (`benches/rampup_nginx.rs`; learning alone, 11.8 % and 23.4 %). The decision logic stays in Rust: the store
 //! only compares versions. [`RegistryBuilder::fleet_learning(false)`](crate::registry::RegistryBuilder::fleet_learning)
 //! keeps each worker's search its own.
 //!
