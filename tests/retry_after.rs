@@ -330,10 +330,11 @@ async fn zero_past_and_malformed_retry_after_values_mean_no_hold_and_a_debug_eve
 /// hold, so a longer `Retry-After` waits that long and no longer.
 #[tokio::test(start_paused = true)]
 async fn retry_after_is_honoured_past_the_backoff_max_delay_up_to_max_hold() {
-    for (max_hold, retry_after, held) in [
-        (None, "3600", 3_600),
-        (None, "7200", 3_600),
-        (Some(secs(3 * 3600)), "7200", 7_200),
+    for (max_hold, status, retry_after, held) in [
+        (None, 429, "3600", 3_600),
+        (None, 503, "3600", 3_600),
+        (None, 429, "7200", 3_600),
+        (Some(secs(3 * 3600)), 503, "7200", 7_200),
     ] {
         let mut builder = Registry::builder()
             .default_scope(immediate().backoff(BackoffConfig::default().max_delay(secs(60))));
@@ -343,7 +344,7 @@ async fn retry_after_is_honoured_past_the_backoff_max_delay_up_to_max_hold() {
         let registry = builder.build().unwrap();
         let recorder = Recorder::new();
         let inner = scripted(&recorder, move |path, _| match path {
-            "/first" => respond(503, &[("retry-after", retry_after)]),
+            "/first" => respond(status, &[("retry-after", retry_after)]),
             _ => respond(200, &[]),
         });
         let mut client = client(&registry, RetryAfterLayer::new(registry.clone()), inner);
@@ -351,7 +352,7 @@ async fn retry_after_is_honoured_past_the_backoff_max_delay_up_to_max_hold() {
         assert_eq!(
             registry.scope_stats("slow.test").unwrap().held_for,
             Some(secs(held)),
-            "Retry-After {retry_after}, max_hold {max_hold:?}"
+            "{status} with Retry-After {retry_after}, max_hold {max_hold:?}"
         );
         send(&mut client, get("https://slow.test/second")).await;
         assert_eq!(recorder.millis(), vec![0, u128::from(held) * 1_000]);
