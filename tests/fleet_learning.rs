@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tower::{ServiceBuilder, ServiceExt};
+use tower::{Layer, ServiceBuilder, ServiceExt};
 use tower_throttle::registry::RampupConfig;
 use tower_throttle::store::MemoryStore;
 use tower_throttle::{BackoffLayer, Registry, ScopeConfig, ThrottleLayer};
@@ -345,5 +345,66 @@ async fn workers_learning_alone_each_have_their_own_backoff_level() {
     assert_eq!(
         sends,
         [Duration::ZERO, Duration::from_secs(1), Duration::from_secs(2)]
+    );
+}
+
+/// A store that shares rampup's search but keeps no backoff level (its
+/// `step_backoff` is the trait's default): everything else goes to a
+/// `MemoryStore`.
+#[derive(Debug)]
+struct NoBackoffLevel(MemoryStore);
+
+crate::memory_store_but!(NoBackoffLevel {
+    fn learnt(
+        &self,
+        scope: tower_throttle::Scope,
+    ) -> tower_throttle::store::StoreFuture<Option<tower_throttle::store::Learnt>> {
+        self.0.learnt(scope)
+    }
+
+    fn swap_learnt(
+        &self,
+        scope: tower_throttle::Scope,
+        version: u64,
+        state: String,
+        ttl: Duration,
+    ) -> tower_throttle::store::StoreFuture<Option<u64>> {
+        self.0.swap_learnt(scope, version, state, ttl)
+    }
+
+    fn shares_learning(&self) -> bool {
+        true
+    }
+});
+
+/// With a store that keeps no backoff level, a worker steps its own level
+/// (and writes its delay, as before levels), and the store's answers, which
+/// show no level, do not take that step away.
+#[tokio::test(start_paused = true)]
+async fn a_store_without_backoff_levels_leaves_each_worker_its_own() {
+    use tower_throttle::registry::Feedback;
+    use tower_throttle::Scopes;
+    let registry = Registry::builder()
+        .default_scope(
+            ScopeConfig::default()
+                .delay(Duration::from_millis(100))
+                .jitter(0.0),
+        )
+        .store(NoBackoffLevel(MemoryStore::new()))
+        .build()
+        .unwrap();
+    registry.feedback(&Scopes::from("api.test"), Feedback::backoff());
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let client = ThrottleLayer::new(registry.clone())
+        .store_errors()
+        .layer(tower::service_fn(|_request: http::Request<()>| async {
+            Ok::<_, Infallible>(http::Response::new(()))
+        }));
+    let request = http::Request::get("http://api.test/").body(()).unwrap();
+    client.oneshot(request).await.unwrap();
+    let stats = registry.scope_stats("api.test").unwrap();
+    assert_eq!(
+        (stats.backoff_level, stats.backoff_delay),
+        (1, Some(Duration::from_secs(1)))
     );
 }

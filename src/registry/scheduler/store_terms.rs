@@ -71,7 +71,10 @@ impl Scheduler {
             let level = (facts.backoff_level > 0).then(|| {
                 FleetBackoff::new(facts.backoff_level, facts.backoff_delay, facts.backoff_remaining)
             });
-            let adopted = learns && state.backoff_step_terms(max_concurrency).is_some();
+            // (A store that keeps no level answers level 0; a backoff delay
+            // with it was written by a worker that stepped its own.)
+            let keeps_level = facts.backoff_level > 0 || facts.backoff_delay.is_zero();
+            let adopted = learns && keeps_level && state.backoff_step_terms(max_concurrency).is_some();
             let mut changed = held
                 | if adopted {
                     state.set_fleet_backoff(None) | state.adopt_fleet_backoff(level, now, max_concurrency)
