@@ -124,6 +124,11 @@ impl BackoffConfig {
         self
     }
 
+    /// `concurrency` after one step: times the factor, at least 1.
+    fn reduced(&self, concurrency: u32) -> u32 {
+        ((f64::from(concurrency) * self.concurrency_factor).floor() as u32).max(1)
+    }
+
     /// These settings with the scope's delay before backoff, as a fleet's
     /// store steps them.
     pub(crate) fn step_terms(&self, base_delay: Duration) -> BackoffStep {
@@ -239,7 +244,7 @@ impl BackoffState {
             level,
             reported_level: level,
             delay,
-            concurrency: ((f64::from(concurrency) * config.concurrency_factor).floor() as u32).max(1),
+            concurrency: config.reduced(concurrency),
             last_step: now,
         }
     }
@@ -278,7 +283,7 @@ impl BackoffState {
     ) -> Self {
         let mut concurrency = base_concurrency.max(1);
         for _ in 0..fleet.level.min(64) {
-            concurrency = ((f64::from(concurrency) * config.concurrency_factor).floor() as u32).max(1);
+            concurrency = config.reduced(concurrency);
         }
         let since_step = config.window.saturating_sub(fleet.next_step_back);
         BackoffState {

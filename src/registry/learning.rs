@@ -99,26 +99,19 @@ impl Registry {
                     RampupState::decode(&learnt.state, learnt.age, now),
                 )
             });
-            let (version, state) = match decoded {
+            let (version, mut state) = match decoded {
                 Some((version, Some(mut fleet_state))) => {
                     fleet_state.catch_up(at.min(now), &config);
-                    fleet_state.on_backoff_sent(at, sent, &config);
                     (version, fleet_state)
                 }
                 Some((version, None)) => {
                     unreadable(scope, learnt.as_ref().map_or("", |learnt| learnt.state.as_str()));
-                    let mut local = local;
-                    local.on_backoff_sent(at, sent, &config);
                     (version, local)
                 }
-                // The first word of the fleet: this worker's search, with
-                // the backoff.
-                None => {
-                    let mut local = local;
-                    local.on_backoff_sent(at, sent, &config);
-                    (0, local)
-                }
+                // The first word of the fleet: this worker's search.
+                None => (0, local),
             };
+            state.on_backoff_sent(at, sent, &config);
             if let Some(written) = fleet
                 .store
                 .swap_learnt(scope.clone(), version, state.encode(now), LEARNT_TTL)

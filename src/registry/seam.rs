@@ -118,10 +118,8 @@ impl Registry {
     /// With a fleet that learns together, reads again in the background
     /// what it learnt of the scopes whose copy is stale.
     pub(crate) fn apply_shared_facts(&self, id: TicketId, facts: &[SharedFacts]) {
-        let learns = self.fleet().is_some_and(|fleet| fleet.learns);
-        let stale = self.with_scheduler(|scheduler, now, wake| {
-            scheduler.apply_shared_facts(id, facts, learns, (now, wake))
-        });
+        let stale =
+            self.with_scheduler(|scheduler, now, wake| scheduler.apply_shared_facts(id, facts, now, wake));
         if !stale.is_empty() {
             self.refresh_learnt(stale);
         }

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{Scheduler, TicketId, WakeList};
 use crate::registry::rampup::{RampupConfig, RampupState};
-use crate::registry::scope_state::Manager;
+use crate::registry::scope_state::{Manager, ScopeState};
 use crate::scope::Scope;
 use crate::store::{AutoThrottleSample, BackoffStep, FleetBackoff, SharedFacts};
 
@@ -61,18 +61,16 @@ impl Scheduler {
         now: Instant,
         wake: &mut WakeList,
     ) {
-        let Some(id) = self.index.get(key.as_str(), &self.scopes) else {
-            return;
-        };
-        let scope = &mut self.scopes[id].state;
-        let Some(config) = scope.config.get_rampup().cloned() else {
-            return;
-        };
-        if let Some(Manager::Rampup(rampup)) = scope.contributions_mut().manager.as_mut() {
+        self.change_scope(key, (now, wake), |scope, _| {
+            let Some(config) = scope.config.get_rampup().cloned() else {
+                return false;
+            };
+            let Some(Manager::Rampup(rampup)) = scope.contributions_mut().manager.as_mut() else {
+                return false;
+            };
             rampup.on_backoff_sent(at, sent, &config);
-            self.dirty.push(id);
-            self.run_dispatch(now, wake);
-        }
+            true
+        });
     }
 
     /// Takes the fleet's search `state`, at `version`, as scope `key`'s,
@@ -133,13 +131,7 @@ impl Scheduler {
         now: Instant,
         wake: &mut WakeList,
     ) {
-        let Some(id) = self.index.get(key.as_str(), &self.scopes) else {
-            return;
-        };
-        if self.scopes[id].state.adopt_autothrottle(delay) {
-            self.dirty.push(id);
-            self.run_dispatch(now, wake);
-        }
+        self.change_scope(key, (now, wake), |scope, _| scope.adopt_autothrottle(delay));
     }
 
     /// Applies an AutoThrottle `sample` of scope `key` to its own delay:
@@ -151,11 +143,10 @@ impl Scheduler {
         now: Instant,
         wake: &mut WakeList,
     ) {
-        let Some(id) = self.index.get(key.as_str(), &self.scopes) else {
-            return;
-        };
-        let old = self.scopes[id].state.contributions().autothrottle_delay;
-        self.adopt_autothrottle(key, sample.next_delay(old), now, wake);
+        self.change_scope(key, (now, wake), |scope, _| {
+            let old = scope.contributions().autothrottle_delay;
+            scope.adopt_autothrottle(sample.next_delay(old))
+        });
     }
 
     /// Scope `key`'s backoff settings for the fleet's store to step, when
@@ -174,25 +165,34 @@ impl Scheduler {
         now: Instant,
         wake: &mut WakeList,
     ) {
-        let Some(id) = self.index.get(key.as_str(), &self.scopes) else {
-            return;
-        };
-        if self.scopes[id]
-            .state
-            .adopt_fleet_backoff(fleet, now, self.max_concurrency)
-        {
-            self.dirty.push(id);
-            self.run_dispatch(now, wake);
-        }
+        self.change_scope(key, (now, wake), |scope, max_concurrency| {
+            scope.adopt_fleet_backoff(fleet, now, max_concurrency)
+        });
     }
 
     /// Steps scope `key`'s own backoff: when the fleet's store could not.
     pub(crate) fn step_backoff_locally(&mut self, key: &Scope, now: Instant, wake: &mut WakeList) {
+        self.change_scope(key, (now, wake), |scope, max_concurrency| {
+            scope.step_backoff(now, max_concurrency);
+            true
+        });
+    }
+
+    /// Applies `change` to scope `key` (with the registry's global limit);
+    /// when it says the scope's limits changed, its waiters look again at
+    /// `now`.
+    fn change_scope(
+        &mut self,
+        key: &Scope,
+        (now, wake): (Instant, &mut WakeList),
+        change: impl FnOnce(&mut ScopeState, u32) -> bool,
+    ) {
         let Some(id) = self.index.get(key.as_str(), &self.scopes) else {
             return;
         };
-        self.scopes[id].state.step_backoff(now, self.max_concurrency);
-        self.dirty.push(id);
-        self.run_dispatch(now, wake);
+        if change(&mut self.scopes[id].state, self.max_concurrency) {
+            self.dirty.push(id);
+            self.run_dispatch(now, wake);
+        }
     }
 }

@@ -46,20 +46,21 @@ impl Scheduler {
 
     /// Applies what the store knows of ticket `id`'s scopes (in its order):
     /// a hold holds the local scope too, a backoff delay becomes the local
-    /// scope's `LimitSource::Fleet` contribution. With `learns` (the fleet
-    /// learns together), returns the scopes whose copy of the fleet's
-    /// rampup search is stale.
+    /// scope's `LimitSource::Fleet` contribution. When the fleet learns
+    /// together, the built-in backoff takes the fleet's level instead, an
+    /// AutoThrottle scope the fleet's delay, and the scopes whose copy of
+    /// the fleet's rampup search is stale are returned.
     pub(crate) fn apply_shared_facts(
         &mut self,
         id: TicketId,
         facts: &[SharedFacts],
-        learns: bool,
-        (now, wake): (Instant, &mut WakeList),
+        now: Instant,
+        wake: &mut WakeList,
     ) -> Vec<Scope> {
         let Some(ticket) = self.tickets.get(id) else {
             return Vec::new();
         };
-        let (max_hold, max_concurrency) = (self.max_hold, self.max_concurrency);
+        let (max_hold, max_concurrency, learns) = (self.max_hold, self.max_concurrency, self.fleet_learns);
         for (seat, facts) in ticket.seats.iter().zip(facts) {
             let state = &mut self.scopes[seat.scope].state;
             let held = !facts.hold.is_zero() && state.hold(saturating_add(now, facts.hold), now, max_hold);
