@@ -452,6 +452,11 @@ jitter = 0
     }
 }
 
+/// A figure printed to 0.1 ms, in whole tenths of a millisecond.
+fn tenths(millis: &Value) -> i64 {
+    (millis.as_f64().expect("a number of milliseconds") * 10.0).round() as i64
+}
+
 /// The `waited` object: the breakdown of the throttle's wait by cause, from
 /// the response's `Waited`. Real time, so only what is certain is checked:
 /// a page behind a delay waited at least most of that delay on `delay`,
@@ -540,11 +545,14 @@ delay = "300ms"
             // Rounded to 0.1 ms: a short hand-over can read 0.0.
             assert!(millis.as_f64().unwrap() >= 0.0, "{line}");
         }
-        // Each figure is rounded to 0.1 ms.
-        let sum: f64 = waited.values().map(|millis| millis.as_f64().unwrap()).sum();
-        let slack = 0.05 * (waited.len() + 1) as f64;
+        // Each figure is rounded to 0.1 ms, so each is off by at most half a
+        // tenth: counted in whole tenths (floats would add their own error
+        // at the bound), the parts' sum may exceed the stopwatch by half a
+        // tenth per figure, the stopwatch's own included.
+        let sum: i64 = waited.values().map(tenths).sum();
+        let stopwatch = tenths(&line["waited_ms"]);
         assert!(
-            sum <= line["waited_ms"].as_f64().unwrap() + slack,
+            2 * sum <= 2 * stopwatch + (waited.len() as i64 + 1),
             "the throttle's record within the tool's stopwatch: {line}"
         );
     }
