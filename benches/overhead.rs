@@ -19,9 +19,13 @@
 //! scaling one_scope threads=1 ns=330.0 threads=2 ns=390.0 speedup=0.85
 //! ```
 //!
-//! (`ns`: the median time per request over 7 runs of 200 000 requests;
-//! `speedup`: the throughput at 2 threads over 1 thread. The bare
-//! service's own speedup is the ceiling on this machine.)
+//! (`ns`: the median time per request over 15 runs of 200 000 requests,
+//! taken round the workloads, and at 1 and at 2 threads in turn; `speedup`: the throughput
+//! at 2 threads over 1 thread. The bare service's own speedup is the
+//! ceiling on this machine.)
+//!
+//! `SCALING_LINES_ONLY=1` skips criterion's own samples of the `scaling`
+//! group and prints the lines alone (a minute instead of three).
 //!
 //! ```text
 //! cargo bench --bench overhead
@@ -147,8 +151,9 @@ type ScalingService<B> = tower::util::Either<B, tower_throttle::Throttle<B>>;
 
 /// The workloads of issue 26: the bare service; one scope (1 000 lanes,
 /// delay 0); one scope at 64 lanes and delay 0 (an API client's hot host);
-/// 10 000 scopes; two scopes per request (each host and a scope of its
-/// own beside it, over 10 000 hosts).
+/// one scope with every admission under the registry's lock (for
+/// comparison); 10 000 scopes; two scopes per request (each host and a
+/// scope of its own beside it, over 10 000 hosts).
 fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
     let throttled =
         |registry: Registry| tower::util::Either::Right(ThrottleLayer::new(registry).layer_service(bare()));
@@ -187,6 +192,19 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
             uris: uris(1),
         },
         Workload {
+            // `one_scope` with every admission under the lock, as before
+            // the lock-free path of plain scopes: the comparison in the
+            // same run.
+            name: "one_scope_locked",
+            service: throttled(
+                unthrottled_builder()
+                    .lock_free_plain_scopes(false)
+                    .build()
+                    .unwrap(),
+            ),
+            uris: uris(1),
+        },
+        Workload {
             name: "scopes_10k",
             service: throttled(unthrottled_registry()),
             uris: uris(SCALING_SCOPES),
@@ -202,22 +220,38 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
 /// Requests per sample of the `scaling` lines, and samples per figure (the
 /// median is reported).
 const LINE_REQUESTS: u64 = 200_000;
-const LINE_SAMPLES: usize = 7;
+const LINE_SAMPLES: usize = 15;
 
-/// The median time per request of `workload` driven from `threads` threads.
-fn ns_per_request<B>(workload: &Workload<B>, threads: u64) -> f64
+/// The median times per request of each workload driven from 1 and from
+/// 2 threads. The samples go round the workloads, and within each
+/// workload alternate 1 and 2 threads, so that a spell of other work on
+/// this shared machine weighs on every figure alike instead of on one
+/// workload's, or one thread count's.
+fn ns_per_request<B>(workloads: &[Workload<B>]) -> Vec<(f64, f64)>
 where
     ScalingService<B>: Service<http::Request<()>, Response = http::Response<()>> + Clone + Send,
     <ScalingService<B> as Service<http::Request<()>>>::Error: std::fmt::Debug,
 {
-    let mut samples: Vec<f64> = (0..LINE_SAMPLES)
-        .map(|_| {
-            drive_threads(&workload.service, &workload.uris, LINE_REQUESTS, threads).as_nanos() as f64
-                / LINE_REQUESTS as f64
-        })
-        .collect();
+    let sample = |workload: &Workload<B>, threads: u64| {
+        drive_threads(&workload.service, &workload.uris, LINE_REQUESTS, threads).as_nanos() as f64
+            / LINE_REQUESTS as f64
+    };
+    let mut samples = vec![(Vec::new(), Vec::new()); workloads.len()];
+    for _ in 0..LINE_SAMPLES {
+        for (workload, (one, two)) in workloads.iter().zip(&mut samples) {
+            one.push(sample(workload, 1));
+            two.push(sample(workload, 2));
+        }
+    }
+    samples
+        .iter_mut()
+        .map(|(one, two)| (median(one), median(two)))
+        .collect()
+}
+
+fn median(samples: &mut [f64]) -> f64 {
     samples.sort_by(f64::total_cmp);
-    samples[LINE_SAMPLES / 2]
+    samples[samples.len() / 2]
 }
 
 /// Whether the command line's filter (criterion's first free argument)
@@ -235,10 +269,13 @@ fn scaling_selected() -> bool {
 
 fn scaling(c: &mut Criterion) {
     let workloads = workloads(bare);
+    let lines_only = std::env::var_os("SCALING_LINES_ONLY").is_some();
     let mut group = c.benchmark_group("scaling");
     for workload in &workloads {
         // Every scope seen once first: the steady state of a crawl.
         drive_threads(&workload.service, &workload.uris, workload.uris.len() as u64, 1);
+    }
+    for workload in workloads.iter().filter(|_| !lines_only) {
         for threads in [1, 2] {
             group.bench_function(format!("{}/{threads}_threads", workload.name), |b| {
                 b.iter_custom(|iters| drive_threads(&workload.service, &workload.uris, iters, threads));
@@ -253,9 +290,7 @@ fn scaling(c: &mut Criterion) {
     // of LINE_REQUESTS requests each; speedup = throughput at 2 threads
     // over 1 thread (ns at 1 / ns at 2).
     println!();
-    for workload in &workloads {
-        let one = ns_per_request(workload, 1);
-        let two = ns_per_request(workload, 2);
+    for (workload, (one, two)) in workloads.iter().zip(ns_per_request(&workloads)) {
         println!(
             "scaling {} threads=1 ns={one:.1} threads=2 ns={two:.1} speedup={:.2}",
             workload.name,

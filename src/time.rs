@@ -120,6 +120,17 @@ impl Stamp {
         Duration::from_nanos(self.0.get().saturating_sub(earlier.0.get()))
     }
 
+    /// The stamp's value, for an atomic (never 0).
+    pub(crate) fn value(self) -> u64 {
+        self.0.get()
+    }
+
+    /// The stamp of a [`value`](Self::value); `None` for 0 (an atomic
+    /// that holds no stamp yet).
+    pub(crate) fn from_value(value: u64) -> Option<Stamp> {
+        NonZeroU64::new(value).map(Stamp)
+    }
+
     /// The stamp `secs` whole seconds after the origin.
     pub(crate) fn from_coarse_secs(secs: u32) -> Stamp {
         let biased = STAMP_BIAS + u64::from(secs) * 1_000_000_000;

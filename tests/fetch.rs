@@ -460,8 +460,10 @@ fn tenths(millis: &Value) -> i64 {
 /// The `waited` object: the breakdown of the throttle's wait by cause, from
 /// the response's `Waited`. Real time, so only what is certain is checked:
 /// a page behind a delay waited at least most of that delay on `delay`,
-/// every key is a cause's name, and the throttle's record fits inside the
-/// tool's own `waited_ms` (which starts earlier and ends later).
+/// every key is a cause's name, and the throttle's record up to the
+/// hand-over fits inside the tool's own `waited_ms` (which starts earlier
+/// and ends when the request reaches the client, before the throttle's
+/// departure reading ends the hand-over).
 #[tokio::test]
 async fn a_request_held_by_a_delay_shows_it_in_its_waited_object() {
     const DELAY_MS: f64 = 300.0;
@@ -545,15 +547,26 @@ delay = "300ms"
             // Rounded to 0.1 ms: a short hand-over can read 0.0.
             assert!(millis.as_f64().unwrap() >= 0.0, "{line}");
         }
+        // The record up to the hand-over fits in the tool's stopwatch,
+        // which starts before the throttle's `poll_ready` and stops when
+        // the request reaches the client. The hand-over itself is left
+        // out: it ends at the throttle's departure reading, taken after
+        // the client's first poll, so after the tool's stamp (a CI run
+        // had 0.3 ms more in all than the stopwatch).
         // Each figure is rounded to 0.1 ms, so each is off by at most half a
         // tenth: counted in whole tenths (floats would add their own error
         // at the bound), the parts' sum may exceed the stopwatch by half a
         // tenth per figure, the stopwatch's own included.
-        let sum: i64 = waited.values().map(tenths).sum();
+        let before_hand_over: Vec<i64> = waited
+            .iter()
+            .filter(|(cause, _)| cause.as_str() != "hand_over")
+            .map(|(_, millis)| tenths(millis))
+            .collect();
+        let sum: i64 = before_hand_over.iter().sum();
         let stopwatch = tenths(&line["waited_ms"]);
         assert!(
-            2 * sum <= 2 * stopwatch + (waited.len() as i64 + 1),
-            "the throttle's record within the tool's stopwatch: {line}"
+            2 * sum <= 2 * stopwatch + (before_hand_over.len() as i64 + 1),
+            "the throttle's record up to the hand-over within the tool's stopwatch: {line}"
         );
     }
     let last = pages[1];

@@ -62,18 +62,70 @@ const MAX_CONCURRENCY: u32 = 8;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn parallel_requests_with_cancellations_keep_every_limit_and_release_everything() {
+    stress(Duration::from_micros(200), false).await;
+}
+
+/// The same with delay 0: the scopes are plain, so busy ones admit and
+/// end on their lock-free words (see `lock_free_plain_scopes`), and a
+/// disturber closes words with requests in flight at random instants (a
+/// config that adds a delay, a lane fewer, a short hold, the plain config
+/// back), so the scheduler adopts them while other threads admit and end
+/// on the words. Random interleavings of open, close, adoption and the
+/// global limit, on four worker threads; the invariants as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plain_scopes_on_their_lock_free_words_keep_every_limit_while_closed_at_random() {
+    stress(Duration::ZERO, true).await;
+}
+
+/// The plain config of the stress scopes, with `delay`.
+fn stress_config(delay: Duration) -> ScopeConfig {
+    ScopeConfig::default()
+        .concurrency(LANES)
+        .delay(delay)
+        .delay_per_slot(Duration::ZERO)
+        .jitter(0.5)
+}
+
+/// Changes the sites' limits at random instants until `stop`.
+fn disturb(registry: Registry, stop: Arc<std::sync::atomic::AtomicBool>) -> tokio::task::JoinHandle<u32> {
+    tokio::spawn(async move {
+        let mut rng = fastrand::Rng::with_seed(99);
+        let mut changes = 0;
+        while !stop.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_micros(rng.u64(100..800))).await;
+            let site = format!("site{}.example", rng.u8(0..6));
+            let config = match rng.u8(0..4) {
+                0 => stress_config(Duration::from_micros(300)),
+                1 => stress_config(Duration::ZERO).concurrency(1),
+                2 => {
+                    registry.hold(site.as_str(), Duration::from_micros(500));
+                    changes += 1;
+                    continue;
+                }
+                _ => stress_config(Duration::ZERO),
+            };
+            registry.set_scope(site.as_str(), config).unwrap();
+            changes += 1;
+        }
+        // Every site plain again, so the last requests end on open words.
+        for site in 0..6 {
+            registry
+                .set_scope(format!("site{site}.example"), stress_config(Duration::ZERO))
+                .unwrap();
+        }
+        changes
+    })
+}
+
+async fn stress(delay: Duration, disturbed: bool) {
     let registry = Registry::builder()
         .max_concurrency(MAX_CONCURRENCY)
         .max_queued(200)
-        .default_scope(
-            ScopeConfig::default()
-                .concurrency(LANES)
-                .delay(Duration::from_micros(200))
-                .delay_per_slot(Duration::ZERO)
-                .jitter(0.5),
-        )
+        .default_scope(stress_config(delay))
         .build()
         .unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let disturber = disturbed.then(|| disturb(registry.clone(), stop.clone()));
     let limits = Limits::default();
     let inner_limits = limits.clone();
     let inner_registry = registry.clone();
@@ -141,7 +193,13 @@ async fn parallel_requests_with_cancellations_keep_every_limit_and_release_every
             kept += producer.await.unwrap();
         }
     };
-    if tokio::time::timeout(Duration::from_secs(20), all).await.is_err() {
+    let finished = tokio::time::timeout(Duration::from_secs(20), all).await;
+    stop.store(true, Ordering::SeqCst);
+    if let Some(disturber) = disturber {
+        let changes = disturber.await.unwrap();
+        assert!(changes > 10, "the disturber changed the limits {changes} times");
+    }
+    if finished.is_err() {
         let stats = registry.stats();
         let busy: Vec<_> = registry
             .all_scope_stats()

@@ -63,6 +63,7 @@ pub struct RegistryBuilder {
     store: Option<Arc<dyn ScopeStore>>,
     store_failure: StoreFailure,
     fleet_learning: bool,
+    lock_free_plain_scopes: bool,
     scope_manager: Option<ManagerFactory>,
 }
 
@@ -99,6 +100,7 @@ impl Default for RegistryBuilder {
             store: None,
             store_failure: StoreFailure::default(),
             fleet_learning: true,
+            lock_free_plain_scopes: true,
             scope_manager: None,
         }
     }
@@ -293,6 +295,42 @@ impl RegistryBuilder {
         self
     }
 
+    /// Whether a busy *plain* scope (lanes its only limit: delay 0, no
+    /// per-lane delay, quota, manager or feedback in force) admits and
+    /// ends its requests by atomics, without the registry's lock (default
+    /// `true`). An API client sending to one host from every core then
+    /// scales with the cores instead of queuing on the lock; the limits,
+    /// the order of waiters and every stat stay the same. The scope goes
+    /// back under the lock as soon as anything else touches it (a waiter,
+    /// feedback, a hold, a config change), and its requests in flight go
+    /// with it. With a [store](crate::store) every send reserves through
+    /// it, so this changes nothing. `false` keeps every admission under the
+    /// lock (to compare, or to debug). The README's Performance section
+    /// ("Two threads") has the measures.
+    ///
+    /// ```
+    /// use tower::ServiceBuilder;
+    /// use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+    ///
+    /// let registry = Registry::builder()
+    ///     .max_concurrency(256)
+    ///     .default_scope(ScopeConfig::default().concurrency(64).delay(std::time::Duration::ZERO))
+    ///     .lock_free_plain_scopes(true)
+    ///     .build()?;
+    /// let client = ServiceBuilder::new()
+    ///     .layer(ThrottleLayer::new(registry))
+    ///     .service_fn(|_request: http::Request<()>| async {
+    ///         Ok::<_, std::convert::Infallible>(http::Response::new(()))
+    ///     });
+    /// # drop(client);
+    /// # Ok::<(), tower_throttle::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn lock_free_plain_scopes(mut self, enabled: bool) -> Self {
+        self.lock_free_plain_scopes = enabled;
+        self
+    }
+
     /// Checks every value and builds the registry.
     ///
     /// # Errors
@@ -396,8 +434,21 @@ impl RegistryBuilder {
             .with_metrics(metrics::Metrics {
                 per_scope: self.metrics_per_scope,
             });
-        Ok(Registry {
-            shared: Arc::new(RegistryShared {
+        let fast_path = self.lock_free_plain_scopes && self.store.is_none();
+        let scheduler = if fast_path {
+            scheduler
+        } else {
+            scheduler.without_fast_path()
+        };
+        let shared = Arc::new_cyclic(|registry| {
+            // Its words reach the registry weakly: they live in it.
+            let scheduler = scheduler.with_word_owner(registry.clone());
+            RegistryShared {
+                uid: next_registry_uid(),
+                global: scheduler.global().clone(),
+                metrics: metrics::Metrics {
+                    per_scope: self.metrics_per_scope,
+                },
                 managers_hear_successes: AtomicBool::new(managers_hear_successes),
                 #[cfg(debug_assertions)]
                 locks: std::sync::atomic::AtomicU64::new(0),
@@ -412,7 +463,15 @@ impl RegistryBuilder {
                 fleet: self
                     .store
                     .map(|store| Arc::new(StoreHandle::new(store, self.store_failure, fleet_learns))),
-            }),
-        })
+            }
+        });
+        Ok(Registry { shared })
     }
+}
+
+/// A number no other registry of this process has (the thread caches of
+/// open scopes tell registries apart by it; an address could be reused).
+fn next_registry_uid() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }

@@ -62,6 +62,12 @@ impl Metrics {
         metrics::gauge!("tower_throttle_requests_in_flight").set(f64::from(in_flight));
         metrics::gauge!("tower_throttle_scopes_tracked").set(scopes as f64);
     }
+
+    /// The in-flight gauge alone: what a request on an open scope's word
+    /// changes (see `fast_path`).
+    pub(crate) fn in_flight(self, in_flight: u32) {
+        metrics::gauge!("tower_throttle_requests_in_flight").set(f64::from(in_flight));
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -80,4 +86,7 @@ impl Metrics {
 
     #[inline(always)]
     pub(crate) fn levels(self, _waiting: usize, _in_flight: u32, _scopes: usize) {}
+
+    #[inline(always)]
+    pub(crate) fn in_flight(self, _in_flight: u32) {}
 }

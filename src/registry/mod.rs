@@ -148,6 +148,7 @@ mod backoff;
 mod builder;
 mod config;
 mod configs;
+mod fast_path;
 mod feedback;
 mod learning;
 pub mod manager;
@@ -187,10 +188,11 @@ use crate::scope::{handover, RequestHead, Scope, ScopeResolver, Scopes};
 use crate::store::StoreHandle;
 use crate::time::saturating_add;
 pub(crate) use configs::IP_SCOPE_PREFIX;
+pub(crate) use fast_path::FastScope;
 pub(crate) use places::{PlaceHandle, QueuePlace};
 pub(crate) use report::collect;
 pub(crate) use report::Collected;
-pub(crate) use scheduler::{Outcome, TicketId, TicketPoll};
+pub(crate) use scheduler::{Admission, Finishing, Outcome, TicketId, TicketPoll};
 use scheduler::{Scheduler, WakeList};
 pub use scheduler::{
     DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_HOLD, DEFAULT_MAX_SCOPES, MAX_MAX_HOLD,
@@ -229,6 +231,12 @@ pub struct Registry {
 
 struct RegistryShared {
     scheduler: Mutex<Scheduler>,
+    /// This registry's number, for the threads' caches of open scopes.
+    uid: u64,
+    /// The requests in flight over all scopes, shared with the scheduler.
+    global: Arc<fast_path::GlobalFlight>,
+    /// The scheduler's metrics, for what ends on an open word.
+    metrics: metrics::Metrics,
     resolver: Box<dyn ScopeResolver>,
     max_queued: usize,
     /// What the builder was given, for reading the config back.
@@ -328,12 +336,18 @@ impl Registry {
         let mut wake = WakeList::new();
         let result = {
             let mut scheduler = self.scheduler();
-            let result = act(&mut scheduler, now.unwrap_or_else(Instant::now), &mut wake);
+            let now = now.unwrap_or_else(Instant::now);
+            let result = act(&mut scheduler, now, &mut wake);
+            scheduler.settle_global(now, &mut wake);
             scheduler.report_levels();
             result
         };
-        for waker in wake {
-            waker.wake();
+        // Checked first: most operations wake nobody, and consuming an
+        // empty list still costs its iterator and its drop.
+        if !wake.is_empty() {
+            for waker in wake {
+                waker.wake();
+            }
         }
         result
     }

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use super::config::ScopeConfig;
 use super::configs::ConfigTable;
+use super::fast_path::{FastScope, GlobalFlight, WordOwner};
 use super::metrics::Metrics;
 use super::scope_state::{Effective, ScopeCheck, ScopeState, Sending};
 use super::ticket::{OrderKey, Seat, Seats, Status, TicketState, WaitedInScheduler};
@@ -44,6 +45,43 @@ const MAX_SCAN: usize = 32;
 /// behind it, so a multi-scope request cannot be starved.
 const MAX_BYPASS: u32 = 16;
 
+/// How a plain admission may use a scope's lock-free word (see
+/// [`fast_path`](super::fast_path)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FastMode {
+    /// Never: the scheduler admits, and closes an open scope first (a
+    /// debug listener wants every send's event).
+    Never,
+    /// On the word of a scope already open (another thread uses it); also
+    /// opens the word of a plain scope that the last one-scope request
+    /// queued under the lock asked for too (a scope asked for twice in a
+    /// row, by one thread or several, is busy).
+    Join,
+    /// Also opens a plain scope: the caller's thread had its word.
+    Open,
+}
+
+/// What queuing a request gave.
+#[derive(Debug)]
+pub(crate) enum Admission {
+    /// Admitted on the scope's open word: it ends there too.
+    Fast(Arc<FastScope>),
+    /// A ticket of the scheduler; admitted at once or not, as
+    /// [`Scheduler::enqueue`] says.
+    Ticket(TicketId, Option<bool>),
+    /// Admitted at once on a lane of a plain scope, without a ticket: the
+    /// scope and the lane are all its end needs (see
+    /// [`Scheduler::finish_request`]).
+    Plain(ScopeId, u32),
+}
+
+/// The request that ends, as [`Scheduler::finish_request`] is told it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Finishing {
+    Ticket(TicketId),
+    Plain(ScopeId, u32),
+}
+
 /// What stopped a waiter at an evaluation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Verdict {
@@ -64,7 +102,20 @@ pub(crate) struct Scheduler {
     tickets: Slab<TicketState>,
     next_seq: u64,
     max_concurrency: u32,
-    in_flight: u32,
+    /// Requests in flight over all scopes, shared with the open scopes
+    /// (see [`fast_path`](super::fast_path)).
+    global: Arc<GlobalFlight>,
+    /// Whether plain scopes may open (not with a store: a fleet's scopes
+    /// always reserve through it).
+    fast_allowed: bool,
+    /// What a scope's word is made with (set once the registry exists).
+    word_owner: Option<WordOwner>,
+    /// Whether a scope's word was ever opened: only then do the words need
+    /// to know when eviction work is due.
+    words_opened: bool,
+    /// The scope of the last one-scope request queued (see
+    /// [`FastMode::Join`]).
+    last_one_scope: ScopeId,
     /// Waiters whose scopes all allow them but the global limit does not.
     global_queue: BTreeMap<OrderKey, TicketId>,
     rng: fastrand::Rng,
@@ -111,7 +162,11 @@ impl Scheduler {
             tickets: Slab::new(),
             next_seq: 0,
             max_concurrency,
-            in_flight: 0,
+            global: Arc::new(GlobalFlight::new(max_concurrency)),
+            fast_allowed: true,
+            word_owner: None,
+            words_opened: false,
+            last_one_scope: ScopeId::MAX,
             global_queue: BTreeMap::new(),
             rng,
             dirty: Vec::new(),
@@ -137,7 +192,7 @@ impl Scheduler {
     /// Sets the gauges: waiting, in flight, scopes tracked.
     pub(crate) fn report_levels(&self) {
         self.metrics
-            .levels(self.waiting, self.in_flight, self.scopes.len());
+            .levels(self.waiting, self.global.in_flight(), self.scopes.len());
     }
 
     /// Warns when more than `threshold` requests wait (once each time the
@@ -160,7 +215,7 @@ impl Scheduler {
                 target: "tower_throttle",
                 waiting = self.waiting,
                 threshold = self.delayed_warn_threshold,
-                in_flight = self.in_flight,
+                in_flight = self.global.in_flight(),
                 "more requests wait for their scopes than delayed_warn_threshold: \
                  the crawl produces requests faster than its scopes allow"
             );
@@ -206,11 +261,14 @@ impl Scheduler {
     }
 
     fn scope_id(&mut self, key: &Scope, now: Instant) -> ScopeId {
-        self.scope_id_named(key.as_str(), || key.clone(), now)
+        let id = self.scope_id_named(key.as_str(), || key.clone(), now);
+        self.close_fast(id);
+        id
     }
 
     /// The scope named `name`, created with the key `key` makes if the
-    /// scheduler has not seen it (so a scope it knows costs no key).
+    /// scheduler has not seen it (so a scope it knows costs no key). Its
+    /// word stays as it is: the caller closes it unless it admits on it.
     fn scope_id_named(&mut self, name: &str, key: impl FnOnce() -> Scope, now: Instant) -> ScopeId {
         if let Some(id) = self.index.get(name, &self.scopes) {
             return id;
@@ -228,42 +286,62 @@ impl Scheduler {
     /// cost), as [`enqueue`](Self::enqueue) does; also returns the scope's
     /// key, the scheduler's own when it knew the scope: the host resolver's
     /// path, which allocates no key for a scope already known.
+    /// A plain scope may be admitted on its lock-free word, as `mode`
+    /// allows.
     pub(crate) fn enqueue_named(
         &mut self,
         name: &str,
         priority: i32,
+        mode: FastMode,
         now: Instant,
         wake: &mut WakeList,
-    ) -> (TicketId, Option<bool>, Scope) {
+    ) -> (Admission, Scope) {
         self.evict_expired(now);
         let scope = self.scope_id_named(name, || Scope::new(name), now);
-        self.note_busy(scope);
         let key = self.scopes[scope].state.key.clone();
+        if let Some(fast) = self.fast_admission(scope, mode, now) {
+            return (Admission::Fast(fast), key);
+        }
+        self.note_busy(scope);
+        if let Some(plain) = self.plain_admission(scope, mode, now) {
+            return (plain, key);
+        }
         let seats = Seats::One([Seat {
             scope,
             lane: usize::MAX,
             cost: DEFAULT_COST,
         }]);
         let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
-        (id, admitted, key)
+        (Admission::Ticket(id, admitted), key)
     }
 
     /// Queues a request for `scopes`; admits it at once when nothing is
     /// ahead of it and every limit allows, and then says what to do with
     /// its departure (as [`TicketPoll::Sent`]); `None` while it waits.
+    /// A one-scope request of a plain scope may be admitted on the
+    /// scope's lock-free word, as `mode` allows.
     pub(crate) fn enqueue(
         &mut self,
         scopes: &Scopes,
         priority: i32,
+        mode: FastMode,
         now: Instant,
         wake: &mut WakeList,
-    ) -> (TicketId, Option<bool>) {
+    ) -> Admission {
         self.evict_expired(now);
         let ids: Vec<(ScopeId, f64)>;
         let seats = if scopes.len() == 1 {
-            let (scope, cost) = scopes.iter().next().expect("a Scopes is never empty");
+            let (key, cost) = scopes.iter().next().expect("a Scopes is never empty");
+            let scope = self.scope_id_named(key.as_str(), || key.clone(), now);
+            if let Some(fast) = self.fast_admission(scope, mode, now) {
+                return Admission::Fast(fast);
+            }
+            self.note_busy(scope);
+            if let Some(plain) = self.plain_admission(scope, mode, now) {
+                return plain;
+            }
             Seats::One([Seat {
-                scope: self.busy_scope_id(scope, now),
+                scope,
                 lane: usize::MAX,
                 cost,
             }])
@@ -278,7 +356,189 @@ impl Scheduler {
                 cost,
             }))
         };
-        self.enqueue_seats(seats, priority, now, wake)
+        let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
+        Admission::Ticket(id, admitted)
+    }
+
+    /// Admits a one-scope request of scope `id` on its lock-free word
+    /// when `mode` allows: an open word with a lane free, or a plain
+    /// scope the scheduler holds nothing of, opened now. Otherwise the
+    /// word is closed (the scheduler adopts what is in flight on it) and
+    /// the scope noted among the recent ones: the request goes through
+    /// the scheduler.
+    #[inline(always)]
+    fn fast_admission(&mut self, id: ScopeId, mode: FastMode, now: Instant) -> Option<Arc<FastScope>> {
+        let last = std::mem::replace(&mut self.last_one_scope, id);
+        // The common case, checked inline: a scope without a word, other
+        // than the last one.
+        if last != id && self.scopes[id].fast.is_none() {
+            return None;
+        }
+        self.word_admission_or_close(id, mode, now)
+    }
+
+    /// Admits a one-scope request on a free lane of a plain scope nobody
+    /// waits for, without a ticket (not for `FastMode::Never`, which tests
+    /// of tickets use, nor with a store, whose reservation needs the
+    /// ticket).
+    #[inline(always)]
+    fn plain_admission(&mut self, scope: ScopeId, mode: FastMode, now: Instant) -> Option<Admission> {
+        if mode == FastMode::Never || !self.fast_allowed {
+            return None;
+        }
+        let lane = self.take_plain_lane(scope, now)?;
+        match u32::try_from(lane) {
+            Ok(lane) => Some(Admission::Plain(scope, lane)),
+            // Lanes never outnumber a `u32` concurrency.
+            Err(_) => unreachable!("lane {lane} beyond the concurrency"),
+        }
+    }
+
+    /// [`fast_admission`](Self::fast_admission) past its inline check.
+    #[inline(never)]
+    fn word_admission_or_close(
+        &mut self,
+        id: ScopeId,
+        mode: FastMode,
+        now: Instant,
+    ) -> Option<Arc<FastScope>> {
+        let fast = self.word_admission(id, mode, now);
+        if fast.is_none() {
+            self.close_fast(id);
+        }
+        fast
+    }
+
+    /// Admits on scope `id`'s word, opening it if `mode` and the scope
+    /// allow.
+    fn word_admission(&mut self, id: ScopeId, mode: FastMode, now: Instant) -> Option<Arc<FastScope>> {
+        // A debug listener wants each send's event, which the lock gives.
+        if mode == FastMode::Never || tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
+            return None;
+        }
+        let entry = &mut self.scopes[id];
+        let open = entry.open_fast().is_some();
+        if !open {
+            let Some(owner) = &self.word_owner else {
+                return None;
+            };
+            let openable = self.fast_allowed
+                && !entry.has_waiters()
+                && entry.state.in_flight == 0
+                && entry.state.is_plain_now();
+            if !openable {
+                return None;
+            }
+            let lanes = entry.state.config.concurrency.min(self.max_concurrency);
+            let latency = entry.state.latency_value();
+            let fast = entry
+                .fast
+                .get_or_insert_with(|| FastScope::new(id, entry.state.key.clone(), owner));
+            if !fast.open(lanes, latency) {
+                return None;
+            }
+            self.words_opened = true;
+            self.global.note_word_opened();
+        }
+        let fast = entry.fast.as_ref()?;
+        if !fast.admit_locked(&self.global) {
+            return None;
+        }
+        let fast = fast.clone();
+        self.metrics.sent(&fast.key);
+        self.note_open(id, now);
+        Some(fast)
+    }
+
+    /// An open scope is an eviction candidate from its first admission on
+    /// (its word says whether it is idle: see `look_at_candidate`).
+    fn note_open(&mut self, id: ScopeId, now: Instant) {
+        let entry = &self.scopes[id];
+        if entry.idle_since.is_none() || !entry.state.evictable {
+            self.note_if_idle(id, Stamp::of(now));
+        }
+    }
+
+    /// Closes scope `id`'s word, if open: the scheduler adopts its
+    /// requests in flight (see [`ScopeState::adopt`]).
+    pub(super) fn close_fast(&mut self, id: ScopeId) {
+        let entry = &mut self.scopes[id];
+        let Some(fast) = entry.open_fast() else {
+            return;
+        };
+        let adopted = fast.close();
+        if adopted.was_open {
+            entry.state.adopt(adopted, &mut self.rng);
+        }
+    }
+
+    /// Ends a request admitted on `fast`'s word after the word was closed
+    /// (the scheduler adopted it): as [`finish`](Self::finish) ends a
+    /// ticket on no lane.
+    pub(crate) fn finish_adopted(
+        &mut self,
+        fast: &FastScope,
+        outcome: Outcome,
+        departed_at: Option<Stamp>,
+        now: (Instant, Option<Stamp>),
+        wake: &mut WakeList,
+    ) {
+        let ours = self
+            .scopes
+            .get(fast.id)
+            .and_then(|entry| entry.fast.as_deref())
+            .is_some_and(|word| std::ptr::eq(word, fast));
+        if !ours {
+            // Never: an adopted request keeps its scope from eviction. Its
+            // permit still goes back.
+            self.global.release();
+            return;
+        }
+        let seat = Seat {
+            scope: fast.id,
+            lane: usize::MAX,
+            cost: DEFAULT_COST,
+        };
+        self.finish_unticketed(seat, outcome, departed_at, now, wake);
+    }
+
+    /// After each operation: tells the open scopes whether requests wait
+    /// for a global permit, and lets them go if one was given back on an
+    /// open word meanwhile (see [`GlobalFlight::publish_queued`]).
+    #[inline(always)]
+    pub(crate) fn settle_global(&mut self, now: Instant, wake: &mut WakeList) {
+        // A waiter served goes, or waits for its scopes; one that needs a
+        // permit again is queued again only when none is free.
+        while self.global.publish_queued(!self.global_queue.is_empty()) {
+            self.serve_global_queue(now, wake);
+            self.run_dispatch(now, wake);
+        }
+        if self.words_opened {
+            self.publish_eviction_due();
+        }
+    }
+
+    /// The requests in flight over all scopes, shared with the open words.
+    pub(crate) fn global(&self) -> &Arc<GlobalFlight> {
+        &self.global
+    }
+
+    /// Lets plain scopes open words that reach `registry` (the registry
+    /// that holds this scheduler) when they need its lock.
+    pub(super) fn with_word_owner(mut self, registry: std::sync::Weak<super::RegistryShared>) -> Self {
+        self.word_owner = Some(WordOwner {
+            global: self.global.clone(),
+            registry,
+            metrics: self.metrics,
+        });
+        self
+    }
+
+    /// Keeps every scope's word closed (a fleet: every send reserves
+    /// through the store).
+    pub(crate) fn without_fast_path(mut self) -> Self {
+        self.fast_allowed = false;
+        self
     }
 
     /// Queues a request for `seats` (its scopes, already marked busy);
@@ -355,7 +615,7 @@ impl Scheduler {
     /// when it is plain (see [`ScopeState::take_plain_lane`]), nobody waits
     /// for it and the global limit allows; counts the send.
     fn take_plain_lane(&mut self, id: ScopeId, now: Instant) -> Option<usize> {
-        if self.in_flight >= self.max_concurrency {
+        if !self.global.has_room() {
             return None;
         }
         let scope = &mut self.scopes[id];
@@ -366,7 +626,7 @@ impl Scheduler {
             .state
             .take_plain_lane(now, self.max_concurrency, &mut self.rng, now)?;
         self.metrics.sent(&scope.state.key);
-        self.in_flight += 1;
+        self.global.add();
         Some(lane)
     }
 
@@ -382,7 +642,7 @@ impl Scheduler {
 
     /// The fast path: every scope has an empty queue and allows a send now.
     fn try_send_directly(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) -> bool {
-        if self.in_flight >= self.max_concurrency {
+        if !self.global.has_room() {
             return false;
         }
         let ticket = &self.tickets[id];
@@ -465,48 +725,120 @@ impl Scheduler {
                 // never handed over (dropped, or the inner service failed
                 // to get ready): it leaves its scopes' undeparted count as
                 // its lanes are released.
-                let (departed_at, to_apply) = match status {
+                let departure = match status {
                     Status::Departed(at) => (Some(at), None),
                     _ => (departed_at, departed_at),
                 };
-                let latency = match (outcome, departed_at) {
-                    (
-                        Outcome::Response {
-                            status,
-                            adjust_autothrottle,
-                        },
-                        Some(sent),
-                    ) => Some((now_stamp.since(sent), status, adjust_autothrottle)),
-                    _ => None,
-                };
-                for seat in &ticket.seats {
-                    let scope = &mut self.scopes[seat.scope];
-                    if let Some(at) = to_apply {
-                        scope.state.depart(seat.lane, at);
-                    }
-                    if let Some((latency, status, adjust_autothrottle)) = latency {
-                        if adjust_autothrottle && self.fleet_learns {
-                            scope.state.observe_latency(latency, status, false);
-                            sample_for_fleet(&mut self.autothrottle_samples, &scope.state, latency, status);
-                        } else {
-                            scope.state.observe_latency(latency, status, adjust_autothrottle);
-                        }
-                    }
-                    scope.state.release_lane(seat.lane, departed_at.is_some(), now);
-                    if scope.has_waiters() {
-                        self.dirty.push(seat.scope);
-                    }
-                }
-                self.in_flight -= 1;
-                if !self.global_queue.is_empty() {
-                    self.serve_global_queue(now, wake);
-                }
-                self.run_dispatch(now, wake);
+                self.release_seats(
+                    ticket.seats.as_slice(),
+                    outcome,
+                    departure,
+                    (now, now_stamp),
+                    wake,
+                );
             }
         }
         for seat in &ticket.seats {
             self.note_if_idle(seat.scope, now_stamp);
         }
+    }
+
+    /// Ends a request: a ticket's, as [`finish`](Self::finish) does, or one
+    /// admitted on a plain lane without a ticket.
+    #[inline]
+    pub(crate) fn finish_request(
+        &mut self,
+        which: Finishing,
+        outcome: Outcome,
+        departed_at: Option<Stamp>,
+        now: (Instant, Option<Stamp>),
+        wake: &mut WakeList,
+    ) {
+        match which {
+            Finishing::Ticket(id) => self.finish(id, outcome, departed_at, now, wake),
+            Finishing::Plain(scope, lane) => self.finish_unticketed(
+                Seat {
+                    scope,
+                    lane: lane as usize,
+                    cost: DEFAULT_COST,
+                },
+                outcome,
+                departed_at,
+                now,
+                wake,
+            ),
+        }
+    }
+
+    /// Ends a request of one scope that holds no ticket: admitted on a
+    /// plain lane, or adopted from a closed word (on no lane).
+    fn finish_unticketed(
+        &mut self,
+        seat: Seat,
+        outcome: Outcome,
+        departed_at: Option<Stamp>,
+        (now, now_stamp): (Instant, Option<Stamp>),
+        wake: &mut WakeList,
+    ) {
+        let now_stamp = now_stamp.unwrap_or_else(|| Stamp::of(now));
+        let scope = seat.scope;
+        self.release_seats(
+            &[seat],
+            outcome,
+            (departed_at, departed_at),
+            (now, now_stamp),
+            wake,
+        );
+        self.note_if_idle(scope, now_stamp);
+    }
+
+    /// Frees the `seats` of an admitted request that ended with `outcome`
+    /// at `now`, and its global permit, and lets the next waiters go.
+    /// `departure`: when it departed, if it did, and the departure the
+    /// scheduler has yet to apply (an admitted request never handed over
+    /// leaves its scopes' undeparted count as its lanes are released). A
+    /// response feeds each scope's latency average and AutoThrottle.
+    fn release_seats(
+        &mut self,
+        seats: &[Seat],
+        outcome: Outcome,
+        (departed_at, to_apply): (Option<Stamp>, Option<Stamp>),
+        (now, now_stamp): (Instant, Stamp),
+        wake: &mut WakeList,
+    ) {
+        let latency = match (outcome, departed_at) {
+            (
+                Outcome::Response {
+                    status,
+                    adjust_autothrottle,
+                },
+                Some(sent),
+            ) => Some((now_stamp.since(sent), status, adjust_autothrottle)),
+            _ => None,
+        };
+        for seat in seats {
+            let scope = &mut self.scopes[seat.scope];
+            if let Some(at) = to_apply {
+                scope.state.depart(seat.lane, at);
+            }
+            if let Some((latency, status, adjust_autothrottle)) = latency {
+                if adjust_autothrottle && self.fleet_learns {
+                    scope.state.observe_latency(latency, status, false);
+                    sample_for_fleet(&mut self.autothrottle_samples, &scope.state, latency, status);
+                } else {
+                    scope.state.observe_latency(latency, status, adjust_autothrottle);
+                }
+            }
+            scope.state.release_lane(seat.lane, departed_at.is_some(), now);
+            if scope.has_waiters() {
+                self.dirty.push(seat.scope);
+            }
+        }
+        self.global.release();
+        if !self.global_queue.is_empty() {
+            self.serve_global_queue(now, wake);
+        }
+        self.run_dispatch(now, wake);
     }
 
     /// Records that admitted ticket `id` was handed to the inner service
@@ -549,7 +881,7 @@ impl Scheduler {
 
     /// Hands freed global permits to the oldest waiters that only lacked one.
     fn serve_global_queue(&mut self, now: Instant, wake: &mut WakeList) {
-        while self.in_flight < self.max_concurrency {
+        while self.global.has_room() {
             let Some((_, id)) = self.global_queue.pop_first() else {
                 return;
             };
@@ -741,7 +1073,7 @@ impl Scheduler {
         if let Some(waker) = ticket.waker.take() {
             wake.push(waker);
         }
-        self.in_flight += 1;
+        self.global.add();
     }
 }
 

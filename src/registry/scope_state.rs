@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::backoff::BackoffNow;
 use super::config::ScopeConfig;
+use super::fast_path::Adopted;
 use crate::scope::Scope;
 use crate::store::AutoThrottleSample;
 use crate::time::{scale, Jitter, Stamp};
@@ -199,6 +200,13 @@ pub(crate) struct ScopeState {
     /// Whether the config makes lanes the only limit
     /// ([`ScopeConfig::is_plain`], kept with the config).
     plain: bool,
+    /// For the scheduler's eviction (kept here, in padding, so a scope's
+    /// entry stays within its memory budget): whether the scope is among
+    /// the eviction candidates.
+    pub(crate) evictable: bool,
+    /// Whether it was used since it joined the candidates (it then gets a
+    /// second chance under pressure).
+    pub(crate) referenced: bool,
     pub(crate) sent: u64,
     /// The latency average in nanoseconds + 1 (0 would be a latency
     /// too), once a response came; 8 bytes where `Option<Duration>` takes 16.
@@ -265,6 +273,8 @@ impl ScopeState {
             undeparted: 0,
             warm: false,
             plain,
+            evictable: false,
+            referenced: false,
             sent: 0,
             latency: None,
         }
@@ -273,6 +283,42 @@ impl ScopeState {
     /// The latency average (send to response head), once a response came.
     pub(crate) fn latency(&self) -> Option<Duration> {
         self.latency.map(|biased| Duration::from_nanos(biased.get() - 1))
+    }
+
+    /// The latency average as kept (nanoseconds + 1; 0: none), for the
+    /// scope's lock-free word.
+    pub(crate) fn latency_value(&self) -> u64 {
+        self.latency.map_or(0, NonZeroU64::get)
+    }
+
+    /// Whether lanes are the scope's only limit now: a plain config and
+    /// nothing contributed (what [`take_plain_lane`](Self::take_plain_lane)
+    /// and the lock-free word need).
+    pub(crate) fn is_plain_now(&self) -> bool {
+        self.plain && self.contributed.is_none()
+    }
+
+    /// Takes in the requests of the scope's closed word (see
+    /// [`fast_path`](super::fast_path)): each counts in flight and
+    /// undeparted, on no lane, until it ends under the lock; the word's
+    /// sends, latency average and last departure become the scope's.
+    pub(crate) fn adopt(&mut self, adopted: Adopted, rng: &mut fastrand::Rng) {
+        self.in_flight += adopted.in_flight;
+        self.undeparted += adopted.in_flight;
+        self.sent += adopted.sent;
+        self.latency = NonZeroU64::new(adopted.latency);
+        self.warm |= adopted.warm;
+        // The adopted requests' gaps run from their departures, which move
+        // this stamp when they end.
+        let newest = adopted
+            .last_departure
+            .or((adopted.in_flight > 0).then_some(Stamp::EARLIEST));
+        if let Some(at) = newest {
+            match &mut self.last_send {
+                Some(last) => last.departed_at(at),
+                None => self.last_send = Some(LastSend { at, draw: rng.f64() }),
+            }
+        }
     }
 
     /// What the feedback layers contribute to the scope's limits.

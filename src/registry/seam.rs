@@ -3,15 +3,17 @@
 //! (queue, poll, depart, finish, and the store's reservation terms). Each
 //! call is one lock of the registry.
 
+use std::sync::Arc;
 use std::task::Waker;
 
 use tokio::time::Instant;
 
+use super::fast_path::{hot, Ended, FastScope};
 use super::report::Collected;
-use super::scheduler::{Outcome, TicketId, TicketPoll};
+use super::scheduler::{Admission, FastMode, Finishing, Outcome, TicketId, TicketPoll};
 use super::ticket::WaitedInScheduler;
 use super::Registry;
-use crate::scope::{Priority, Scopes};
+use crate::scope::{Priority, Scope, Scopes};
 use crate::store::{ScopeTerms, SharedFacts};
 use crate::time::Stamp;
 
@@ -19,9 +21,58 @@ impl Registry {
     /// Queues a request for `scopes` and admits it at once if nothing is
     /// ahead of it and every limit allows: its ticket, and whether it was
     /// admitted (then, whether its departure must be reported at once).
+    /// A request of one busy plain scope may be admitted on the scope's
+    /// lock-free word instead (see [`fast_path`](super::fast_path)).
     #[inline]
-    pub(crate) fn enqueue(&self, scopes: &Scopes, priority: Priority) -> (TicketId, Option<bool>) {
-        self.with_scheduler(|scheduler, now, wake| scheduler.enqueue(scopes, priority.0, now, wake))
+    pub(crate) fn enqueue(&self, scopes: &Scopes, priority: Priority) -> Admission {
+        let mode = match scopes.len() {
+            1 => {
+                let (key, _) = scopes.iter().next().expect("a Scopes is never empty");
+                match self.admit_unlocked(key.as_str()) {
+                    Ok((fast, _)) => return Admission::Fast(fast),
+                    Err(mode) => mode,
+                }
+            }
+            _ => FastMode::Never,
+        };
+        let admission = self
+            .with_scheduler(|scheduler, now, wake| scheduler.enqueue(scopes, priority.0, mode, now, wake));
+        self.remember(&admission);
+        admission
+    }
+
+    /// Admits a request of the scope named `name` on its open word, if
+    /// this thread has the word cached and a lane is free; else how the
+    /// lock may use the word.
+    #[inline(always)]
+    fn admit_unlocked(&self, name: &str) -> Result<(Arc<FastScope>, Scope), FastMode> {
+        // A debug listener wants each send's event, which the lock gives.
+        // No word yet (never, without words): the lock decides whether to
+        // open one (not for a debug listener: see
+        // `Scheduler::word_admission`).
+        if !self.shared.global.words_exist() {
+            return Err(FastMode::Join);
+        }
+        if tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
+            return Err(FastMode::Never);
+        }
+        match hot::admit(self.shared.uid, name, &self.shared.global) {
+            hot::Lookup::Admitted(fast, key) => {
+                self.shared.metrics.sent(&key);
+                self.shared.metrics.in_flight(self.shared.global.in_flight());
+                Ok((fast, key))
+            }
+            hot::Lookup::Refused => Err(FastMode::Open),
+            hot::Lookup::Missed => Err(FastMode::Join),
+        }
+    }
+
+    /// Caches, for this thread, the open word the lock admitted on.
+    #[inline]
+    fn remember(&self, admission: &Admission) {
+        if let Admission::Fast(fast) = admission {
+            hot::remember(self.shared.uid, fast);
+        }
     }
 
     /// Resolves `request`'s scopes as the throttle does (its [`Scopes`]
@@ -35,7 +86,7 @@ impl Registry {
         &self,
         request: &http::Request<B>,
         priority: Priority,
-    ) -> (TicketId, Option<bool>, Scopes) {
+    ) -> (Admission, Scopes) {
         let authority = request.uri().authority();
         let (true, None, Some(authority)) = (
             self.shared.resolves_hosts,
@@ -43,13 +94,19 @@ impl Registry {
             authority,
         ) else {
             let scopes = self.resolve(request);
-            let (id, admitted) = self.enqueue(&scopes, priority);
-            return (id, admitted, scopes);
+            let admission = self.enqueue(&scopes, priority);
+            return (admission, scopes);
         };
         let name = crate::scope::host_scope_name(authority);
-        let (id, admitted, scope) =
-            self.with_scheduler(|scheduler, now, wake| scheduler.enqueue_named(&name, priority.0, now, wake));
-        (id, admitted, Scopes::one(scope))
+        let mode = match self.admit_unlocked(&name) {
+            Ok((fast, key)) => return (Admission::Fast(fast), Scopes::one(key)),
+            Err(mode) => mode,
+        };
+        let (admission, scope) = self.with_scheduler(|scheduler, now, wake| {
+            scheduler.enqueue_named(&name, priority.0, mode, now, wake)
+        });
+        self.remember(&admission);
+        (admission, Scopes::one(scope))
     }
 
     /// Polls waiting ticket `id`: admitted (and whether its departure must
@@ -82,7 +139,7 @@ impl Registry {
     #[inline]
     pub(crate) fn finish(
         &self,
-        id: TicketId,
+        id: Finishing,
         outcome: Outcome,
         departed_at: Option<Stamp>,
         (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
@@ -91,20 +148,99 @@ impl Registry {
         let learns = self.fleet().is_some_and(|fleet| fleet.learns);
         if collected.is_empty() && !learns {
             self.with_scheduler_at(ended, |scheduler, now, wake| {
-                scheduler.finish(id, outcome, departed_at, (now, ended_stamp), wake)
+                scheduler.finish_request(id, outcome, departed_at, (now, ended_stamp), wake)
             });
             return;
         }
         let mut writes = Vec::new();
         let samples = self.with_scheduler_at(ended, |scheduler, now, wake| {
             self.apply_collected(scheduler, collected, (now, wake), &mut writes);
-            scheduler.finish(id, outcome, departed_at, (now, ended_stamp), wake);
+            scheduler.finish_request(id, outcome, departed_at, (now, ended_stamp), wake);
             scheduler.take_autothrottle_samples()
         });
         self.write_shared(writes);
         if let Some(samples) = samples {
             self.share_autothrottle(samples);
         }
+    }
+
+    /// Ends a request admitted on `fast`'s word, as [`finish`](Self::finish)
+    /// ends a ticket: on the word alone while it is open and no feedback
+    /// came; under the lock (the word reaches its registry) when the scope
+    /// was closed meanwhile (the scheduler adopted the request), when
+    /// requests wait for a global permit or eviction work is due, or to
+    /// apply the feedback layers' reports first.
+    pub(crate) fn finish_on_word(
+        fast: &FastScope,
+        outcome: Outcome,
+        departed_at: Option<Stamp>,
+        (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
+        collected: &[Collected],
+    ) {
+        if !collected.is_empty() {
+            match fast.registry() {
+                Some(registry) => {
+                    registry.finish_on_word_reported(fast, outcome, departed_at, ended, collected)
+                }
+                None => fast.end_orphaned(),
+            }
+            return;
+        }
+        let now = ended.unwrap_or_else(Instant::now);
+        let stamp = ended_stamp.unwrap_or_else(|| Stamp::of(now));
+        let global = fast.global();
+        match fast.end(departed_at, stamp, latency(outcome, departed_at, stamp)) {
+            Ended::Open => {
+                let waiters = global.release();
+                fast.metrics.in_flight(global.in_flight());
+                let due = global.eviction_due(stamp);
+                if !(waiters || due) {
+                    return;
+                }
+                if let Some(registry) = fast.registry() {
+                    // The lock's epilogue lets the first waiter go.
+                    registry.with_scheduler_at(Some(now), |scheduler, now, _| {
+                        if due {
+                            scheduler.evict_for_open_words(now);
+                        }
+                    });
+                }
+            }
+            Ended::Adopted => match fast.registry() {
+                Some(registry) => registry.with_scheduler_at(Some(now), |scheduler, now, wake| {
+                    scheduler.finish_adopted(fast, outcome, departed_at, (now, Some(stamp)), wake)
+                }),
+                None => {
+                    let _ = global.release();
+                }
+            },
+        }
+    }
+
+    /// [`finish_on_word`](Self::finish_on_word) with reports to apply
+    /// first, under the lock.
+    fn finish_on_word_reported(
+        &self,
+        fast: &FastScope,
+        outcome: Outcome,
+        departed_at: Option<Stamp>,
+        ended: Option<Instant>,
+        collected: &[Collected],
+    ) {
+        let mut writes = Vec::new();
+        self.with_scheduler_at(ended, |scheduler, now, wake| {
+            self.apply_collected(scheduler, collected, (now, wake), &mut writes);
+            let stamp = Stamp::of(now);
+            match fast.end(departed_at, stamp, latency(outcome, departed_at, stamp)) {
+                Ended::Open => {
+                    let _ = self.shared.global.release();
+                }
+                Ended::Adopted => {
+                    scheduler.finish_adopted(fast, outcome, departed_at, (now, Some(stamp)), wake)
+                }
+            }
+        });
+        self.write_shared(writes);
     }
 
     /// The store reservation terms of admitted ticket `id`: its scopes
@@ -123,5 +259,13 @@ impl Registry {
         if !stale.is_empty() {
             self.refresh_learnt(stale);
         }
+    }
+}
+
+/// The latency of a response that ended at `ended`, sent at `departed_at`.
+fn latency(outcome: Outcome, departed_at: Option<Stamp>, ended: Stamp) -> Option<std::time::Duration> {
+    match (outcome, departed_at) {
+        (Outcome::Response { .. }, Some(sent)) => Some(ended.since(sent)),
+        _ => None,
     }
 }

@@ -151,6 +151,25 @@ impl Scheduler {
 
 impl ScopeEntry {
     fn stats(&self, now: Instant, max_concurrency: u32, head_cost: f64) -> ScopeStats {
+        let mut stats = self.scheduler_stats(now, max_concurrency, head_cost);
+        if let Some(fast) = self.open_fast() {
+            // What the open word adds: its requests and sends, the latency
+            // average it moves, and its last end as the idle instant.
+            let in_flight = fast.in_flight();
+            stats.in_flight += in_flight;
+            stats.sent += fast.sent();
+            stats.latency = crate::registry::fast_path::latency_of(fast.latency()).or(stats.latency);
+            stats.idle_for = match (in_flight, fast.last_end()) {
+                (0, Some(end)) => Some(now.saturating_duration_since(end.instant())),
+                (0, None) => stats.idle_for,
+                _ => None,
+            };
+        }
+        stats
+    }
+
+    /// The stats of what the scheduler itself holds.
+    fn scheduler_stats(&self, now: Instant, max_concurrency: u32, head_cost: f64) -> ScopeStats {
         let scope = &self.state;
         let effective = scope.effective(now, max_concurrency);
         let contributions = scope.contributions();

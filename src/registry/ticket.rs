@@ -49,6 +49,13 @@ impl Seats {
         }
     }
 
+    pub(crate) fn as_slice(&self) -> &[Seat] {
+        match self {
+            Seats::One(one) => one,
+            Seats::Many(many) => many,
+        }
+    }
+
     pub(crate) fn iter(&self) -> std::slice::Iter<'_, Seat> {
         match self {
             Seats::One(one) => one.iter(),

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use super::lease::HeldLease;
 use crate::departure::stamp::WriteStamp;
 use crate::registry::{
-    Collected, LimitSource, Outcome, QueuePlace, Registry, TicketId, TicketPoll, WaitedInScheduler,
+    Admission, Collected, FastScope, Finishing, LimitSource, Outcome, QueuePlace, Registry, TicketId,
+    TicketPoll, WaitedInScheduler,
 };
 use crate::scope::{Priority, Scopes};
 use crate::store::{LeaseId, Reservation, SharedFacts, StoreHandle, WaiterId};
@@ -26,7 +27,8 @@ use crate::waited::{WaitCause, Waited};
 /// at any point releases whatever it holds (queue place, lanes, global
 /// permit) and lets the next waiter go.
 pub(crate) struct Ticket {
-    registry: Registry,
+    owner: Owner,
+    /// The scheduler's ticket (nothing, for a request on a word).
     id: TicketId,
     /// Where the request stands: the handle's one record of its admission
     /// and departure.
@@ -38,6 +40,20 @@ pub(crate) struct Ticket {
     /// The lanes the registry's store granted, released when the request
     /// ends (boxed: only requests through a store have one).
     lease: Option<Box<HeldLease>>,
+}
+
+/// Who a request answers to.
+enum Owner {
+    /// A ticket of the registry's scheduler.
+    Scheduler(Registry),
+    /// Admitted at once on this lane of a plain scope (`id` is the
+    /// scope's), without a ticket: its end frees the lane.
+    Plain(Registry, u32),
+    /// Admitted on its scope's lock-free word, where it ends too (see the
+    /// registry's `fast_path`): the word reaches the registry when the
+    /// lock is needed, so the request holds no `Registry`, whose count
+    /// every core would write.
+    Word(Arc<FastScope>),
 }
 
 /// What a ticket keeps only when it waits.
@@ -167,23 +183,30 @@ impl Ticket {
     /// reported as soon as it happens.
     #[inline]
     fn new(
-        registry: Registry,
-        id: TicketId,
+        registry: &Registry,
+        admission: Admission,
         (place, place_wait): (QueuePlace, Option<Instant>),
-        admitted: Option<bool>,
         scopes: &Scopes,
     ) -> Self {
+        let fleet = registry.fleet().is_some();
+        let (id, admitted, owner) = match admission {
+            // No ticket of the scheduler's: an id it never gives.
+            Admission::Fast(fast) => (TicketId::MAX, Some(false), Owner::Word(fast)),
+            Admission::Ticket(id, admitted) => (id, admitted, Owner::Scheduler(registry.clone())),
+            // Nothing to report early: a plain scope has no gap.
+            Admission::Plain(scope, lane) => (scope, Some(false), Owner::Plain(registry.clone(), lane)),
+        };
         let stage = match admitted {
             // A request admitted at once gives its place back now.
             Some(report) => Stage::Admitted { report },
             None => Stage::Queued { _place: place },
         };
         Ticket {
+            owner,
             id,
             stage,
-            waiting: Waiting::for_request(place_wait, scopes, registry.fleet().is_some()),
+            waiting: Waiting::for_request(place_wait, scopes, fleet),
             lease: None,
-            registry,
         }
     }
 
@@ -197,8 +220,8 @@ impl Ticket {
         scopes: &Scopes,
         priority: Priority,
     ) -> Self {
-        let (id, admitted) = registry.enqueue(scopes, priority);
-        Ticket::new(registry.clone(), id, place, admitted, scopes)
+        let admission = registry.enqueue(scopes, priority);
+        Ticket::new(registry, admission, place, scopes)
     }
 
     /// [`enqueue`](Self::enqueue) for `request`, its scopes resolved as the
@@ -210,24 +233,36 @@ impl Ticket {
         request: &http::Request<B>,
         priority: Priority,
     ) -> (Self, Scopes) {
-        let (id, admitted, scopes) = registry.enqueue_resolved(request, priority);
-        let ticket = Ticket::new(registry.clone(), id, place, admitted, &scopes);
+        let (admission, scopes) = registry.enqueue_resolved(request, priority);
+        let ticket = Ticket::new(registry, admission, place, &scopes);
         (ticket, scopes)
     }
 
     /// The identity of the registry the ticket is in.
     pub(crate) fn registry_id(&self) -> usize {
-        self.registry.id()
+        match &self.owner {
+            Owner::Scheduler(registry) | Owner::Plain(registry, _) => registry.id(),
+            Owner::Word(fast) => fast.registry_id,
+        }
+    }
+
+    /// The registry, for a ticket of its scheduler (a request on a word
+    /// or a plain lane never has a store, nor waits).
+    fn registry(&self) -> Option<&Registry> {
+        match &self.owner {
+            Owner::Scheduler(registry) => Some(registry),
+            Owner::Plain(..) | Owner::Word(_) => None,
+        }
     }
 
     /// Whether the registry shares its scopes through a store.
     pub(crate) fn has_fleet(&self) -> bool {
-        self.registry.fleet().is_some()
+        self.registry().is_some_and(|registry| registry.fleet().is_some())
     }
 
     /// The registry's store, if it has one.
     pub(crate) fn fleet(&self) -> Option<Arc<StoreHandle>> {
-        self.registry.fleet().cloned()
+        self.registry()?.fleet().cloned()
     }
 
     /// The store reservation for this admitted request: its scopes with
@@ -235,7 +270,9 @@ impl Ticket {
     /// The store reservation of this request: lease `lease` in each of
     /// its scopes, asked by the waiter of this worker for them.
     pub(crate) fn fleet_reservation(&self, lease: LeaseId, fleet: &StoreHandle) -> Reservation {
-        let scopes = self.registry.fleet_terms(self.id);
+        let scopes = self
+            .registry()
+            .map_or_else(Vec::new, |registry| registry.fleet_terms(self.id));
         let waiter = WaiterId::of(fleet.worker, scopes.iter().map(|terms| &terms.scope));
         Reservation {
             lease,
@@ -247,7 +284,9 @@ impl Ticket {
     /// Applies what the store said about this request's scopes (in the
     /// reservation's order) to the local scopes.
     pub(crate) fn apply_shared_facts(&self, facts: &[SharedFacts]) {
-        self.registry.apply_shared_facts(self.id, facts);
+        if let Some(registry) = self.registry() {
+            registry.apply_shared_facts(self.id, facts);
+        }
     }
 
     /// Keeps the store's lease until the request ends.
@@ -266,8 +305,13 @@ impl Ticket {
         if self.is_sent() {
             return Poll::Ready(());
         }
+        let Owner::Scheduler(registry) = &self.owner else {
+            // On a word or a plain lane: admitted from the start.
+            return Poll::Ready(());
+        };
+        let registry = registry.clone();
         loop {
-            let (polled, waited) = self.registry.poll_ticket(self.id, cx.waker());
+            let (polled, waited) = registry.poll_ticket(self.id, cx.waker());
             if let Some(waited) = waited {
                 self.note_scheduler_wait(*waited);
             }
@@ -440,8 +484,8 @@ impl Ticket {
     /// completion.
     fn depart_at(&mut self, at: Stamp, report: bool) {
         self.stage = Stage::Departed { at, reported: report };
-        if report {
-            self.registry.depart(self.id, at);
+        if let (true, Some(registry)) = (report, self.registry()) {
+            registry.depart(self.id, at);
         }
     }
 
@@ -459,8 +503,7 @@ impl Ticket {
         let Some(end) = self.end(ended) else {
             return;
         };
-        self.registry
-            .finish(self.id, outcome, end.departed_at, (ended, end.stamp), &[]);
+        self.finish_in_registry(outcome, &end, ended, &[]);
         // A queued ticket's place goes back now, once it left its queues.
         drop(end);
     }
@@ -478,9 +521,38 @@ impl Ticket {
             self.apply_reports(collected);
             return;
         };
-        self.registry
-            .finish(self.id, outcome, end.departed_at, (ended, end.stamp), collected);
+        self.finish_in_registry(outcome, &end, ended, collected);
         drop(end);
+    }
+
+    /// Ends the request in the registry: on its scope's word, or as a
+    /// ticket of the scheduler.
+    #[inline(always)]
+    fn finish_in_registry(
+        &self,
+        outcome: Outcome,
+        end: &End,
+        ended: Option<Instant>,
+        collected: &[Collected],
+    ) {
+        let ended = (ended, end.stamp);
+        match &self.owner {
+            Owner::Word(fast) => Registry::finish_on_word(fast, outcome, end.departed_at, ended, collected),
+            Owner::Scheduler(registry) => registry.finish(
+                Finishing::Ticket(self.id),
+                outcome,
+                end.departed_at,
+                ended,
+                collected,
+            ),
+            Owner::Plain(registry, lane) => registry.finish(
+                Finishing::Plain(self.id, *lane),
+                outcome,
+                end.departed_at,
+                ended,
+                collected,
+            ),
+        }
     }
 
     /// Marks the handle finished and gives its store lease back; `None`
@@ -488,7 +560,7 @@ impl Ticket {
     /// for no `End` moved between frames.)
     #[inline(always)]
     fn end(&mut self, ended: Option<Instant>) -> Option<End> {
-        if let (Some(lease), Some(fleet)) = (self.lease.take(), self.registry.fleet()) {
+        if let (Some(lease), Some(fleet)) = (self.lease.take(), self.registry().and_then(Registry::fleet)) {
             fleet.untrack(lease.id());
             fleet.in_background(fleet.store.release(lease.release(Instant::now())));
         }
@@ -513,7 +585,14 @@ impl Ticket {
     /// for this request's completion while it is not done (a layer inside
     /// the throttle retried).
     pub(crate) fn apply_reports(&self, collected: &[Collected]) {
-        self.registry.apply_collected_now(collected);
+        match &self.owner {
+            Owner::Scheduler(registry) | Owner::Plain(registry, _) => registry.apply_collected_now(collected),
+            Owner::Word(fast) => {
+                if let Some(registry) = fast.registry() {
+                    registry.apply_collected_now(collected);
+                }
+            }
+        }
     }
 }
 

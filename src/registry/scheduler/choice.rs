@@ -110,7 +110,7 @@ impl Scheduler {
                 self.passed.push(ahead);
             }
         }
-        if self.in_flight >= self.max_concurrency {
+        if !self.global.has_room() {
             return Verdict::Global;
         }
         Verdict::Admit

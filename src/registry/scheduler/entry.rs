@@ -3,10 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 
 use super::wait_log::WaitLog;
 use super::{OrderKey, ScopeState, TicketId};
+use crate::registry::fast_path::FastScope;
 use crate::time::Stamp;
 use crate::waited::CauseKey;
 
@@ -22,11 +25,11 @@ pub(crate) struct ScopeEntry {
     pub(super) waiters: Option<Box<Waiters>>,
     /// Since when nothing of the scope has been in flight or queued.
     pub(super) idle_since: Option<Stamp>,
-    /// Whether the scope is among the eviction candidates.
-    pub(super) evictable: bool,
-    /// Whether it was used since it joined the candidates (it then gets a
-    /// second chance under pressure).
-    pub(super) referenced: bool,
+    // (Whether the scope is an eviction candidate, and was used since it
+    // joined, are in `state`, where two bytes of padding hold them.)
+    /// The scope's lock-free word, once it was opened (see
+    /// [`fast_path`](crate::registry::fast_path)).
+    pub(crate) fast: Option<Arc<FastScope>>,
 }
 
 /// The requests waiting for a scope, and its timer.
@@ -50,9 +53,13 @@ impl ScopeEntry {
             state,
             waiters: None,
             idle_since: None,
-            evictable: false,
-            referenced: false,
+            fast: None,
         }
+    }
+
+    /// The scope's word, while it is open.
+    pub(crate) fn open_fast(&self) -> Option<&FastScope> {
+        self.fast.as_deref().filter(|fast| fast.is_open())
     }
 
     /// Requests waiting for this scope.

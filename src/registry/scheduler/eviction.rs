@@ -45,6 +45,8 @@ pub(crate) struct Eviction {
     front_expires: Option<Instant>,
     /// Scopes evicted since the registry was built.
     pub(crate) evicted: u64,
+    /// The due instant last told to the open words.
+    published_due: Option<Instant>,
 }
 
 /// An idle scope waiting for eviction: its id and the whole second (of a
@@ -86,6 +88,14 @@ impl Eviction {
         self.candidates.pop_front()
     }
 
+    /// When the front candidate's `idle_ttl` may have passed (`None`
+    /// without candidates).
+    fn front_due(&mut self) -> Option<Instant> {
+        let front = self.candidates.front()?;
+        let ttl = self.idle_ttl;
+        Some(*self.front_expires.get_or_insert_with(|| front.expires(ttl)))
+    }
+
     /// Whether the front candidate (if any) surely joined less than
     /// `idle_ttl` before `now`.
     #[inline]
@@ -106,6 +116,7 @@ impl Eviction {
             candidates: std::collections::VecDeque::new(),
             front_expires: None,
             evicted: 0,
+            published_due: None,
         }
     }
 }
@@ -129,10 +140,10 @@ impl Scheduler {
         if scope.idle_since.is_none() {
             scope.idle_since = Some(now);
         }
-        if !scope.evictable {
+        if !scope.state.evictable {
             if let Some(candidate) = Candidate::new(id, now) {
-                scope.evictable = true;
-                scope.referenced = false;
+                scope.state.evictable = true;
+                scope.state.referenced = false;
                 self.eviction.push(candidate);
             }
         }
@@ -142,7 +153,7 @@ impl Scheduler {
     pub(super) fn note_busy(&mut self, id: ScopeId) {
         let scope = &mut self.scopes[id];
         scope.idle_since = None;
-        scope.referenced = scope.evictable;
+        scope.state.referenced = scope.state.evictable;
     }
 
     /// Evicts idle scopes that have had their time, looking at a few
@@ -170,6 +181,25 @@ impl Scheduler {
         }
     }
 
+    /// Evicts what has had its time, for a request that ended on an open
+    /// word: requests there take no lock, so the eviction work that
+    /// arriving requests do (see [`evict_expired`](Self::evict_expired))
+    /// is theirs once it is due.
+    pub(crate) fn evict_for_open_words(&mut self, now: Instant) {
+        self.evict_expired(now);
+    }
+
+    /// When eviction work is next due, for the open words (see
+    /// [`GlobalFlight::evict_due`](crate::registry::fast_path::GlobalFlight)).
+    pub(super) fn publish_eviction_due(&mut self) {
+        let due = self.eviction.front_due();
+        // Converted and written only when it moved.
+        if due != self.eviction.published_due {
+            self.eviction.published_due = due;
+            self.global.set_evict_due(due.map(Stamp::of));
+        }
+    }
+
     /// Makes room for a new scope when the registry holds `max_scopes`:
     /// evicts the least recently used idle scopes, looking at a few
     /// candidates at most. Called only when a scope is about to be created,
@@ -193,22 +223,30 @@ impl Scheduler {
         let Some(scope) = self.scopes.get_mut(id) else {
             return;
         };
-        let used_since_it_joined = std::mem::take(&mut scope.referenced);
-        let Some(idle_since) = scope.idle_since() else {
+        let mut used_since_it_joined = std::mem::take(&mut scope.state.referenced);
+        let Some(mut idle_since) = scope.idle_since() else {
             // Busy again: it comes back when it is idle.
-            scope.evictable = false;
+            scope.state.evictable = false;
             return;
         };
+        if let Some(fast) = scope.open_fast() {
+            // An open word keeps no idle instant of the scheduler's: it is
+            // idle with nothing in flight, since its last end.
+            if fast.in_flight() > 0 {
+                return self.look_again(id, now);
+            }
+            if let Some(end) = fast.last_end().filter(|end| end.instant() > idle_since) {
+                idle_since = end.instant();
+                scope.idle_since = Some(end);
+                used_since_it_joined = true;
+            }
+        }
         let expired = saturating_add(idle_since, ttl) <= now;
         let may_go = (expired || (full && !used_since_it_joined)) && scope.state.may_be_forgotten(now, full);
-        if !may_go {
-            // Looked at again one `idle_ttl` from now at the earliest (or
-            // under pressure), so a scope kept for its state costs one look
-            // per `idle_ttl`, not one per request.
-            if let Some(candidate) = Candidate::new(id, Stamp::of(now)) {
-                self.eviction.push(candidate);
-            }
-            return;
+        // A word with a request in flight (admitted since the look above)
+        // stays; one retired never opens again.
+        if !may_go || scope.fast.as_ref().is_some_and(|fast| !fast.retire()) {
+            return self.look_again(id, now);
         }
         self.index.remove(id, &self.scopes);
         let scope = self.scopes.remove(id);
@@ -220,6 +258,16 @@ impl Scheduler {
             idle_ms = now.saturating_duration_since(idle_since).as_millis() as u64,
             "idle scope evicted"
         );
+    }
+
+    /// Puts scope `id` back at the end of the candidates: looked at again
+    /// one `idle_ttl` from now at the earliest (or under pressure), so a
+    /// scope kept for its state costs one look per `idle_ttl`, not one per
+    /// request.
+    fn look_again(&mut self, id: ScopeId, now: Instant) {
+        if let Some(candidate) = Candidate::new(id, Stamp::of(now)) {
+            self.eviction.push(candidate);
+        }
     }
 
     /// Scopes evicted since the registry was built.

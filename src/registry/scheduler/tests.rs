@@ -52,9 +52,12 @@ impl Driver {
     /// it over at once, as a response future does).
     fn enqueue(&mut self, scopes: impl Into<Scopes>, priority: i32, now: Instant) -> (TicketId, bool) {
         self.woken.clear();
-        let (id, admitted) = self
-            .scheduler
-            .enqueue(&scopes.into(), priority, now, &mut self.woken);
+        let admission =
+            self.scheduler
+                .enqueue(&scopes.into(), priority, FastMode::Never, now, &mut self.woken);
+        let Admission::Ticket(id, admitted) = admission else {
+            panic!("never admitted on a word: {admission:?}")
+        };
         if admitted.is_some() {
             self.scheduler.depart(id, Stamp::of(now), now, &mut self.woken);
         }
@@ -381,7 +384,9 @@ fn a_departure_carried_by_finish_times_the_next_gap() {
     let t0 = tokio::time::Instant::now();
     let (a, _) = d.enqueue("site", 0, t0);
     d.finish(a, ANSWERED, t0);
-    let (b, admitted) = d.scheduler.enqueue(&"site".into(), 0, t0 + ms(100), &mut d.woken);
+    let (b, admitted) = d
+        .scheduler
+        .enqueue_ticket(&"site".into(), t0 + ms(100), &mut d.woken);
     assert_eq!(admitted, Some(false), "one lane: the departure waits for the end");
     let mut wake = WakeList::new();
     d.scheduler.finish(
@@ -412,7 +417,9 @@ fn the_departure_is_reported_at_once_only_where_a_gap_depends_on_it() {
         // Warm the scope: its first request holds it until it ends.
         let (a, _) = d.enqueue("site", 0, t0);
         d.finish(a, ANSWERED, t0);
-        let (_, admitted) = d.scheduler.enqueue(&"site".into(), 0, t0 + ms(500), &mut d.woken);
+        let (_, admitted) = d
+            .scheduler
+            .enqueue_ticket(&"site".into(), t0 + ms(500), &mut d.woken);
         assert_eq!(admitted, Some(expected), "{config:?}");
     }
 }
@@ -534,4 +541,20 @@ fn a_million_scopes_once_each_stay_within_max_scopes() {
 fn an_idle_scope_entry_fits_its_share_of_the_memory_budget() {
     let entry = std::mem::size_of::<ScopeEntry>();
     assert!(entry <= 136, "a scope's slab entry takes {entry} bytes");
+}
+
+impl Scheduler {
+    /// Queues a request at priority 0 without the lock-free path: its
+    /// ticket, and whether it was admitted at once.
+    fn enqueue_ticket(
+        &mut self,
+        scopes: &Scopes,
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> (TicketId, Option<bool>) {
+        match self.enqueue(scopes, 0, FastMode::Never, now, wake) {
+            Admission::Ticket(id, admitted) => (id, admitted),
+            admission => panic!("never admitted on a word: {admission:?}"),
+        }
+    }
 }

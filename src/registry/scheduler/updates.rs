@@ -28,6 +28,7 @@ impl Scheduler {
     pub(crate) fn set_scope(&mut self, key: Scope, config: ScopeConfig, now: Instant, wake: &mut WakeList) {
         let config = Arc::new(config.inherit_from(&self.configs.default_config()));
         if let Some(id) = self.index.get(key.as_str(), &self.scopes) {
+            self.close_fast(id);
             self.scopes[id].state.replace_config(config.clone(), now);
             self.dirty.push(id);
         }
@@ -159,7 +160,7 @@ impl Scheduler {
 
     /// Requests in flight over all scopes.
     pub(crate) fn in_flight(&self) -> u32 {
-        self.in_flight
+        self.global.in_flight()
     }
 
     /// Requests waiting to be sent.

@@ -1,0 +1,528 @@
+//! The lock-free path of a *plain* scope: admission and completion by
+//! atomics alone, without the registry's lock.
+//!
+//! A scope is plain when lanes are its only limit (delay 0, no per-lane
+//! delay, no quota, no manager, nothing contributed by feedback: see
+//! [`ScopeConfig::is_plain`](super::ScopeConfig)). Such a scope has nothing
+//! to time and nothing to order as long as nobody waits for it, so a
+//! request only needs a free lane and a global permit: two counters. An
+//! API client sending to one host at delay 0 from every core is the common
+//! case, and through the lock two threads sent fewer requests per second
+//! than one (issue 26).
+//!
+//! # States
+//!
+//! Each plain scope the scheduler admitted a request of gets a
+//! [`FastScope`], one atomic word of state beside the scheduler's own:
+//!
+//! - **open**: requests are admitted and finished on the word alone (a
+//!   compare-and-swap below the scope's lanes, a subtraction), and the
+//!   scheduler counts none of them;
+//! - **closed**: the scheduler owns the scope again. Closing (under the
+//!   lock) *adopts* the requests still in flight on the word: the scope
+//!   counts them in flight and undeparted, on no lane, so every limit the
+//!   scheduler applies from then on sees them, and a gap that a new delay
+//!   needs runs from their departures. Each of them, when it ends, sees
+//!   the closed word and finishes under the lock.
+//! - **retired**: evicted; a stale handle never opens it again.
+//!
+//! One word holds the open bit and the count, so a request that ends and a
+//! scheduler that closes can never both think the other one will do the
+//! work: the subtraction returns the state it changed, the close the count
+//! it adopted.
+//!
+//! The scheduler closes a scope whenever anything but a plain admission
+//! touches it: a waiter (lanes or the global limit full), a request with
+//! several scopes, feedback, a hold, a config change, the robots.txt
+//! delay, pacing. It opens it again at a plain admission once nothing of
+//! the scheduler's own is in flight there and nobody waits.
+//!
+//! # Finding the scope without the lock
+//!
+//! Each thread keeps the last few open scopes it used ([`hot`]), keyed by
+//! the registry and the scope's name: a hit costs a string comparison. A
+//! miss takes the lock, whose plain admission hands the scope back for the
+//! cache. A cached scope that was closed or retired meanwhile is a miss.
+//! Until the registry opened a word, a request does not look.
+//!
+//! # When a word opens
+//!
+//! A word costs memory (about 130 bytes) and is worth it only for a scope
+//! that is busy: the scheduler opens a plain scope's word when the scope
+//! is among the last few scopes admitted under the lock (a scope asked
+//! for again and again, by one thread or several), or when a thread had
+//! its word and found it closed. A crawl over many scopes, each visited
+//! now and then, never opens one and pays one atomic load per request.
+//!
+//! # The global limit
+//!
+//! `max_concurrency` is one atomic counter ([`GlobalFlight`]) that the
+//! scheduler and the open scopes share. When requests wait for it (the
+//! scheduler's global queue is not empty), a flag says so: an open scope
+//! then admits nothing (so it cannot pass those waiters), and a request
+//! ending on an open scope takes the lock to let the first of them go.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::metrics::Metrics;
+use super::ticket::ScopeId;
+use super::{Registry, RegistryShared};
+use crate::scope::Scope;
+use crate::time::Stamp;
+
+/// The open bit of [`FastScope::state`].
+const OPEN: u64 = 1 << 63;
+/// The retired bit: evicted, never opened again.
+const RETIRED: u64 = 1 << 62;
+/// The count of requests admitted on the word and not yet ended.
+const COUNT: u64 = u32::MAX as u64;
+
+/// The requests in flight over all scopes, shared by the scheduler and the
+/// open scopes; see the [module docs](self).
+///
+/// What is read on every request and rarely written comes first, a cache
+/// line away from the count every request writes (`repr(C)`).
+#[derive(Debug)]
+#[repr(C)]
+pub(crate) struct GlobalFlight {
+    /// Whether a word was ever opened: until then a request does not look
+    /// for one.
+    words_exist: AtomicBool,
+    max: u32,
+    /// When eviction work is next due (a stamp's value; `u64::MAX`:
+    /// never): a request that ends on an open word after it takes the
+    /// lock to do it, as arriving requests do under the lock.
+    evict_due: AtomicU64,
+    _apart: [u64; 7],
+    in_flight: AtomicU32,
+    /// Whether requests wait for a global permit (the scheduler's global
+    /// queue is not empty).
+    queued: AtomicBool,
+}
+
+impl GlobalFlight {
+    pub(crate) fn new(max: u32) -> Self {
+        GlobalFlight {
+            words_exist: AtomicBool::new(false),
+            max,
+            evict_due: AtomicU64::new(u64::MAX),
+            _apart: [0; 7],
+            in_flight: AtomicU32::new(0),
+            queued: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a word was ever opened in the registry.
+    #[inline]
+    pub(crate) fn words_exist(&self) -> bool {
+        self.words_exist.load(Ordering::Relaxed)
+    }
+
+    /// Notes that a word was opened (under the lock).
+    pub(crate) fn note_word_opened(&self) {
+        if !self.words_exist() {
+            self.words_exist.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Sets when eviction work is next due (under the lock).
+    pub(crate) fn set_evict_due(&self, due: Option<Stamp>) {
+        let due = due.map_or(u64::MAX, Stamp::value);
+        if self.evict_due.load(Ordering::Relaxed) != due {
+            self.evict_due.store(due, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether eviction work is due at `now`.
+    pub(crate) fn eviction_due(&self, now: Stamp) -> bool {
+        now.value() >= self.evict_due.load(Ordering::Relaxed)
+    }
+
+    /// Requests in flight now.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Whether a permit is free now.
+    #[inline]
+    pub(crate) fn has_room(&self) -> bool {
+        self.in_flight() < self.max
+    }
+
+    /// Takes a permit under the scheduler's lock (which checked
+    /// [`has_room`](Self::has_room) first).
+    pub(crate) fn add(&self) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Gives a permit back; whether requests wait for one (then the caller
+    /// must let the first go, under the lock).
+    pub(crate) fn release(&self) -> bool {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// Takes a permit for an open scope: none while requests wait for one.
+    fn try_take(&self) -> bool {
+        if self.queued.load(Ordering::SeqCst) {
+            return false;
+        }
+        self.in_flight
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Says, under the lock, whether requests wait for a permit; true when
+    /// a permit is free although they do (one was given back on an open
+    /// scope as they queued): the caller lets them go then. (The flag is
+    /// written before the count is read, and a release writes the count
+    /// before it reads the flag, so one of the two sees the other.)
+    #[inline(always)]
+    pub(crate) fn publish_queued(&self, queued: bool) -> bool {
+        if self.queued.load(Ordering::Relaxed) != queued {
+            self.queued.store(queued, Ordering::SeqCst);
+        }
+        queued && self.has_room()
+    }
+}
+
+/// A plain scope's lock-free state; see the [module docs](self).
+///
+/// What every request writes comes first (`repr(C)`), so that with the
+/// `Arc`'s counts it fills one cache line, or two: two threads on one
+/// scope pass as few lines between their cores as they can.
+#[derive(Debug)]
+#[repr(C)]
+pub(crate) struct FastScope {
+    /// [`OPEN`], [`RETIRED`] and the count of requests admitted on the
+    /// word and not yet ended.
+    state: AtomicU64,
+    /// The lanes the word may fill (the scope's concurrency, capped by the
+    /// global limit), set before it opens.
+    lanes: AtomicU32,
+    /// Sends admitted on the word since the scheduler last took them in.
+    sent: AtomicU64,
+    /// The latest departure of a request that ended on the word (a
+    /// [`Stamp`]'s value; 0: none): where a gap starts if the scope gets a
+    /// delay.
+    last_departure: AtomicU64,
+    /// The latest end of a request on the word (a stamp's value; 0: none):
+    /// since when the scope is idle, for eviction.
+    last_end: AtomicU64,
+    /// The latency average as the scope keeps it (nanoseconds + 1; 0: no
+    /// response yet), moved by responses that end on the word. Concurrent
+    /// ends may drop a sample: it is a moving average for stats.
+    latency: AtomicU64,
+    /// The scope's id in the scheduler.
+    pub(crate) id: ScopeId,
+    /// The scope's key (the cache compares names).
+    pub(crate) key: Scope,
+    /// The registry's global count.
+    global: Arc<GlobalFlight>,
+    /// The registry, for what needs its lock: a request admitted on the
+    /// word holds no `Registry` (a clone per request is a count that every
+    /// core's requests would write).
+    registry: Weak<RegistryShared>,
+    /// The registry's [`id`](Registry::id).
+    pub(crate) registry_id: usize,
+    /// The scheduler's metrics.
+    pub(crate) metrics: Metrics,
+}
+
+/// What a scope's word is made with, from its registry.
+#[derive(Debug, Clone)]
+pub(crate) struct WordOwner {
+    pub(crate) global: Arc<GlobalFlight>,
+    pub(super) registry: Weak<RegistryShared>,
+    pub(crate) metrics: Metrics,
+}
+
+/// What [`FastScope::end`] says of a request's end.
+#[must_use]
+pub(crate) enum Ended {
+    /// Ended on the open word: nothing more to do for the scope.
+    Open,
+    /// The scope was closed meanwhile: the scheduler adopted the request,
+    /// which must finish under the lock.
+    Adopted,
+}
+
+impl FastScope {
+    /// A closed scope for scope `id`, `key`, of `owner`'s registry.
+    pub(crate) fn new(id: ScopeId, key: Scope, owner: &WordOwner) -> Arc<Self> {
+        Arc::new(FastScope {
+            state: AtomicU64::new(0),
+            lanes: AtomicU32::new(0),
+            sent: AtomicU64::new(0),
+            last_departure: AtomicU64::new(0),
+            last_end: AtomicU64::new(0),
+            latency: AtomicU64::new(0),
+            id,
+            key,
+            global: owner.global.clone(),
+            registry: owner.registry.clone(),
+            registry_id: owner.registry.as_ptr() as usize,
+            metrics: owner.metrics,
+        })
+    }
+
+    /// The registry's global count.
+    pub(crate) fn global(&self) -> &GlobalFlight {
+        &self.global
+    }
+
+    /// The registry, unless it is gone (then nothing waits in it either).
+    pub(crate) fn registry(&self) -> Option<Registry> {
+        self.registry.upgrade().map(|shared| Registry { shared })
+    }
+
+    /// Whether requests may be admitted on the word now.
+    pub(crate) fn is_open(&self) -> bool {
+        self.state.load(Ordering::Acquire) & OPEN != 0
+    }
+
+    /// Opens a closed scope with `lanes` lanes and the scheduler's latency
+    /// average (`latency`, as the scope keeps it); under the lock, with
+    /// nothing of the scope in flight. False when it was retired.
+    pub(crate) fn open(&self, lanes: u32, latency: u64) -> bool {
+        self.lanes.store(lanes, Ordering::Relaxed);
+        self.latency.store(latency, Ordering::Relaxed);
+        self.state
+            .compare_exchange(0, OPEN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Closes the scope (under the lock): what the scheduler adopts.
+    pub(crate) fn close(&self) -> Adopted {
+        let before = self.state.fetch_and(!OPEN, Ordering::AcqRel);
+        Adopted {
+            in_flight: (before & COUNT) as u32,
+            was_open: before & OPEN != 0,
+            sent: self.sent.swap(0, Ordering::Relaxed),
+            last_departure: Stamp::from_value(self.last_departure.load(Ordering::Relaxed)),
+            latency: self.latency.load(Ordering::Relaxed),
+            warm: self.last_end.load(Ordering::Relaxed) != 0,
+        }
+    }
+
+    /// Retires an idle scope (under the lock, for eviction): false when
+    /// requests are in flight on it.
+    pub(crate) fn retire(&self) -> bool {
+        self.state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                (state & COUNT == 0).then_some(RETIRED)
+            })
+            .is_ok()
+    }
+
+    /// Requests in flight on the word.
+    pub(crate) fn in_flight(&self) -> u32 {
+        (self.state.load(Ordering::Acquire) & COUNT) as u32
+    }
+
+    /// Sends on the word the scheduler has not taken in yet.
+    pub(crate) fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// The latency average as the scope keeps it (0: none).
+    pub(crate) fn latency(&self) -> u64 {
+        self.latency.load(Ordering::Relaxed)
+    }
+
+    /// The latest end of a request on the word.
+    pub(crate) fn last_end(&self) -> Option<Stamp> {
+        Stamp::from_value(self.last_end.load(Ordering::Relaxed))
+    }
+
+    /// Ends a request whose registry is gone: its counts go back, and
+    /// nobody is left to wait for them.
+    pub(crate) fn end_orphaned(&self) {
+        self.state.fetch_sub(1, Ordering::AcqRel);
+        let _ = self.global.release();
+    }
+
+    /// Admits a request on the open word when a lane is free.
+    fn try_admit(&self) -> bool {
+        let lanes = u64::from(self.lanes.load(Ordering::Relaxed));
+        let admitted = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                (state & OPEN != 0 && state & COUNT < lanes).then_some(state + 1)
+            })
+            .is_ok();
+        if admitted {
+            self.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        admitted
+    }
+
+    /// Admits a request on the word under the lock (a cache miss of an
+    /// open scope), taking its global permit too: as
+    /// [`admit`](Self::admit) does.
+    pub(crate) fn admit_locked(&self, global: &GlobalFlight) -> bool {
+        self.admit(global)
+    }
+
+    /// Admits a request: a global permit and a lane on the open word.
+    fn admit(&self, global: &GlobalFlight) -> bool {
+        if !global.try_take() {
+            return false;
+        }
+        if self.try_admit() {
+            return true;
+        }
+        // The permit goes back; requests that started waiting for one
+        // meanwhile are the caller's lock path's business (it closes the
+        // scope or queues, and the scheduler rechecks the count).
+        let _ = global.release();
+        false
+    }
+
+    /// Ends a request admitted on the word: its departure (if it left),
+    /// its end, and the response's latency go to the word first, then the
+    /// count. Says whether it ended open or was adopted.
+    pub(crate) fn end(&self, departed_at: Option<Stamp>, ended: Stamp, latency: Option<Duration>) -> Ended {
+        if let Some(at) = departed_at {
+            self.last_departure.fetch_max(at.value(), Ordering::Relaxed);
+        }
+        self.last_end.fetch_max(ended.value(), Ordering::Relaxed);
+        if let Some(latency) = latency {
+            let average = moving_average(self.latency.load(Ordering::Relaxed), latency);
+            self.latency.store(average, Ordering::Relaxed);
+        }
+        let before = self.state.fetch_sub(1, Ordering::AcqRel);
+        if before & OPEN != 0 {
+            Ended::Open
+        } else {
+            Ended::Adopted
+        }
+    }
+}
+
+/// What closing a scope hands the scheduler.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Adopted {
+    /// Requests admitted on the word and not yet ended.
+    pub(crate) in_flight: u32,
+    /// Whether it was open (else there is nothing to adopt).
+    pub(crate) was_open: bool,
+    /// Sends on the word since the scheduler last took them in.
+    pub(crate) sent: u64,
+    /// The latest departure of a request that ended on the word.
+    pub(crate) last_departure: Option<Stamp>,
+    /// The latency average (nanoseconds + 1; 0: none).
+    pub(crate) latency: u64,
+    /// Whether a request ended on the word (the scope is warm).
+    pub(crate) warm: bool,
+}
+
+/// The latency a biased average stands for (`None` for 0: no response).
+pub(crate) fn latency_of(biased: u64) -> Option<Duration> {
+    biased.checked_sub(1).map(Duration::from_nanos)
+}
+
+/// The scope's moving average (weight 1/5 for the newest sample, in
+/// nanoseconds + 1; 0: none yet) after `latency`: the rule
+/// `ScopeState::observe_latency` applies, on the biased value.
+pub(crate) fn moving_average(biased: u64, latency: Duration) -> u64 {
+    let latest = u64::try_from(latency.as_nanos())
+        .unwrap_or(u64::MAX)
+        .min(u64::MAX / 8);
+    let average = match biased {
+        0 => latest,
+        biased => ((biased - 1).min(u64::MAX / 8) * 4 + latest) / 5,
+    };
+    average + 1
+}
+
+/// The open scopes a thread used last, per registry: see the
+/// [module docs](self).
+pub(crate) mod hot {
+    use super::{Arc, FastScope, GlobalFlight, RefCell, Scope};
+
+    /// Scopes kept per thread (over every registry): an API client's few
+    /// hosts, not a crawl's many, which take the lock.
+    const SLOTS: usize = 4;
+
+    /// A cached word: its registry, the word, and this thread's own copy
+    /// of the scope's key. The copy is what a request's `Scopes` gets: a
+    /// clone of the word's key would write the key's count, which every
+    /// core's requests share, and the copy's count is this thread's.
+    type Slot = (u64, Arc<FastScope>, Scope);
+
+    #[derive(Default)]
+    struct Hot {
+        slots: [Option<Slot>; SLOTS],
+        /// The slot the next scope replaces.
+        next: usize,
+    }
+
+    thread_local! {
+        static HOT: RefCell<Hot> = RefCell::default();
+    }
+
+    /// What the thread's cache said.
+    pub(crate) enum Lookup {
+        /// Admitted on the scope's open word; the thread's copy of its key.
+        Admitted(Arc<FastScope>, Scope),
+        /// The thread has the scope's word, closed or full: the lock
+        /// decides, and may open it again.
+        Refused,
+        /// Not cached.
+        Missed,
+    }
+
+    /// Admits a request for the scope named `name` of registry `registry`
+    /// on its open word, if this thread has it cached.
+    #[inline]
+    pub(crate) fn admit(registry: u64, name: &str, global: &GlobalFlight) -> Lookup {
+        HOT.try_with(|hot| {
+            let hot = hot.borrow();
+            let cached = hot
+                .slots
+                .iter()
+                .flatten()
+                .find(|(owner, _, key)| *owner == registry && key.as_str() == name);
+            match cached {
+                Some((_, scope, key)) if scope.admit(global) => Lookup::Admitted(scope.clone(), key.clone()),
+                Some(_) => Lookup::Refused,
+                None => Lookup::Missed,
+            }
+        })
+        .unwrap_or(Lookup::Missed)
+    }
+
+    /// Caches `scope` of registry `registry` for this thread.
+    pub(crate) fn remember(registry: u64, scope: &Arc<FastScope>) {
+        let _ = HOT.try_with(|hot| {
+            let mut hot = hot.borrow_mut();
+            // A scope of the same name replaces its stale word (closed
+            // for good, or evicted).
+            let same_name = hot.slots.iter().position(|slot| {
+                slot.as_ref()
+                    .is_some_and(|(owner, _, key)| *owner == registry && *key == scope.key)
+            });
+            let slot = match same_name {
+                Some(slot) => slot,
+                None => {
+                    let slot = hot.next;
+                    hot.next = (slot + 1) % SLOTS;
+                    slot
+                }
+            };
+            if !hot.slots[slot]
+                .as_ref()
+                .is_some_and(|(_, cached, _)| Arc::ptr_eq(cached, scope))
+            {
+                let own_key = Scope::new(scope.key.as_str());
+                hot.slots[slot] = Some((registry, scope.clone(), own_key));
+            }
+        });
+    }
+}

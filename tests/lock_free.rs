@@ -1,0 +1,353 @@
+//! Plain scopes on their lock-free words (`RegistryBuilder::lock_free_plain_scopes`):
+//! a busy plain scope admits and ends its requests without the registry's
+//! lock, and everything the scheduler promises still holds when the word
+//! closes with requests in flight (a waiter, a new delay, the global
+//! limit). Each scenario runs with the words and without them (every
+//! admission under the lock, the behaviour before) and must give the
+//! same instants, to the nanosecond of virtual time. The multi-threaded
+//! interleavings are in `tests/stress.rs`.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower::{Service, ServiceExt};
+use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+
+/// When the inner service got each request (by its path), relative to
+/// the test's start.
+type Calls = Arc<Mutex<Vec<(String, Duration)>>>;
+
+/// A throttled client whose inner service answers each request after the
+/// milliseconds its query asks (`?ms=1000`; none: at once) and records
+/// when it got it.
+fn client(
+    registry: &Registry,
+    start: Instant,
+    calls: &Calls,
+) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = Infallible, Future = impl Send> + Clone
+{
+    let calls = calls.clone();
+    let inner = tower::service_fn(move |request: http::Request<()>| {
+        let path = request.uri().path().to_owned();
+        let latency = request
+            .uri()
+            .query()
+            .and_then(|query| query.strip_prefix("ms="))
+            .map_or(0, |ms| ms.parse().unwrap());
+        calls.lock().unwrap().push((path, start.elapsed()));
+        async move {
+            tokio::time::sleep(Duration::from_millis(latency)).await;
+            Ok::<_, Infallible>(http::Response::new(()))
+        }
+    });
+    tower::Layer::layer(&ThrottleLayer::new(registry.clone()), inner)
+}
+
+fn plain(lanes: u32) -> ScopeConfig {
+    ScopeConfig::default()
+        .concurrency(lanes)
+        .delay(Duration::ZERO)
+        .delay_per_slot(Duration::ZERO)
+        .jitter(0.0)
+}
+
+fn registry(lock_free: bool, max_concurrency: u32, lanes: u32) -> Registry {
+    Registry::builder()
+        .max_concurrency(max_concurrency)
+        .default_scope(plain(lanes))
+        .lock_free_plain_scopes(lock_free)
+        .build()
+        .unwrap()
+}
+
+fn get(uri: &str) -> http::Request<()> {
+    http::Request::get(uri).body(()).unwrap()
+}
+
+/// Sends `uri` through `client` in a task of its own.
+fn spawn<S>(client: &S, uri: &str) -> tokio::task::JoinHandle<()>
+where
+    S: Service<http::Request<()>, Response = http::Response<()>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send,
+{
+    let client = client.clone();
+    let request = get(uri);
+    tokio::spawn(async move {
+        client.oneshot(request).await.unwrap();
+    })
+}
+
+/// Two requests one after the other: the second opens the scope's word
+/// (this thread asked for the scope twice), so later ones go on it.
+async fn warm<S>(client: &S, host: &str)
+where
+    S: Service<http::Request<()>, Response = http::Response<()>, Error = Infallible> + Clone,
+{
+    for _ in 0..2 {
+        client
+            .clone()
+            .oneshot(get(&format!("http://{host}/warm")))
+            .await
+            .unwrap();
+    }
+}
+
+/// The calls the inner service got, but the warm-up's.
+fn calls_of(calls: &Calls) -> Vec<(String, Duration)> {
+    calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(path, _)| path != "/warm")
+        .cloned()
+        .collect()
+}
+
+const MS: Duration = Duration::from_millis(1);
+
+/// The locks ten requests took after the warm-up, and the scope's stats.
+async fn ten_requests(lock_free: bool) -> (Option<u64>, tower_throttle::ScopeStats) {
+    let registry = registry(lock_free, 16, 4);
+    let calls = Calls::default();
+    let client = client(&registry, Instant::now(), &calls);
+    warm(&client, "a.test").await;
+    let before = registry.debug_lock_count();
+    for i in 0..10 {
+        client
+            .clone()
+            .oneshot(get(&format!("http://a.test/{i}?ms={}", 5 + i)))
+            .await
+            .unwrap();
+    }
+    let locks = before.map(|before| registry.debug_lock_count().unwrap() - before);
+    (locks, registry.scope_stats("a.test").unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_plain_scope_admits_and_ends_without_the_lock() {
+    let (locks, stats) = ten_requests(true).await;
+    // Without the words each request takes the lock twice: its admission
+    // and its end.
+    let (locks_before, stats_before) = ten_requests(false).await;
+    match (locks, locks_before) {
+        (Some(locks), Some(before)) => assert_eq!((locks, before), (0, 20)),
+        _ => eprintln!("lock counts skipped: the registry counts its locks in debug builds only"),
+    }
+    assert_eq!((stats.sent, stats.in_flight), (12, 0));
+    // The latency average moves on the word as it does under the lock.
+    assert!(stats.latency.is_some());
+    assert_eq!(stats.latency, stats_before.latency);
+    assert_eq!((stats_before.sent, stats_before.in_flight), (12, 0));
+}
+
+/// Requests in flight on the word count in the stats, the scope's and the
+/// registry's.
+#[tokio::test(start_paused = true)]
+async fn requests_on_a_word_count_in_flight_in_the_stats() {
+    let registry = registry(true, 16, 4);
+    let calls = Calls::default();
+    let client = client(&registry, Instant::now(), &calls);
+    warm(&client, "a.test").await;
+    let before = registry.debug_lock_count();
+    let tasks = [
+        spawn(&client, "http://a.test/1?ms=100"),
+        spawn(&client, "http://a.test/2?ms=100"),
+    ];
+    tokio::time::sleep(10 * MS).await;
+    if let (Some(before), Some(after)) = (before, registry.debug_lock_count()) {
+        assert_eq!(after - before, 0, "both went on the word");
+    }
+    let stats = registry.scope_stats("a.test").unwrap();
+    assert_eq!((stats.in_flight, stats.sent, stats.idle_for), (2, 4, None));
+    assert_eq!(registry.stats().in_flight, 2);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let stats = registry.scope_stats("a.test").unwrap();
+    assert_eq!((stats.in_flight, stats.sent), (0, 4));
+    assert_eq!(registry.stats().in_flight, 0);
+}
+
+/// What one scenario gave: the inner service's calls, by path and instant.
+async fn scenario<F, Fut>(
+    lock_free: bool,
+    max_concurrency: u32,
+    lanes: u32,
+    run: F,
+) -> Vec<(String, Duration)>
+where
+    F: FnOnce(Registry, Instant, Calls) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let registry = registry(lock_free, max_concurrency, lanes);
+    let calls = Calls::default();
+    run(registry, Instant::now(), calls.clone()).await;
+    calls_of(&calls)
+}
+
+/// Runs a scenario with the words and without them, checks that both
+/// gave the same calls at the same instants, and returns when each path
+/// reached the inner service.
+async fn both_ways<F, Fut>(run: F) -> HashMap<String, Duration>
+where
+    F: Fn(bool) -> Fut,
+    Fut: std::future::Future<Output = Vec<(String, Duration)>>,
+{
+    let with_words = run(true).await;
+    assert_eq!(
+        with_words,
+        run(false).await,
+        "the same instants without the words"
+    );
+    with_words.into_iter().collect()
+}
+
+/// A new delay closes the word with two requests in flight: the
+/// scheduler adopts them, so the next request waits until they ended (a
+/// scope with a delay sends nothing while a request's departure is
+/// unknown, as without the word) and its gap runs from their sends.
+#[tokio::test(start_paused = true)]
+async fn a_new_delay_closes_the_word_and_counts_its_requests_in_flight() {
+    let run = |lock_free| {
+        scenario(lock_free, 16, 2, |registry, start, calls| async move {
+            let client = client(&registry, start, &calls);
+            warm(&client, "a.test").await;
+            let a = spawn(&client, "http://a.test/a?ms=1000");
+            let b = spawn(&client, "http://a.test/b?ms=1000");
+            tokio::time::sleep(100 * MS).await;
+            registry
+                .set_scope("a.test", plain(2).delay(Duration::from_millis(300)))
+                .unwrap();
+            tokio::time::sleep(100 * MS).await;
+            let c = spawn(&client, "http://a.test/c");
+            let d = spawn(&client, "http://a.test/d");
+            for task in [a, b, c, d] {
+                task.await.unwrap();
+            }
+        })
+    };
+    let at = both_ways(run).await;
+    assert_eq!((at["/a"], at["/b"]), (Duration::ZERO, Duration::ZERO));
+    // c goes as a and b end; d one delay after c.
+    assert_eq!(at["/c"], 1000 * MS);
+    assert_eq!(at["/d"], 1300 * MS);
+}
+
+/// A request that finds every lane taken closes the word and waits; the
+/// request in flight on the word, adopted, lets it go as it ends.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_closes_the_word_and_goes_when_the_adopted_request_ends() {
+    let run = |lock_free| {
+        scenario(lock_free, 16, 1, |registry, start, calls| async move {
+            let client = client(&registry, start, &calls);
+            warm(&client, "a.test").await;
+            let a = spawn(&client, "http://a.test/a?ms=1000");
+            tokio::time::sleep(10 * MS).await;
+            let b = spawn(&client, "http://a.test/b?ms=500");
+            a.await.unwrap();
+            b.await.unwrap();
+            // Nothing in flight or waiting: the word opens again.
+            warm(&client, "a.test").await;
+            assert_eq!(registry.stats().in_flight, 0);
+            let c = spawn(&client, "http://a.test/c");
+            c.await.unwrap();
+            assert_eq!(registry.scope_stats("a.test").unwrap().sent, 7);
+        })
+    };
+    let at = both_ways(run).await;
+    assert_eq!(
+        (at["/a"], at["/b"], at["/c"]),
+        (Duration::ZERO, 1000 * MS, 1500 * MS)
+    );
+}
+
+/// With one global permit and the words of x.test and y.test open: a
+/// request on x.test's word (1 s) and one of y.test that waits for the
+/// permit.
+async fn one_on_x_and_one_waiting_on_y<S>(
+    registry: &Registry,
+    client: &S,
+) -> (tokio::task::JoinHandle<()>, tokio::task::JoinHandle<()>)
+where
+    S: Service<http::Request<()>, Response = http::Response<()>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send,
+{
+    warm(client, "x.test").await;
+    warm(client, "y.test").await;
+    let a = spawn(client, "http://x.test/a?ms=1000");
+    tokio::time::sleep(10 * MS).await;
+    let b = spawn(client, "http://y.test/b?ms=1000");
+    tokio::time::sleep(10 * MS).await;
+    assert_eq!(registry.stats().waiting, 1, "b waits for the global permit");
+    (a, b)
+}
+
+/// The global limit is shared by the words and the scheduler: a request
+/// of another open scope waits for the permit of a request on a word, and
+/// goes as that one ends on its word.
+#[tokio::test(start_paused = true)]
+async fn the_global_limit_holds_across_words_and_frees_its_waiters() {
+    let run = |lock_free| {
+        scenario(lock_free, 1, 4, |registry, start, calls| async move {
+            let client = client(&registry, start, &calls);
+            let (a, b) = one_on_x_and_one_waiting_on_y(&registry, &client).await;
+            let c = spawn(&client, "http://x.test/c");
+            a.await.unwrap();
+            b.await.unwrap();
+            c.await.unwrap();
+        })
+    };
+    let at = both_ways(run).await;
+    // b asked first, so it has the permit first; c after it.
+    assert_eq!(
+        (at["/a"], at["/b"], at["/c"]),
+        (Duration::ZERO, 1000 * MS, 2000 * MS)
+    );
+}
+
+/// Idle scopes are evicted after `idle_ttl` although the only traffic
+/// left ends on a word, without the lock: the end that finds eviction due
+/// does the work that arriving requests do under the lock.
+#[tokio::test(start_paused = true)]
+async fn idle_scopes_are_evicted_while_only_words_are_busy() {
+    let registry = Registry::builder()
+        .default_scope(plain(4))
+        .idle_ttl(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let calls = Calls::default();
+    let client = client(&registry, Instant::now(), &calls);
+    client.clone().oneshot(get("http://idle.test/")).await.unwrap();
+    warm(&client, "busy.test").await;
+    assert_eq!(registry.stats().scopes_tracked, 2);
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        client.clone().oneshot(get("http://busy.test/")).await.unwrap();
+    }
+    assert!(registry.scope_stats("idle.test").is_none(), "idle.test evicted");
+    assert!(registry.scope_stats("busy.test").is_some(), "busy.test kept");
+    assert_eq!(registry.stats().evictions, 1);
+}
+
+/// A request that ends on its open word, while another scope's request
+/// waits for the global permit, takes the lock to let that one go (its
+/// word stays open: nothing else touched it).
+#[tokio::test(start_paused = true)]
+async fn a_request_ending_on_an_open_word_lets_a_global_waiter_go() {
+    let run = |lock_free| {
+        scenario(lock_free, 1, 4, |registry, start, calls| async move {
+            let client = client(&registry, start, &calls);
+            let (a, b) = one_on_x_and_one_waiting_on_y(&registry, &client).await;
+            a.await.unwrap();
+            tokio::time::timeout(Duration::from_secs(60), b)
+                .await
+                .expect("b went once a ended")
+                .unwrap();
+        })
+    };
+    let at = both_ways(run).await;
+    assert_eq!((at["/a"], at["/b"]), (Duration::ZERO, 1000 * MS));
+}
