@@ -63,9 +63,12 @@
 //! ending on an open scope takes the lock to let the first of them go.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+use self::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+pub(crate) use word::Ended;
+use word::{Permits, Word};
 
 use super::metrics::Metrics;
 use super::ticket::ScopeId;
@@ -73,12 +76,13 @@ use super::{Registry, RegistryShared};
 use crate::scope::Scope;
 use crate::time::Stamp;
 
-/// The open bit of [`FastScope::state`].
-const OPEN: u64 = 1 << 63;
-/// The retired bit: evicted, never opened again.
-const RETIRED: u64 = 1 << 62;
-/// The count of requests admitted on the word and not yet ended.
-const COUNT: u64 = u32::MAX as u64;
+mod word;
+
+/// The atomics of [`word`]'s protocols: std's here; `loom/` gives them
+/// loom's to check the protocols.
+mod atomic {
+    pub(super) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+}
 
 /// The requests in flight over all scopes, shared by the scheduler and the
 /// open scopes; see the [module docs](self).
@@ -91,27 +95,21 @@ pub(crate) struct GlobalFlight {
     /// Whether a word was ever opened: until then a request does not look
     /// for one.
     words_exist: AtomicBool,
-    max: u32,
     /// When eviction work is next due (a stamp's value; `u64::MAX`:
     /// never): a request that ends on an open word after it takes the
     /// lock to do it, as arriving requests do under the lock.
     evict_due: AtomicU64,
     _apart: [u64; 7],
-    in_flight: AtomicU32,
-    /// Whether requests wait for a global permit (the scheduler's global
-    /// queue is not empty).
-    queued: AtomicBool,
+    permits: Permits,
 }
 
 impl GlobalFlight {
     pub(crate) fn new(max: u32) -> Self {
         GlobalFlight {
             words_exist: AtomicBool::new(false),
-            max,
             evict_due: AtomicU64::new(u64::MAX),
             _apart: [0; 7],
-            in_flight: AtomicU32::new(0),
-            queued: AtomicBool::new(false),
+            permits: Permits::new(max),
         }
     }
 
@@ -143,51 +141,32 @@ impl GlobalFlight {
 
     /// Requests in flight now.
     pub(crate) fn in_flight(&self) -> u32 {
-        self.in_flight.load(Ordering::SeqCst)
+        self.permits.in_flight()
     }
 
     /// Whether a permit is free now.
     #[inline]
     pub(crate) fn has_room(&self) -> bool {
-        self.in_flight() < self.max
+        self.permits.has_room()
     }
 
     /// Takes a permit under the scheduler's lock (which checked
     /// [`has_room`](Self::has_room) first).
     pub(crate) fn add(&self) {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.permits.add();
     }
 
     /// Gives a permit back; whether requests wait for one (then the caller
     /// must let the first go, under the lock).
     pub(crate) fn release(&self) -> bool {
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.queued.load(Ordering::SeqCst)
-    }
-
-    /// Takes a permit for an open scope: none while requests wait for one.
-    fn try_take(&self) -> bool {
-        if self.queued.load(Ordering::SeqCst) {
-            return false;
-        }
-        self.in_flight
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < self.max).then_some(n + 1)
-            })
-            .is_ok()
+        self.permits.release()
     }
 
     /// Says, under the lock, whether requests wait for a permit; true when
-    /// a permit is free although they do (one was given back on an open
-    /// scope as they queued): the caller lets them go then. (The flag is
-    /// written before the count is read, and a release writes the count
-    /// before it reads the flag, so one of the two sees the other.)
+    /// a permit is free although they do: see [`Permits::publish_queued`].
     #[inline(always)]
     pub(crate) fn publish_queued(&self, queued: bool) -> bool {
-        if self.queued.load(Ordering::Relaxed) != queued {
-            self.queued.store(queued, Ordering::SeqCst);
-        }
-        queued && self.has_room()
+        self.permits.publish_queued(queued)
     }
 }
 
@@ -199,9 +178,9 @@ impl GlobalFlight {
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct FastScope {
-    /// [`OPEN`], [`RETIRED`] and the count of requests admitted on the
-    /// word and not yet ended.
-    state: AtomicU64,
+    /// The open bit and the count of requests admitted on the word and
+    /// not yet ended.
+    state: Word,
     /// The lanes the word may fill (the scope's concurrency, capped by the
     /// global limit), set before it opens.
     lanes: AtomicU32,
@@ -242,21 +221,11 @@ pub(crate) struct WordOwner {
     pub(crate) metrics: Metrics,
 }
 
-/// What [`FastScope::end`] says of a request's end.
-#[must_use]
-pub(crate) enum Ended {
-    /// Ended on the open word: nothing more to do for the scope.
-    Open,
-    /// The scope was closed meanwhile: the scheduler adopted the request,
-    /// which must finish under the lock.
-    Adopted,
-}
-
 impl FastScope {
     /// A closed scope for scope `id`, `key`, of `owner`'s registry.
     pub(crate) fn new(id: ScopeId, key: Scope, owner: &WordOwner) -> Arc<Self> {
         Arc::new(FastScope {
-            state: AtomicU64::new(0),
+            state: Word::new(),
             lanes: AtomicU32::new(0),
             sent: AtomicU64::new(0),
             last_departure: AtomicU64::new(0),
@@ -283,7 +252,7 @@ impl FastScope {
 
     /// Whether requests may be admitted on the word now.
     pub(crate) fn is_open(&self) -> bool {
-        self.state.load(Ordering::Acquire) & OPEN != 0
+        self.state.is_open()
     }
 
     /// Opens a closed scope with `lanes` lanes and the scheduler's latency
@@ -292,17 +261,15 @@ impl FastScope {
     pub(crate) fn open(&self, lanes: u32, latency: u64) -> bool {
         self.lanes.store(lanes, Ordering::Relaxed);
         self.latency.store(latency, Ordering::Relaxed);
-        self.state
-            .compare_exchange(0, OPEN, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        self.state.open()
     }
 
     /// Closes the scope (under the lock): what the scheduler adopts.
     pub(crate) fn close(&self) -> Adopted {
-        let before = self.state.fetch_and(!OPEN, Ordering::AcqRel);
+        let (in_flight, was_open) = self.state.close();
         Adopted {
-            in_flight: (before & COUNT) as u32,
-            was_open: before & OPEN != 0,
+            in_flight,
+            was_open,
             sent: self.sent.swap(0, Ordering::Relaxed),
             last_departure: Stamp::from_value(self.last_departure.load(Ordering::Relaxed)),
             latency: self.latency.load(Ordering::Relaxed),
@@ -313,16 +280,12 @@ impl FastScope {
     /// Retires an idle scope (under the lock, for eviction): false when
     /// requests are in flight on it.
     pub(crate) fn retire(&self) -> bool {
-        self.state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
-                (state & COUNT == 0).then_some(RETIRED)
-            })
-            .is_ok()
+        self.state.retire()
     }
 
     /// Requests in flight on the word.
     pub(crate) fn in_flight(&self) -> u32 {
-        (self.state.load(Ordering::Acquire) & COUNT) as u32
+        self.state.in_flight()
     }
 
     /// Sends on the word the scheduler has not taken in yet.
@@ -343,19 +306,14 @@ impl FastScope {
     /// Ends a request whose registry is gone: its counts go back, and
     /// nobody is left to wait for them.
     pub(crate) fn end_orphaned(&self) {
-        self.state.fetch_sub(1, Ordering::AcqRel);
+        let _ = self.state.end();
         let _ = self.global.release();
     }
 
     /// Admits a request on the open word when a lane is free.
     fn try_admit(&self) -> bool {
         let lanes = u64::from(self.lanes.load(Ordering::Relaxed));
-        let admitted = self
-            .state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
-                (state & OPEN != 0 && state & COUNT < lanes).then_some(state + 1)
-            })
-            .is_ok();
+        let admitted = self.state.try_admit(lanes);
         if admitted {
             self.sent.fetch_add(1, Ordering::Relaxed);
         }
@@ -371,7 +329,7 @@ impl FastScope {
 
     /// Admits a request: a global permit and a lane on the open word.
     fn admit(&self, global: &GlobalFlight) -> bool {
-        if !global.try_take() {
+        if !global.permits.try_take() {
             return false;
         }
         if self.try_admit() {
@@ -396,12 +354,7 @@ impl FastScope {
             let average = moving_average(self.latency.load(Ordering::Relaxed), latency);
             self.latency.store(average, Ordering::Relaxed);
         }
-        let before = self.state.fetch_sub(1, Ordering::AcqRel);
-        if before & OPEN != 0 {
-            Ended::Open
-        } else {
-            Ended::Adopted
-        }
+        self.state.end()
     }
 }
 

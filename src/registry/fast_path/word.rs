@@ -1,0 +1,179 @@
+//! The two lock-free protocols of the words, apart from everything else
+//! so that `loom/` can check them under every interleaving its model
+//! allows (`cargo test --release --manifest-path loom/Cargo.toml`): the
+//! atomics come from the parent module, std's here and loom's there.
+//!
+//! - [`Word`]: a scope's open bit and count of requests in flight. An end
+//!   and a close both read-modify-write the one word, so every request
+//!   admitted on it is either ended on the open word or adopted by the
+//!   close, never both, never neither.
+//! - [`Permits`]: the global count and the flag that requests wait for a
+//!   permit. A release writes the count, then reads the flag; the scheduler
+//!   writes the flag, then reads the count, each with a sequentially
+//!   consistent fence between its write and its read, so a waiter queued as
+//!   the last permit comes back is let go by one of the two. (Without the
+//!   fences, with sequentially consistent accesses alone, loom found the
+//!   interleaving where both read the old value: its model treats such
+//!   accesses as acquire/release, and the fences are what the C++ model
+//!   requires of a protocol of this shape on any hardware.)
+
+use super::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// The open bit of a word.
+const OPEN: u64 = 1 << 63;
+/// The retired bit: evicted, never opened again.
+const RETIRED: u64 = 1 << 62;
+/// The count of requests admitted on the word and not yet ended.
+const COUNT: u64 = u32::MAX as u64;
+
+/// A scope's open bit and count of requests in flight on it.
+#[derive(Debug)]
+pub(crate) struct Word(AtomicU64);
+
+/// How a request admitted on a word ended.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// On the open word: nothing more to do for the scope.
+    Open,
+    /// The word was closed meanwhile: the scheduler adopted the request,
+    /// which must finish under the lock.
+    Adopted,
+}
+
+impl Word {
+    /// A closed word.
+    pub(crate) fn new() -> Self {
+        Word(AtomicU64::new(0))
+    }
+
+    /// Whether requests may be admitted on the word now.
+    pub(crate) fn is_open(&self) -> bool {
+        self.0.load(Ordering::Acquire) & OPEN != 0
+    }
+
+    /// Requests in flight on the word.
+    pub(crate) fn in_flight(&self) -> u32 {
+        (self.0.load(Ordering::Acquire) & COUNT) as u32
+    }
+
+    /// Opens a closed word with nothing in flight; false when it was
+    /// retired (or not closed and empty).
+    pub(crate) fn open(&self) -> bool {
+        self.0
+            .compare_exchange(0, OPEN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Admits a request on the open word when fewer than `lanes` are in
+    /// flight on it.
+    pub(crate) fn try_admit(&self, lanes: u64) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                (state & OPEN != 0 && state & COUNT < lanes).then_some(state + 1)
+            })
+            .is_ok()
+    }
+
+    /// Ends a request admitted on the word.
+    pub(crate) fn end(&self) -> Ended {
+        let before = self.0.fetch_sub(1, Ordering::AcqRel);
+        if before & OPEN != 0 {
+            Ended::Open
+        } else {
+            Ended::Adopted
+        }
+    }
+
+    /// Closes the word: the requests in flight on it, which the caller
+    /// adopts, and whether it was open (else there is nothing to adopt:
+    /// it was closed before, and those were adopted then).
+    pub(crate) fn close(&self) -> (u32, bool) {
+        let before = self.0.fetch_and(!OPEN, Ordering::AcqRel);
+        ((before & COUNT) as u32, before & OPEN != 0)
+    }
+
+    /// Retires a word with nothing in flight: never opened again. False
+    /// when requests are in flight on it.
+    pub(crate) fn retire(&self) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                (state & COUNT == 0).then_some(RETIRED)
+            })
+            .is_ok()
+    }
+}
+
+/// The global count of requests in flight and whether requests wait for a
+/// permit.
+#[derive(Debug)]
+pub(crate) struct Permits {
+    in_flight: AtomicU32,
+    /// Whether requests wait for a permit (the scheduler's global queue is
+    /// not empty).
+    queued: AtomicBool,
+    max: u32,
+}
+
+impl Permits {
+    /// `max` permits, none taken.
+    pub(crate) fn new(max: u32) -> Self {
+        Permits {
+            in_flight: AtomicU32::new(0),
+            queued: AtomicBool::new(false),
+            max,
+        }
+    }
+
+    /// Requests in flight now.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Whether a permit is free now.
+    #[inline]
+    pub(crate) fn has_room(&self) -> bool {
+        self.in_flight() < self.max
+    }
+
+    /// Takes a permit under the scheduler's lock (which checked
+    /// [`has_room`](Self::has_room) first).
+    pub(crate) fn add(&self) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Gives a permit back; whether requests wait for one (then the caller
+    /// must let the first go, under the lock).
+    pub(crate) fn release(&self) -> bool {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// Takes a permit without the lock: none while requests wait for one.
+    pub(crate) fn try_take(&self) -> bool {
+        if self.queued.load(Ordering::SeqCst) {
+            return false;
+        }
+        self.in_flight
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Says, under the lock, whether requests wait for a permit; true when
+    /// a permit is free although they do (one was given back without the
+    /// lock as they queued): the caller lets them go then.
+    #[inline(always)]
+    pub(crate) fn publish_queued(&self, queued: bool) -> bool {
+        if self.queued.load(Ordering::Relaxed) != queued {
+            self.queued.store(queued, Ordering::SeqCst);
+        }
+        if !queued {
+            return false;
+        }
+        fence(Ordering::SeqCst);
+        self.has_room()
+    }
+}
