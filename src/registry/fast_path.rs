@@ -12,8 +12,8 @@
 //!
 //! # States
 //!
-//! Each plain scope the scheduler admitted a request of gets a
-//! [`FastScope`], one atomic word of state beside the scheduler's own:
+//! Each busy plain scope (see "When a word opens") gets a [`FastScope`],
+//! one atomic word of state beside the scheduler's own:
 //!
 //! - **open**: requests are admitted and finished on the word alone (a
 //!   compare-and-swap below the scope's lanes, a subtraction), and the
@@ -42,15 +42,16 @@
 //! Each thread keeps the last few open scopes it used ([`hot`]), keyed by
 //! the registry and the scope's name: a hit costs a string comparison. A
 //! miss takes the lock, whose plain admission hands the scope back for the
-//! cache. A cached scope that was closed or retired meanwhile is a miss.
-//! Until the registry opened a word, a request does not look.
+//! cache. A cached word that was closed, retired or full meanwhile sends
+//! the request to the lock, which may open the word again. Until the
+//! registry opened a word, a request does not look.
 //!
 //! # When a word opens
 //!
 //! A word costs memory (about 130 bytes) and is worth it only for a scope
-//! that is busy: the scheduler opens a plain scope's word when the scope
-//! is among the last few scopes admitted under the lock (a scope asked
-//! for again and again, by one thread or several), or when a thread had
+//! that is busy: the scheduler opens a plain scope's word when the last
+//! one-scope request it queued asked for the same scope (a scope asked
+//! for twice in a row, by one thread or several), or when a thread had
 //! its word and found it closed. A crawl over many scopes, each visited
 //! now and then, never opens one and pays one atomic load per request.
 //!
@@ -61,6 +62,13 @@
 //! scheduler's global queue is not empty), a flag says so: an open scope
 //! then admits nothing (so it cannot pass those waiters), and a request
 //! ending on an open scope takes the lock to let the first of them go.
+//!
+//! # Checked by loom
+//!
+//! Both protocols, the word's open bit and count and the global count with
+//! its flag, are in [`word`], apart from everything else: `loom/` checks
+//! them under every interleaving loom's model allows (see the README's
+//! Development section).
 
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};

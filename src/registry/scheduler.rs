@@ -615,7 +615,7 @@ impl Scheduler {
     /// when it is plain (see [`ScopeState::take_plain_lane`]), nobody waits
     /// for it and the global limit allows; counts the send.
     fn take_plain_lane(&mut self, id: ScopeId, now: Instant) -> Option<usize> {
-        if !self.global.has_room() {
+        if !self.global_permit_is_free() {
             return None;
         }
         let scope = &mut self.scopes[id];
@@ -630,6 +630,14 @@ impl Scheduler {
         Some(lane)
     }
 
+    /// Whether a new request may take a global permit now: one is free
+    /// and no earlier request waits for one. (A permit given back on a
+    /// word is free before the lock lets the first waiter have it.)
+    #[inline]
+    fn global_permit_is_free(&self) -> bool {
+        self.global.has_room() && self.global_queue.is_empty()
+    }
+
     /// For an admitted ticket, whether its departure must be reported as
     /// soon as it happens; `None` while it waits.
     fn report_departure(&self, id: TicketId) -> Option<bool> {
@@ -642,7 +650,7 @@ impl Scheduler {
 
     /// The fast path: every scope has an empty queue and allows a send now.
     fn try_send_directly(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) -> bool {
-        if !self.global.has_room() {
+        if !self.global_permit_is_free() {
             return false;
         }
         let ticket = &self.tickets[id];
