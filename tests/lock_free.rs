@@ -351,3 +351,58 @@ async fn a_request_ending_on_an_open_word_lets_a_global_waiter_go() {
     let at = both_ways(run).await;
     assert_eq!((at["/a"], at["/b"]), (Duration::ZERO, 1000 * MS));
 }
+
+/// The usual stack, Throttle → RetryAfter → Backoff, keeps a busy plain
+/// scope on its word: a 200 is nobody's feedback, so its end takes no
+/// lock. A 503 closes the word (a backoff step: the scope has a delay
+/// now) and the next request goes through the lock, a backoff delay (and
+/// its jitter) after the 503's send.
+#[tokio::test(start_paused = true)]
+async fn the_feedback_layers_keep_the_word_open_for_successes_and_close_it_on_a_backoff() {
+    use tower_throttle::{BackoffLayer, RetryAfterLayer};
+    let registry = registry(true, 16, 4);
+    let start = Instant::now();
+    let calls = Calls::default();
+    let recorded = calls.clone();
+    let inner = tower::service_fn(move |request: http::Request<()>| {
+        let path = request.uri().path().to_owned();
+        recorded.lock().unwrap().push((path.clone(), start.elapsed()));
+        let status = if path == "/busy" { 503 } else { 200 };
+        async move { Ok::<_, Infallible>(http::Response::builder().status(status).body(()).unwrap()) }
+    });
+    let client = tower::ServiceBuilder::new()
+        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(RetryAfterLayer::new(registry.clone()))
+        .layer(BackoffLayer::new(registry.clone()))
+        .service(inner);
+    warm(&client, "a.test").await;
+    let before = registry.debug_lock_count();
+    for i in 0..5 {
+        client
+            .clone()
+            .oneshot(get(&format!("http://a.test/{i}")))
+            .await
+            .unwrap();
+    }
+    if let (Some(before), Some(after)) = (before, registry.debug_lock_count()) {
+        assert_eq!(after - before, 0, "five 200s on the word, no lock");
+    }
+    // Later than every send before it, so the gap can only run from its
+    // own send.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let response = client.clone().oneshot(get("http://a.test/busy")).await.unwrap();
+    assert_eq!(response.status(), 503);
+    let stats = registry.scope_stats("a.test").unwrap();
+    assert!(stats.backoff_delay.is_some(), "{stats:?}");
+    let delay = stats.delay;
+    assert!(delay > Duration::ZERO, "{stats:?}");
+    client.clone().oneshot(get("http://a.test/after")).await.unwrap();
+    let at: HashMap<String, Duration> = calls_of(&calls).into_iter().collect();
+    // Backoff's jitter moves its delay by up to a tenth either way.
+    let gap = at["/after"] - at["/busy"];
+    assert!(
+        gap >= delay.mul_f64(0.9) && gap <= delay.mul_f64(1.1),
+        "a backoff delay after the 503's send: {gap:?} for {delay:?}"
+    );
+    assert_eq!(registry.scope_stats("a.test").unwrap().sent, 9);
+}

@@ -363,9 +363,9 @@ impl Scheduler {
     /// Admits a one-scope request of scope `id` on its lock-free word
     /// when `mode` allows: an open word with a lane free, or a plain
     /// scope the scheduler holds nothing of, opened now. Otherwise the
-    /// word is closed (the scheduler adopts what is in flight on it) and
-    /// the scope noted among the recent ones: the request goes through
-    /// the scheduler.
+    /// word is closed (the scheduler adopts what is in flight on it): the
+    /// request goes through the scheduler. Either way the scope is noted
+    /// as the last one asked for.
     #[inline(always)]
     fn fast_admission(&mut self, id: ScopeId, mode: FastMode, now: Instant) -> Option<Arc<FastScope>> {
         let last = std::mem::replace(&mut self.last_one_scope, id);

@@ -189,6 +189,10 @@ impl Ticket {
         scopes: &Scopes,
     ) -> Self {
         let fleet = registry.fleet().is_some();
+        if let Admission::Fast(fast) = &admission {
+            // The inner layers find the scopes being handed over by it.
+            debug_assert_eq!(fast.registry_id, registry.id(), "a word names its registry");
+        }
         let (id, admitted, owner) = match admission {
             // No ticket of the scheduler's: an id it never gives.
             Admission::Fast(fast) => (TicketId::MAX, Some(false), Owner::Word(fast)),
