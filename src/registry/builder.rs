@@ -446,9 +446,6 @@ impl RegistryBuilder {
             RegistryShared {
                 uid: next_registry_uid(),
                 global: scheduler.global().clone(),
-                metrics: metrics::Metrics {
-                    per_scope: self.metrics_per_scope,
-                },
                 managers_hear_successes: AtomicBool::new(managers_hear_successes),
                 #[cfg(debug_assertions)]
                 locks: std::sync::atomic::AtomicU64::new(0),

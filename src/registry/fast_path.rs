@@ -215,8 +215,6 @@ pub(crate) struct FastScope {
     /// word holds no `Registry` (a clone per request is a count that every
     /// core's requests would write).
     registry: Weak<RegistryShared>,
-    /// The registry's [`id`](Registry::id).
-    pub(crate) registry_id: usize,
     /// The scheduler's metrics.
     pub(crate) metrics: Metrics,
 }
@@ -243,7 +241,6 @@ impl FastScope {
             key,
             global: owner.global.clone(),
             registry: owner.registry.clone(),
-            registry_id: owner.registry.as_ptr() as usize,
             metrics: owner.metrics,
         })
     }
@@ -251,6 +248,12 @@ impl FastScope {
     /// The registry's global count.
     pub(crate) fn global(&self) -> &GlobalFlight {
         &self.global
+    }
+
+    /// The registry's [`id`](Registry::id) (the address an upgrade would
+    /// give, read without one).
+    pub(crate) fn registry_id(&self) -> usize {
+        self.registry.as_ptr() as usize
     }
 
     /// The registry, unless it is gone (then nothing waits in it either).
@@ -328,15 +331,10 @@ impl FastScope {
         admitted
     }
 
-    /// Admits a request on the word under the lock (a cache miss of an
-    /// open scope), taking its global permit too: as
-    /// [`admit`](Self::admit) does.
-    pub(crate) fn admit_locked(&self, global: &GlobalFlight) -> bool {
-        self.admit(global)
-    }
-
-    /// Admits a request: a global permit and a lane on the open word.
-    fn admit(&self, global: &GlobalFlight) -> bool {
+    /// Admits a request: a global permit and a lane on the open word
+    /// (from a thread's cache, or under the lock on a cache miss).
+    pub(crate) fn admit(&self) -> bool {
+        let global = &self.global;
         if !global.permits.try_take() {
             return false;
         }
@@ -405,7 +403,7 @@ pub(crate) fn moving_average(biased: u64, latency: Duration) -> u64 {
 /// The open scopes a thread used last, per registry: see the
 /// [module docs](self).
 pub(crate) mod hot {
-    use super::{Arc, FastScope, GlobalFlight, RefCell, Scope};
+    use super::{Arc, FastScope, RefCell, Scope};
 
     /// Scopes kept per thread (over every registry): an API client's few
     /// hosts, not a crawl's many, which take the lock.
@@ -442,7 +440,7 @@ pub(crate) mod hot {
     /// Admits a request for the scope named `name` of registry `registry`
     /// on its open word, if this thread has it cached.
     #[inline]
-    pub(crate) fn admit(registry: u64, name: &str, global: &GlobalFlight) -> Lookup {
+    pub(crate) fn admit(registry: u64, name: &str) -> Lookup {
         HOT.try_with(|hot| {
             let hot = hot.borrow();
             let cached = hot
@@ -451,7 +449,7 @@ pub(crate) mod hot {
                 .flatten()
                 .find(|(owner, _, key)| *owner == registry && key.as_str() == name);
             match cached {
-                Some((_, scope, key)) if scope.admit(global) => Lookup::Admitted(scope.clone(), key.clone()),
+                Some((_, scope, key)) if scope.admit() => Lookup::Admitted(scope.clone(), key.clone()),
                 Some(_) => Lookup::Refused,
                 None => Lookup::Missed,
             }

@@ -235,8 +235,6 @@ struct RegistryShared {
     uid: u64,
     /// The requests in flight over all scopes, shared with the scheduler.
     global: Arc<fast_path::GlobalFlight>,
-    /// The scheduler's metrics, for what ends on an open word.
-    metrics: metrics::Metrics,
     resolver: Box<dyn ScopeResolver>,
     max_queued: usize,
     /// What the builder was given, for reading the config back.

@@ -110,9 +110,6 @@ pub(crate) struct Scheduler {
     fast_allowed: bool,
     /// What a scope's word is made with (set once the registry exists).
     word_owner: Option<WordOwner>,
-    /// Whether a scope's word was ever opened: only then do the words need
-    /// to know when eviction work is due.
-    words_opened: bool,
     /// The scope of the last one-scope request queued (see
     /// [`FastMode::Join`]).
     last_one_scope: ScopeId,
@@ -165,7 +162,6 @@ impl Scheduler {
             global: Arc::new(GlobalFlight::new(max_concurrency)),
             fast_allowed: true,
             word_owner: None,
-            words_opened: false,
             last_one_scope: ScopeId::MAX,
             global_queue: BTreeMap::new(),
             rng,
@@ -437,11 +433,10 @@ impl Scheduler {
             if !fast.open(lanes, latency) {
                 return None;
             }
-            self.words_opened = true;
             self.global.note_word_opened();
         }
         let fast = entry.fast.as_ref()?;
-        if !fast.admit_locked(&self.global) {
+        if !fast.admit() {
             return None;
         }
         let fast = fast.clone();
@@ -513,7 +508,8 @@ impl Scheduler {
             self.serve_global_queue(now, wake);
             self.run_dispatch(now, wake);
         }
-        if self.words_opened {
+        // Only the words need to know when eviction work is due.
+        if self.global.words_exist() {
             self.publish_eviction_due();
         }
     }

@@ -56,10 +56,10 @@ impl Registry {
         if tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
             return Err(FastMode::Never);
         }
-        match hot::admit(self.shared.uid, name, &self.shared.global) {
+        match hot::admit(self.shared.uid, name) {
             hot::Lookup::Admitted(fast, key) => {
-                self.shared.metrics.sent(&key);
-                self.shared.metrics.in_flight(self.shared.global.in_flight());
+                fast.metrics.sent(&key);
+                fast.metrics.in_flight(self.shared.global.in_flight());
                 Ok((fast, key))
             }
             hot::Lookup::Refused => Err(FastMode::Open),
@@ -201,7 +201,10 @@ impl Registry {
                     // The lock's epilogue lets the first waiter go.
                     registry.with_scheduler_at(Some(now), |scheduler, now, _| {
                         if due {
-                            scheduler.evict_for_open_words(now);
+                            // Requests on words take no lock, so the
+                            // eviction work arriving requests do under it
+                            // is theirs once it is due.
+                            scheduler.evict_expired(now);
                         }
                     });
                 }

@@ -191,7 +191,7 @@ impl Ticket {
         let fleet = registry.fleet().is_some();
         if let Admission::Fast(fast) = &admission {
             // The inner layers find the scopes being handed over by it.
-            debug_assert_eq!(fast.registry_id, registry.id(), "a word names its registry");
+            debug_assert_eq!(fast.registry_id(), registry.id(), "a word names its registry");
         }
         let (id, admitted, owner) = match admission {
             // No ticket of the scheduler's: an id it never gives.
@@ -246,7 +246,7 @@ impl Ticket {
     pub(crate) fn registry_id(&self) -> usize {
         match &self.owner {
             Owner::Scheduler(registry) | Owner::Plain(registry, _) => registry.id(),
-            Owner::Word(fast) => fast.registry_id,
+            Owner::Word(fast) => fast.registry_id(),
         }
     }
 

@@ -158,9 +158,10 @@ impl Scheduler {
 
     /// Evicts idle scopes that have had their time, looking at a few
     /// candidates at most. Called before a request is queued, when no scope
-    /// is dirty.
+    /// is dirty, and by a request that ends on a word once the work is due
+    /// (see [`publish_eviction_due`](Self::publish_eviction_due)).
     #[inline]
-    pub(super) fn evict_expired(&mut self, now: Instant) {
+    pub(crate) fn evict_expired(&mut self, now: Instant) {
         debug_assert!(self.dirty.is_empty(), "eviction runs between operations");
         // The common case, checked inline: nothing has had its time.
         if self.eviction.front_is_fresh(now) {
@@ -179,14 +180,6 @@ impl Scheduler {
             };
             self.look_at_candidate(candidate.id as ScopeId, false, now);
         }
-    }
-
-    /// Evicts what has had its time, for a request that ended on an open
-    /// word: requests there take no lock, so the eviction work that
-    /// arriving requests do (see [`evict_expired`](Self::evict_expired))
-    /// is theirs once it is due.
-    pub(crate) fn evict_for_open_words(&mut self, now: Instant) {
-        self.evict_expired(now);
     }
 
     /// When eviction work is next due, for the open words (see
