@@ -12,8 +12,11 @@
 //! The `scaling` group drives the same requests from 1 and from 2 OS
 //! threads (each with its own current-thread runtime, all sharing one
 //! registry) for each workload of issue 26: `bare`, `one_scope`,
-//! `one_scope_delay0_c64`, `scopes_10k` and `multi_scope_2`. After
-//! criterion's own report it prints one line per workload for scripts:
+//! `one_scope_delay0_c64`, `scopes_10k` and `multi_scope_2`, beside
+//! `one_scope_locked` (every admission under the lock) and
+//! `scopes_10k_split` (each thread a registry of its own: the ceiling any
+//! split of the registry's state could reach here). After criterion's own
+//! report it prints one line per workload for scripts:
 //!
 //! ```text
 //! scaling one_scope threads=1 ns=330.0 threads=2 ns=390.0 speedup=0.85
@@ -100,9 +103,9 @@ fn overhead(c: &mut Criterion) {
 const SCALING_SCOPES: usize = 10_000;
 
 /// Runs `iters` requests split over `threads` OS threads, each driving its
-/// own clone of `service` on a current-thread runtime; returns the wall
-/// time for all of them.
-fn drive_threads<S>(service: &S, uris: &[http::Uri], iters: u64, threads: u64) -> Duration
+/// own clone of one of `services` (thread `t` the `t`-th, round the list)
+/// on a current-thread runtime; returns the wall time for all of them.
+fn drive_threads<S>(services: &[S], uris: &[http::Uri], iters: u64, threads: u64) -> Duration
 where
     S: Service<http::Request<()>, Response = http::Response<()>> + Clone + Send,
     S::Error: std::fmt::Debug,
@@ -111,7 +114,7 @@ where
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|thread| {
-                let mut service = service.clone();
+                let mut service = services[thread as usize % services.len()].clone();
                 let start = &start;
                 // Each thread visits the scopes from its own offset, so two
                 // threads work on different scopes at any moment.
@@ -137,11 +140,12 @@ where
     })
 }
 
-/// A workload of the `scaling` group: a service and the URIs its requests
-/// cycle over.
+/// A workload of the `scaling` group: its services (one, shared by every
+/// thread, but for the `_split` ceiling: one per thread) and the URIs its
+/// requests cycle over.
 struct Workload<B> {
     name: &'static str,
-    service: ScalingService<B>,
+    services: Vec<ScalingService<B>>,
     uris: Vec<http::Uri>,
 }
 
@@ -178,17 +182,17 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
     vec![
         Workload {
             name: "bare",
-            service: tower::util::Either::Left(bare()),
+            services: vec![tower::util::Either::Left(bare())],
             uris: uris(1),
         },
         Workload {
             name: "one_scope",
-            service: throttled(unthrottled_registry()),
+            services: vec![throttled(unthrottled_registry())],
             uris: uris(1),
         },
         Workload {
             name: "one_scope_delay0_c64",
-            service: throttled(c64),
+            services: vec![throttled(c64)],
             uris: uris(1),
         },
         Workload {
@@ -196,22 +200,35 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
             // the lock-free path of plain scopes: the comparison in the
             // same run.
             name: "one_scope_locked",
-            service: throttled(
+            services: vec![throttled(
                 unthrottled_builder()
                     .lock_free_plain_scopes(false)
                     .build()
                     .unwrap(),
-            ),
+            )],
             uris: uris(1),
         },
         Workload {
             name: "scopes_10k",
-            service: throttled(unthrottled_registry()),
+            services: vec![throttled(unthrottled_registry())],
+            uris: uris(SCALING_SCOPES),
+        },
+        Workload {
+            // The ceiling of any split of the registry's state: each
+            // thread drives a registry of its own over the same 10 000
+            // scopes, so the threads share nothing of the throttle's
+            // (`speedup` against `scopes_10k`'s 1-thread figure is what
+            // no sharding can pass on this machine).
+            name: "scopes_10k_split",
+            services: vec![
+                throttled(unthrottled_registry()),
+                throttled(unthrottled_registry()),
+            ],
             uris: uris(SCALING_SCOPES),
         },
         Workload {
             name: "multi_scope_2",
-            service: throttled(two_scopes),
+            services: vec![throttled(two_scopes)],
             uris: uris(SCALING_SCOPES),
         },
     ]
@@ -233,7 +250,7 @@ where
     <ScalingService<B> as Service<http::Request<()>>>::Error: std::fmt::Debug,
 {
     let sample = |workload: &Workload<B>, threads: u64| {
-        drive_threads(&workload.service, &workload.uris, LINE_REQUESTS, threads).as_nanos() as f64
+        drive_threads(&workload.services, &workload.uris, LINE_REQUESTS, threads).as_nanos() as f64
             / LINE_REQUESTS as f64
     };
     let mut samples = vec![(Vec::new(), Vec::new()); workloads.len()];
@@ -272,13 +289,20 @@ fn scaling(c: &mut Criterion) {
     let lines_only = std::env::var_os("SCALING_LINES_ONLY").is_some();
     let mut group = c.benchmark_group("scaling");
     for workload in &workloads {
-        // Every scope seen once first: the steady state of a crawl.
-        drive_threads(&workload.service, &workload.uris, workload.uris.len() as u64, 1);
+        // Every scope of every registry seen once first: the steady state
+        // of a crawl.
+        let threads = workload.services.len() as u64;
+        drive_threads(
+            &workload.services,
+            &workload.uris,
+            workload.uris.len() as u64 * threads,
+            threads,
+        );
     }
     for workload in workloads.iter().filter(|_| !lines_only) {
         for threads in [1, 2] {
             group.bench_function(format!("{}/{threads}_threads", workload.name), |b| {
-                b.iter_custom(|iters| drive_threads(&workload.service, &workload.uris, iters, threads));
+                b.iter_custom(|iters| drive_threads(&workload.services, &workload.uris, iters, threads));
             });
         }
     }

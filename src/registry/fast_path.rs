@@ -158,10 +158,11 @@ impl GlobalFlight {
         self.permits.has_room()
     }
 
-    /// Takes a permit under the scheduler's lock (which checked
-    /// [`has_room`](Self::has_room) first).
-    pub(crate) fn add(&self) {
-        self.permits.add();
+    /// Takes a permit under the scheduler's lock, if one is free (see
+    /// [`Permits::take_locked`]).
+    #[must_use]
+    pub(crate) fn take_locked(&self) -> bool {
+        self.permits.take_locked()
     }
 
     /// Gives a permit back; whether requests wait for one (then the caller

@@ -618,11 +618,14 @@ impl Scheduler {
         if scope.has_waiters() {
             return None;
         }
-        let lane = scope
-            .state
-            .take_plain_lane(now, self.max_concurrency, &mut self.rng, now)?;
+        let global = &self.global;
+        let lane = scope.state.take_plain_lane(
+            now,
+            self.max_concurrency,
+            &mut self.rng,
+            (now, || global.take_locked()),
+        )?;
         self.metrics.sent(&scope.state.key);
-        self.global.add();
         Some(lane)
     }
 
@@ -663,6 +666,9 @@ impl Scheduler {
                 }
                 _ => return false,
             }
+        }
+        if !self.global.take_locked() {
+            return false;
         }
         match (&ticket.seats, first_lane) {
             // One scope, just checked: no need to check it again.
@@ -1028,6 +1034,8 @@ impl Scheduler {
 
     /// Sends ticket `id`: takes a lane in each scope, starts each scope's
     /// delays (with a fresh jitter draw) and counts it in flight.
+    /// Sends ticket `id`, whose global permit its caller took (see
+    /// [`GlobalFlight::take_locked`]).
     fn send(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) {
         self.send_on_lanes(id, now, wake, None);
     }
@@ -1077,7 +1085,6 @@ impl Scheduler {
         if let Some(waker) = ticket.waker.take() {
             wake.push(waker);
         }
-        self.global.add();
     }
 }
 

@@ -541,7 +541,7 @@ impl ScopeState {
         now: Instant,
         max_concurrency: u32,
         rng: &mut fastrand::Rng,
-        enqueued_at: Instant,
+        (enqueued_at, global_permit): (Instant, impl FnOnce() -> bool),
     ) -> Option<usize> {
         if self.contributed.is_some() || !self.plain {
             return None;
@@ -556,6 +556,10 @@ impl ScopeState {
             }
             None => return None,
         };
+        // Taken last, once the lane is sure: nothing to give back.
+        if !global_permit() {
+            return None;
+        }
         // No gap runs from an admission here, so the send is stamped only
         // by its departure (which only ever moves a stamp later): until
         // then it keeps the scope's previous one, and a request that never

@@ -136,10 +136,16 @@ impl Permits {
         self.in_flight() < self.max
     }
 
-    /// Takes a permit under the scheduler's lock (which checked
-    /// [`has_room`](Self::has_room) first).
-    pub(crate) fn add(&self) {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
+    /// Takes a permit under the scheduler's lock, if one is free: a
+    /// compare-and-swap, as on a word, since a request on a word may take
+    /// the last permit between the scheduler's check and its take. The
+    /// queued flag does not stop it: the scheduler orders its own waiters.
+    pub(crate) fn take_locked(&self) -> bool {
+        self.in_flight
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
     }
 
     /// Gives a permit back; whether requests wait for one (then the caller

@@ -81,6 +81,7 @@ impl Scheduler {
 
     /// Whether every scope of ticket `id` lets it go now. `known_ready` is
     /// a scope whose limits and order were just checked by the caller.
+    /// `Verdict::Admit` takes its global permit: the caller sends it.
     pub(super) fn evaluate(&mut self, id: TicketId, known_ready: Option<ScopeId>, now: Instant) -> Verdict {
         let ticket = &self.tickets[id];
         let order = ticket.order;
@@ -110,7 +111,9 @@ impl Scheduler {
                 self.passed.push(ahead);
             }
         }
-        if !self.global.has_room() {
+        // Taken here, the last check: an admitted waiter is sent at once
+        // (`Verdict::Admit` means its permit is taken).
+        if !self.global.take_locked() {
             return Verdict::Global;
         }
         Verdict::Admit
