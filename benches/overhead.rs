@@ -13,9 +13,11 @@
 //! threads (each with its own current-thread runtime, all sharing one
 //! registry) for each workload of issue 26: `bare`, `one_scope`,
 //! `one_scope_delay0_c64`, `scopes_10k` and `multi_scope_2`, beside
-//! `one_scope_locked` (every admission under the lock) and
-//! `scopes_10k_split` (each thread a registry of its own: the ceiling any
-//! split of the registry's state could reach here). After criterion's own
+//! `one_scope_locked` (every admission under the lock),
+//! `scopes_10k_sharded` and `multi_scope_2_sharded` (a registry of eight
+//! shards: `RegistryBuilder::shards`) and `scopes_10k_split` (each thread
+//! a registry of its own: the ceiling any split of the registry's state
+//! could reach here). After criterion's own
 //! report it prints one line per workload for scripts:
 //!
 //! ```text
@@ -161,13 +163,13 @@ type ScalingService<B> = tower::util::Either<B, tower_throttle::Throttle<B>>;
 fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
     let throttled =
         |registry: Registry| tower::util::Either::Right(ThrottleLayer::new(registry).layer_service(bare()));
-    let two_scopes = unthrottled_builder()
-        .resolver(|head: &tower_throttle::scope::RequestHead<'_>| {
+    let two_scopes_builder = || {
+        unthrottled_builder().resolver(|head: &tower_throttle::scope::RequestHead<'_>| {
             let host = head.host().unwrap_or_default();
             Scopes::from([host.to_string(), format!("{host}#api")])
         })
-        .build()
-        .unwrap();
+    };
+    let two_scopes = two_scopes_builder().build().unwrap();
     let c64 = Registry::builder()
         .max_concurrency(1_000)
         .default_scope(
@@ -214,6 +216,12 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
             uris: uris(SCALING_SCOPES),
         },
         Workload {
+            // `scopes_10k` on a registry of eight shards (four per core).
+            name: "scopes_10k_sharded",
+            services: vec![throttled(unthrottled_builder().shards(8).build().unwrap())],
+            uris: uris(SCALING_SCOPES),
+        },
+        Workload {
             // The ceiling of any split of the registry's state: each
             // thread drives a registry of its own over the same 10 000
             // scopes, so the threads share nothing of the throttle's
@@ -229,6 +237,13 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
         Workload {
             name: "multi_scope_2",
             services: vec![throttled(two_scopes)],
+            uris: uris(SCALING_SCOPES),
+        },
+        Workload {
+            // `multi_scope_2` on eight shards: every request has two
+            // scopes, so all of them live in the joint shard.
+            name: "multi_scope_2_sharded",
+            services: vec![throttled(two_scopes_builder().shards(8).build().unwrap())],
             uris: uris(SCALING_SCOPES),
         },
     ]

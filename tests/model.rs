@@ -152,6 +152,8 @@ struct Scenario {
     scopes: Vec<ScopeSpec>,
     requests: Vec<RequestSpec>,
     changes: Vec<ConfigChange>,
+    /// The registry's shards (1, 2 or 8: see `RegistryBuilder::shards`).
+    shards: usize,
 }
 
 fn delay_ms() -> impl Strategy<Value = u64> {
@@ -237,9 +239,10 @@ fn scenario(max_requests: usize) -> impl Strategy<Value = Scenario> {
                 }),
                 0..=4,
             ),
+            prop::sample::select(vec![1usize, 2, 8]),
         )
             .prop_map(
-                |(max_concurrency, max_queued, seed, scopes, requests, mut changes)| {
+                |(max_concurrency, max_queued, seed, scopes, requests, mut changes, shards)| {
                     changes.sort_by_key(|change| change.at_ms);
                     Scenario {
                         max_concurrency,
@@ -248,6 +251,7 @@ fn scenario(max_requests: usize) -> impl Strategy<Value = Scenario> {
                         scopes,
                         requests,
                         changes,
+                        shards,
                     }
                 },
             )
@@ -540,7 +544,8 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
     let mut builder = Registry::builder()
         .max_concurrency(scenario.max_concurrency)
         .max_queued(scenario.max_queued)
-        .jitter_seed(scenario.seed);
+        .jitter_seed(scenario.seed)
+        .shards(scenario.shards);
     for (index, spec) in scenario.scopes.iter().enumerate() {
         builder = builder.scope(scope_name(index), spec.config());
     }

@@ -62,7 +62,7 @@ const MAX_CONCURRENCY: u32 = 8;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn parallel_requests_with_cancellations_keep_every_limit_and_release_everything() {
-    stress(Duration::from_micros(200), false).await;
+    stress(Duration::from_micros(200), false, 1).await;
 }
 
 /// The same with delay 0: the scopes are plain, so busy ones admit and
@@ -74,7 +74,23 @@ async fn parallel_requests_with_cancellations_keep_every_limit_and_release_every
 /// global limit, on four worker threads; the invariants as above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn plain_scopes_on_their_lock_free_words_keep_every_limit_while_closed_at_random() {
-    stress(Duration::ZERO, true).await;
+    stress(Duration::ZERO, true, 1).await;
+}
+
+/// The first stress on a registry of eight shards: requests of one scope
+/// go to their scope's shard, requests of two scopes (a site and a group)
+/// to the joint shard, and the sites they name leave their homes for it
+/// while other threads send to them; the invariants as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sharded_registry_keeps_every_limit_and_releases_everything() {
+    stress(Duration::from_micros(200), false, 8).await;
+}
+
+/// The second stress (plain scopes on their words, closed at random) on a
+/// registry of eight shards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sharded_registry_with_words_keeps_every_limit_while_closed_at_random() {
+    stress(Duration::ZERO, true, 8).await;
 }
 
 /// The plain config of the stress scopes, with `delay`.
@@ -117,8 +133,9 @@ fn disturb(registry: Registry, stop: Arc<std::sync::atomic::AtomicBool>) -> toki
     })
 }
 
-async fn stress(delay: Duration, disturbed: bool) {
+async fn stress(delay: Duration, disturbed: bool, shards: usize) {
     let registry = Registry::builder()
+        .shards(shards)
         .max_concurrency(MAX_CONCURRENCY)
         .max_queued(200)
         .default_scope(stress_config(delay))

@@ -32,6 +32,7 @@ pub(crate) struct GlobalSettings {
     pub(crate) idle_ttl: Duration,
     pub(crate) max_hold: Duration,
     pub(crate) max_scopes: usize,
+    pub(crate) shards: usize,
     pub(crate) delayed_warn_threshold: usize,
     pub(crate) metrics_per_scope: bool,
     pub(crate) jitter_seed: Option<u64>,
@@ -64,6 +65,7 @@ pub struct RegistryBuilder {
     store_failure: StoreFailure,
     fleet_learning: bool,
     lock_free_plain_scopes: bool,
+    shards: Option<usize>,
     scope_manager: Option<ManagerFactory>,
 }
 
@@ -101,6 +103,7 @@ impl Default for RegistryBuilder {
             store_failure: StoreFailure::default(),
             fleet_learning: true,
             lock_free_plain_scopes: true,
+            shards: None,
             scope_manager: None,
         }
     }
@@ -331,6 +334,56 @@ impl RegistryBuilder {
         self
     }
 
+    /// How many locks the scope state is split across (default: 1). Each
+    /// scope lives behind the lock its name's hash picks, so threads
+    /// working on different scopes do not wait for each other: a crawler
+    /// or an API gateway that sends from several cores over many scopes
+    /// scales with the cores instead of queuing on one lock. A power of two
+    /// from 1 to [`MAX_SHARDS`](super::shards::MAX_SHARDS); about four per
+    /// core is plenty.
+    ///
+    /// What stays the same: every limit, and the order of waiters within
+    /// a scope. Requests of several scopes (IP scopes, a scope shared by
+    /// many hosts) and their scopes live in one shard, the *joint* one,
+    /// whatever their names, so they stay all-or-nothing; a scope moves
+    /// there the first time such a request names it (see the
+    /// [`shards`](super::shards) module for how, without ever applying a
+    /// scope's limits twice). What changes: past `max_scopes` (counted
+    /// over every shard) the shard that makes a new scope evicts its own
+    /// least recently used idle scopes, and a shard evicts the scopes idle
+    /// past `idle_ttl` as its own requests arrive (a shard nobody sends to
+    /// keeps them until then); across scopes of different shards the order
+    /// of waiters is each shard's own (the oldest request waiting for a
+    /// global permit still goes first); a request's feedback reports take
+    /// their scopes' locks after the completion's, instead of riding with
+    /// it. A scope that moved to the joint shard costs its home the copy
+    /// of its name (about 40 bytes). A registry with a
+    /// [store](crate::store) has one shard: every send reserves through
+    /// the store (asking for more is an error).
+    ///
+    /// ```
+    /// use tower::ServiceBuilder;
+    /// use tower_throttle::{Registry, ThrottleLayer};
+    ///
+    /// let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    /// let registry = Registry::builder()
+    ///     .max_concurrency(512)
+    ///     .shards((4 * cores).next_power_of_two().min(256))
+    ///     .build()?;
+    /// let client = ServiceBuilder::new()
+    ///     .layer(ThrottleLayer::new(registry))
+    ///     .service_fn(|_request: http::Request<()>| async {
+    ///         Ok::<_, std::convert::Infallible>(http::Response::new(()))
+    ///     });
+    /// # drop(client);
+    /// # Ok::<(), tower_throttle::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = Some(shards);
+        self
+    }
+
     /// Checks every value and builds the registry.
     ///
     /// # Errors
@@ -375,6 +428,22 @@ impl RegistryBuilder {
         if let Some(window) = self.quota_window {
             config::validate_window("quota_window", window)?;
         }
+        if let Some(shards) = self.shards {
+            if !shards.is_power_of_two() || shards > super::shards::MAX_SHARDS {
+                return Err(ConfigError::new(
+                    "shards",
+                    shards,
+                    "must be a power of two from 1 to 256",
+                ));
+            }
+            if shards > 1 && self.store.is_some() {
+                return Err(ConfigError::new(
+                    "shards",
+                    shards,
+                    "a registry with a store has one shard (every send reserves through the store)",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -388,6 +457,7 @@ impl RegistryBuilder {
             idle_ttl: self.idle_ttl,
             max_hold: self.max_hold,
             max_scopes: self.max_scopes,
+            shards: self.shards.unwrap_or(DEFAULT_SHARDS),
             delayed_warn_threshold: self.delayed_warn_threshold,
             metrics_per_scope: self.metrics_per_scope,
             jitter_seed: self.seed,
@@ -440,18 +510,36 @@ impl RegistryBuilder {
         } else {
             scheduler.without_fast_path()
         };
+        // With a store, every send reserves through it: one shard.
+        let shards = match self.store {
+            Some(_) => 1,
+            None => self.shards.unwrap_or(DEFAULT_SHARDS),
+        };
+        let schedulers = match shards {
+            1 => vec![scheduler],
+            shards => scheduler.into_shards(shards),
+        };
         let shared = Arc::new_cyclic(|registry| {
             // Its words reach the registry weakly: they live in it.
-            let scheduler = scheduler.with_word_owner(registry.clone());
+            let schedulers: Vec<Scheduler> = schedulers
+                .into_iter()
+                .map(|scheduler| scheduler.with_word_owner(registry.clone()))
+                .collect();
+            let global = schedulers[0].global().clone();
+            let configs = schedulers[0].config_table();
+            let mut schedulers = schedulers.into_iter();
             RegistryShared {
                 uid: next_registry_uid(),
-                global: scheduler.global().clone(),
+                global,
                 managers_hear_successes: AtomicBool::new(managers_hear_successes),
                 #[cfg(debug_assertions)]
                 locks: std::sync::atomic::AtomicU64::new(0),
                 backoff_statuses,
-                configs: scheduler.config_table(),
-                scheduler: Mutex::new(scheduler),
+                configs,
+                joint: super::Shard(Mutex::new(schedulers.next().expect("a registry has a shard"))),
+                others: schedulers
+                    .map(|scheduler| super::Shard(Mutex::new(scheduler)))
+                    .collect(),
                 resolver: self.resolver,
                 resolves_hosts: self.resolves_hosts,
                 max_queued: self.max_queued,
@@ -465,6 +553,10 @@ impl RegistryBuilder {
         Ok(Registry { shared })
     }
 }
+
+/// The shards of a registry whose builder was not told (see
+/// [`RegistryBuilder::shards`]).
+const DEFAULT_SHARDS: usize = 1;
 
 /// A number no other registry of this process has (the thread caches of
 /// open scopes tell registries apart by it; an address could be reused).

@@ -79,6 +79,7 @@ pub(crate) use word::Ended;
 use word::{Permits, Word};
 
 use super::metrics::Metrics;
+use super::shards::MAX_SHARDS;
 use super::ticket::ScopeId;
 use super::{Registry, RegistryShared};
 use crate::scope::Scope;
@@ -103,19 +104,23 @@ pub(crate) struct GlobalFlight {
     /// Whether a word was ever opened: until then a request does not look
     /// for one.
     words_exist: AtomicBool,
-    /// When eviction work is next due (a stamp's value; `u64::MAX`:
-    /// never): a request that ends on an open word after it takes the
-    /// lock to do it, as arriving requests do under the lock.
-    evict_due: AtomicU64,
+    /// When eviction work is next due in each shard (a stamp's value;
+    /// `u64::MAX`: never): a request that ends on an open word of the
+    /// shard after it takes the shard's lock to do it, as arriving
+    /// requests do under the lock.
+    evict_due: [AtomicU64; MAX_SHARDS],
     _apart: [u64; 7],
     permits: Permits,
 }
 
 impl GlobalFlight {
-    pub(crate) fn new(max: u32) -> Self {
+    /// `max` permits, for a registry of `shards` shards (at most
+    /// [`MAX_SHARDS`]).
+    pub(crate) fn new(max: u32, shards: usize) -> Self {
+        debug_assert!(shards <= MAX_SHARDS);
         GlobalFlight {
             words_exist: AtomicBool::new(false),
-            evict_due: AtomicU64::new(u64::MAX),
+            evict_due: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
             _apart: [0; 7],
             permits: Permits::new(max),
         }
@@ -134,17 +139,17 @@ impl GlobalFlight {
         }
     }
 
-    /// Sets when eviction work is next due (under the lock).
-    pub(crate) fn set_evict_due(&self, due: Option<Stamp>) {
+    /// Sets when eviction work is next due in `shard` (under its lock).
+    pub(crate) fn set_evict_due(&self, shard: usize, due: Option<Stamp>) {
         let due = due.map_or(u64::MAX, Stamp::value);
-        if self.evict_due.load(Ordering::Relaxed) != due {
-            self.evict_due.store(due, Ordering::Relaxed);
+        if self.evict_due[shard].load(Ordering::Relaxed) != due {
+            self.evict_due[shard].store(due, Ordering::Relaxed);
         }
     }
 
-    /// Whether eviction work is due at `now`.
-    pub(crate) fn eviction_due(&self, now: Stamp) -> bool {
-        now.value() >= self.evict_due.load(Ordering::Relaxed)
+    /// Whether eviction work is due at `now` in `shard`.
+    pub(crate) fn eviction_due(&self, shard: usize, now: Stamp) -> bool {
+        now.value() >= self.evict_due[shard].load(Ordering::Relaxed)
     }
 
     /// Requests in flight now.
@@ -169,6 +174,12 @@ impl GlobalFlight {
     /// must let the first go, under the lock).
     pub(crate) fn release(&self) -> bool {
         self.permits.release()
+    }
+
+    /// Whether requests were last said to wait for a permit.
+    #[inline]
+    pub(crate) fn queued(&self) -> bool {
+        self.permits.queued()
     }
 
     /// Says, under the lock, whether requests wait for a permit; true when
@@ -206,8 +217,10 @@ pub(crate) struct FastScope {
     /// response yet), moved by responses that end on the word. Concurrent
     /// ends may drop a sample: it is a moving average for stats.
     latency: AtomicU64,
-    /// The scope's id in the scheduler.
+    /// The scope's id in its shard's scheduler.
     pub(crate) id: ScopeId,
+    /// The shard whose scheduler holds the scope.
+    pub(crate) shard: usize,
     /// The scope's key (the cache compares names).
     pub(crate) key: Scope,
     /// The registry's global count.
@@ -223,6 +236,8 @@ pub(crate) struct FastScope {
 /// What a scope's word is made with, from its registry.
 #[derive(Debug, Clone)]
 pub(crate) struct WordOwner {
+    /// The shard of the scheduler that opens the words.
+    pub(crate) shard: usize,
     pub(crate) global: Arc<GlobalFlight>,
     pub(super) registry: Weak<RegistryShared>,
     pub(crate) metrics: Metrics,
@@ -239,6 +254,7 @@ impl FastScope {
             last_end: AtomicU64::new(0),
             latency: AtomicU64::new(0),
             id,
+            shard: owner.shard,
             key,
             global: owner.global.clone(),
             registry: owner.registry.clone(),

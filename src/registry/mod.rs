@@ -138,7 +138,8 @@
 //! they allow next) is `scope_state`; the queues, the all-or-nothing
 //! dispatch and the timers are the `scheduler`, pure (every call is given
 //! `now`) and unit-tested at fixed instants; this file is the [`Registry`]
-//! handle around the locked scheduler, and `seam.rs` the few calls through
+//! handle around the locked scheduler (one, or one per shard: see
+//! [`shards`]), and `seam.rs` the few calls through
 //! which a throttled request's ticket (in [`throttle`](crate::throttle))
 //! queues, polls, departs and finishes. What a response says reaches the
 //! scopes through `report.rs`. Each file's own docs say what it holds.
@@ -159,6 +160,7 @@ mod report;
 mod scheduler;
 mod scope_state;
 mod seam;
+pub mod shards;
 mod stats;
 mod ticket;
 
@@ -230,7 +232,11 @@ pub struct Registry {
 }
 
 struct RegistryShared {
-    scheduler: Mutex<Scheduler>,
+    /// The scope state, split by the scopes' names (one shard unless the
+    /// builder asked for more; see [`shards`]): the joint shard (the only
+    /// one, with one shard), then the others.
+    joint: Shard,
+    others: Box<[Shard]>,
     /// This registry's number, for the threads' caches of open scopes.
     uid: u64,
     /// The requests in flight over all scopes, shared with the scheduler.
@@ -260,6 +266,20 @@ struct RegistryShared {
     resolves_hosts: bool,
     /// The scope configs, read without the lock to judge responses.
     configs: Arc<configs::ConfigTable>,
+}
+
+/// One shard's scheduler behind its lock, on cache lines of its own.
+#[repr(align(128))]
+struct Shard(Mutex<Scheduler>);
+
+/// What a lock's epilogue leaves to do once it is released (sharded
+/// registries only).
+struct FollowUp {
+    /// A shard whose global waiter may have a permit now.
+    settle: Option<usize>,
+    /// Scopes whose home shard is done with them: the joint shard takes
+    /// their state.
+    drained: Vec<Scope>,
 }
 
 impl fmt::Debug for Registry {
@@ -301,31 +321,82 @@ impl Registry {
         None
     }
 
+    /// Locks shard `shard`'s scheduler.
+    /// The home shard of scope `name` (0, the joint shard, with one
+    /// shard): how tests pick scopes of other shards. Not a stable API.
+    #[doc(hidden)]
+    pub fn debug_home_of(&self, name: &str) -> usize {
+        self.home(name)
+    }
+
     #[inline]
-    fn scheduler(&self) -> MutexGuard<'_, Scheduler> {
+    fn lock_shard(&self, shard: usize) -> MutexGuard<'_, Scheduler> {
         #[cfg(debug_assertions)]
         self.shared.locks.fetch_add(1, Ordering::Relaxed);
         // The scheduler never panics while holding the lock, but if a
         // tracing subscriber did, its state is still consistent.
-        self.shared
-            .scheduler
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        let shard = match shard {
+            shards::JOINT => &self.shared.joint,
+            other => &self.shared.others[other - 1],
+        };
+        shard.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Locks the scheduler, runs `act` with the current instant and a list
-    /// to collect wakers in, unlocks, then wakes them. Waking after the lock
-    /// is released keeps a woken task that runs at once on another thread
-    /// from contending for it; this is the one place that does it.
+    /// Whether the registry has more than one shard.
+    #[inline(always)]
+    fn is_sharded(&self) -> bool {
+        !self.shared.others.is_empty()
+    }
+
+    /// How many shards.
+    fn shard_count(&self) -> usize {
+        1 + self.shared.others.len()
+    }
+
+    /// The shard scope `name` belongs to first.
+    fn home(&self, name: &str) -> usize {
+        shards::home_of(name, self.shard_count())
+    }
+
+    /// [`with_shard_at`](Self::with_shard_at) on the joint shard (the only
+    /// one, unless the builder asked for more), now.
     fn with_scheduler<T>(&self, act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T) -> T {
-        self.with_scheduler_at(None, act)
+        self.with_shard_at(shards::JOINT, None, act)
     }
 
-    /// [`with_scheduler`](Self::with_scheduler) at `now` when the caller
-    /// has just read the clock (an instant read before the lock is at most
-    /// a little early, which only makes the scheduler's checks stricter).
+    /// [`with_shard_at`](Self::with_shard_at) on the joint shard.
     #[inline(always)]
     fn with_scheduler_at<T>(
+        &self,
+        now: Option<Instant>,
+        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
+    ) -> T {
+        self.with_shard_at(shards::JOINT, now, act)
+    }
+
+    /// Locks shard `shard`'s scheduler, runs `act` with the current instant
+    /// (or `now`, when the caller has just read the clock: an instant read
+    /// before the lock is at most a little early, which only makes the
+    /// scheduler's checks stricter) and a list to collect wakers in,
+    /// unlocks, then wakes them. Waking after the lock is released keeps a
+    /// woken task that runs at once on another thread from contending for
+    /// it; this is the one place that does it.
+    #[inline(always)]
+    fn with_shard_at<T>(
+        &self,
+        shard: usize,
+        now: Option<Instant>,
+        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
+    ) -> T {
+        if self.is_sharded() {
+            return self.with_one_of_shards(shard, now, act);
+        }
+        self.with_the_only_shard(now, act)
+    }
+
+    /// [`with_shard_at`](Self::with_shard_at) with one shard.
+    #[inline(always)]
+    fn with_the_only_shard<T>(
         &self,
         now: Option<Instant>,
         act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
@@ -333,10 +404,11 @@ impl Registry {
         // Empty until something is woken: no allocation on the common path.
         let mut wake = WakeList::new();
         let result = {
-            let mut scheduler = self.scheduler();
+            let mut scheduler = self.lock_shard(shards::JOINT);
             let now = now.unwrap_or_else(Instant::now);
             let result = act(&mut scheduler, now, &mut wake);
-            scheduler.settle_global(now, &mut wake);
+            // (Nothing for another shard to do, with one.)
+            let _ = scheduler.settle_global(now, &mut wake);
             scheduler.report_levels();
             result
         };
@@ -348,6 +420,157 @@ impl Registry {
             }
         }
         result
+    }
+
+    /// [`with_shard_at`](Self::with_shard_at) with several shards: the
+    /// lock's epilogue may leave work for other shards, done once it is
+    /// released.
+    #[inline(never)]
+    fn with_one_of_shards<T>(
+        &self,
+        shard: usize,
+        now: Option<Instant>,
+        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
+    ) -> T {
+        let mut wake = WakeList::new();
+        let (result, follow_up) = {
+            let mut scheduler = self.lock_shard(shard);
+            let now = now.unwrap_or_else(Instant::now);
+            let result = act(&mut scheduler, now, &mut wake);
+            let settle = scheduler.settle_global(now, &mut wake);
+            let follow_up = self.shard_epilogue(&mut scheduler, settle);
+            scheduler.report_levels();
+            (result, follow_up)
+        };
+        if !wake.is_empty() {
+            for waker in wake {
+                waker.wake();
+            }
+        }
+        if let Some(follow_up) = follow_up {
+            self.follow_up(follow_up);
+        }
+        result
+    }
+
+    /// What a shard's lock leaves to do before it is released: the joint
+    /// shard tells the homes of the scopes it evicted to hold them again
+    /// (their locks come after its own); a home names the scopes it is done
+    /// with, for the joint shard to take once this lock is released.
+    #[inline(always)]
+    fn shard_epilogue(&self, scheduler: &mut Scheduler, settle: Option<usize>) -> Option<FollowUp> {
+        if !scheduler.has_unplaced() && !scheduler.has_leaving() {
+            return settle.map(|shard| FollowUp {
+                settle: Some(shard),
+                drained: Vec::new(),
+            });
+        }
+        Some(self.shard_epilogue_moving(scheduler, settle))
+    }
+
+    /// [`shard_epilogue`](Self::shard_epilogue) when scopes are moving.
+    #[cold]
+    fn shard_epilogue_moving(&self, scheduler: &mut Scheduler, settle: Option<usize>) -> FollowUp {
+        if scheduler.has_unplaced() {
+            for key in scheduler.take_unplaced() {
+                self.lock_shard(self.home(key.as_str())).take_back(&key);
+            }
+        }
+        let drained = if scheduler.has_leaving() {
+            scheduler.drained()
+        } else {
+            Vec::new()
+        };
+        FollowUp { settle, drained }
+    }
+
+    /// Does what a shard's lock left to do, after it was released: the
+    /// joint shard takes the state of the scopes their homes are done with
+    /// (both locks, the joint one first), and the shard of the oldest
+    /// request waiting for a global permit lets it go.
+    #[cold]
+    fn follow_up(&self, follow_up: FollowUp) {
+        if !follow_up.drained.is_empty() {
+            self.with_shard_at(shards::JOINT, None, |joint, now, wake| {
+                for key in &follow_up.drained {
+                    let state = self.lock_shard(self.home(key.as_str())).hand_over_drained(key);
+                    if let Some(state) = state {
+                        joint.install(state, now, wake);
+                    }
+                }
+            });
+        }
+        if let Some(shard) = follow_up.settle {
+            // Its epilogue serves the global waiters.
+            self.with_shard_at(shard, None, |_, _, _| ());
+        }
+    }
+
+    /// Runs `act` under the lock of the shard that holds scope `name`: its
+    /// home, or the joint shard once the home gave it away. `request`: for
+    /// a new request of the scope, which goes to the joint shard as soon as
+    /// the scope is leaving its home (every other operation goes to the
+    /// home until the scope left).
+    #[inline(always)]
+    fn with_scope_at<T>(
+        &self,
+        name: &str,
+        request: bool,
+        now: Option<Instant>,
+        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
+    ) -> T {
+        if self.is_sharded() {
+            return self.with_scope_sharded(name, request, now, act);
+        }
+        self.with_the_only_shard(now, act)
+    }
+
+    /// [`with_scope_at`](Self::with_scope_at) with several shards.
+    fn with_scope_sharded<T>(
+        &self,
+        name: &str,
+        request: bool,
+        now: Option<Instant>,
+        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
+    ) -> T {
+        let home = self.home(name);
+        let mut act = Some(act);
+        loop {
+            let done = self.with_shard_at(home, now, |scheduler, now, wake| {
+                let gone = match scheduler.placement(name) {
+                    None => false,
+                    Some(shards::Placement::Joint) => true,
+                    Some(shards::Placement::Leaving) => request,
+                };
+                if gone {
+                    return None;
+                }
+                let act = act.take()?;
+                Some(act(scheduler, now, wake))
+            });
+            if let Some(result) = done {
+                return result;
+            }
+            let done = self.with_shard_at(shards::JOINT, now, |joint, now, wake| {
+                if !joint.holds(name) {
+                    return None;
+                }
+                let act = act.take()?;
+                Some(act(joint, now, wake))
+            });
+            if let Some(result) = done {
+                return result;
+            }
+            // Evicted from the joint shard meanwhile: the home holds it
+            // again.
+        }
+    }
+
+    /// Runs `act` under each shard's lock in turn (for stats).
+    fn each_shard(&self, mut act: impl FnMut(&Scheduler)) {
+        for shard in 0..self.shard_count() {
+            act(&self.lock_shard(shard));
+        }
     }
 
     /// Replaces the config of scope `key` (or sets one for a scope not seen
@@ -366,7 +589,8 @@ impl Registry {
         // Before the config takes effect: a response judged by it must not
         // skip the lock.
         self.shared.backoff_statuses.add(&config);
-        self.with_scheduler(|scheduler, now, wake| {
+        let name = key.clone();
+        self.with_scope_at(name.as_str(), false, None, |scheduler, now, wake| {
             config::warn_about_settings_without_effect(key.as_str(), &config, scheduler.max_concurrency());
             scheduler.set_scope(key, config, now, wake);
         });
@@ -390,7 +614,7 @@ impl Registry {
     /// too (in the background), so every worker of the fleet holds.
     pub fn hold_until(&self, key: impl Into<Scope>, until: Instant) {
         let key = key.into();
-        let held = self.with_scheduler(|scheduler, now, wake| {
+        let held = self.with_scope_at(key.as_str(), false, None, |scheduler, now, wake| {
             scheduler.hold(&key, until, now, wake);
             scheduler.hold_left(&key, now)
         });
@@ -432,7 +656,7 @@ impl Registry {
     /// [`set_robots_delay_until`](Self::set_robots_delay_until).
     pub fn set_robots_delay(&self, key: impl Into<Scope>, crawl_delay: Option<Duration>) {
         let key = key.into();
-        self.with_scheduler(|scheduler, now, wake| {
+        self.with_scope_at(key.as_str(), false, None, |scheduler, now, wake| {
             scheduler.set_robots_delay(&key, crawl_delay, None, now, wake)
         });
     }
@@ -449,7 +673,7 @@ impl Registry {
         valid_until: Instant,
     ) {
         let key = key.into();
-        self.with_scheduler(|scheduler, now, wake| {
+        self.with_scope_at(key.as_str(), false, None, |scheduler, now, wake| {
             scheduler.set_robots_delay(&key, crawl_delay, Some(valid_until), now, wake)
         });
     }
@@ -460,23 +684,25 @@ impl Registry {
     /// rate-limit header layer uses it to spread an announced quota.
     pub fn set_pacing(&self, key: impl Into<Scope>, pacing: Option<(Duration, Instant)>) {
         let key = key.into();
-        self.with_scheduler(|scheduler, now, wake| scheduler.set_pacing(&key, pacing, now, wake));
+        self.with_scope_at(key.as_str(), false, None, |scheduler, now, wake| {
+            scheduler.set_pacing(&key, pacing, now, wake)
+        });
     }
 
     /// Records what the server announced about scope `key`'s limits, for
     /// [`ScopeStats::announced`].
     pub fn set_announced_limits(&self, key: impl Into<Scope>, limits: AnnouncedLimits) {
         let key = key.into();
-        self.scheduler()
-            .set_announced_limits(&key, limits, Instant::now());
+        self.with_scope_at(key.as_str(), false, None, |scheduler, now, _| {
+            scheduler.set_announced_limits(&key, limits, now)
+        });
     }
 
     /// Whether `status` is backoff feedback for scope `key` (its backoff
     /// `http_codes`). Cheaper than [`scope_config`](Self::scope_config):
     /// nothing is copied.
     pub fn is_backoff_status(&self, key: &str, status: u16) -> bool {
-        self.scheduler()
-            .config_arc(key)
+        self.with_scope_at(key, false, None, |scheduler, _, _| scheduler.config_arc(key))
             .get_backoff()
             .is_backoff_status(status)
     }
@@ -484,7 +710,7 @@ impl Registry {
     /// The config scope `key` uses (its own, or the default one), with the
     /// settings it inherits filled in.
     pub fn scope_config(&self, key: &str) -> ScopeConfig {
-        self.scheduler().config_of(key)
+        ScopeConfig::clone(&self.shared.configs.config_of(key).0)
     }
 
     /// The plain-value settings the registry was built with.
@@ -503,27 +729,43 @@ impl Registry {
     /// settings it inherits filled in), as they are now.
     #[cfg(feature = "serde")]
     pub(crate) fn scope_configs(&self) -> (ScopeConfig, Vec<(Scope, ScopeConfig)>) {
-        self.scheduler().scope_configs()
+        self.shared.configs.snapshot()
     }
 
     /// A snapshot of scope `key`, or `None` if the registry does not hold
     /// it (never seen, or evicted while idle).
     pub fn scope_stats(&self, key: &str) -> Option<ScopeStats> {
-        self.scheduler().scope_stats(key, Instant::now())
+        self.with_scope_at(key, false, None, |scheduler, now, _| {
+            scheduler.scope_stats(key, now)
+        })
     }
 
     /// The global counters: in flight, waiting, scopes tracked, evictions.
     /// Cheap whatever the number of scopes (nothing per scope is built);
     /// see [`all_scope_stats`](Self::all_scope_stats) for every scope.
     pub fn stats(&self) -> Stats {
-        self.scheduler().stats()
+        let mut total: Option<Stats> = None;
+        self.each_shard(|scheduler| {
+            let stats = scheduler.stats();
+            match &mut total {
+                None => total = Some(stats),
+                Some(total) => total.add_shard(&stats),
+            }
+        });
+        total.expect("a registry has a shard")
     }
 
     /// A snapshot of every scope the registry holds, sorted by name. Costs
     /// one [`ScopeStats`] per scope, under the registry's lock: for a
     /// dashboard, not for every request.
     pub fn all_scope_stats(&self) -> Vec<ScopeStats> {
-        self.scheduler().all_scope_stats(Instant::now())
+        let now = Instant::now();
+        let mut all = Vec::new();
+        self.each_shard(|scheduler| all.extend(scheduler.all_scope_stats(now)));
+        if self.is_sharded() {
+            all.sort_by(|a, b| a.scope.cmp(&b.scope));
+        }
+        all
     }
 
     /// The scopes `request` is throttled by: its [`Scopes`] extension if it

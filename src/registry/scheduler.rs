@@ -22,6 +22,7 @@ use super::configs::ConfigTable;
 use super::fast_path::{FastScope, GlobalFlight, WordOwner};
 use super::metrics::Metrics;
 use super::scope_state::{Effective, ScopeCheck, ScopeState, Sending};
+use super::shards::{Across, Placement, JOINT};
 use super::ticket::{OrderKey, Seat, Seats, Status, TicketState, WaitedInScheduler};
 pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
 use crate::scope::{Scope, Scopes, DEFAULT_COST};
@@ -139,6 +140,21 @@ pub(crate) struct Scheduler {
     /// Whether the warning for the current crossing was given.
     delayed_warned: bool,
     metrics: Metrics,
+    /// This scheduler's shard of its registry (see [`shards`](super::shards)).
+    shard: usize,
+    /// What the shards share, when there are several.
+    across: Option<Arc<Across>>,
+    /// The scopes of this home shard that live in the joint shard, or are
+    /// leaving for it (empty but in a home of a sharded registry).
+    elsewhere: HashMap<Scope, Placement>,
+    /// This shard's scopes that are leaving for the joint shard.
+    leaving: Vec<ScopeId>,
+    /// Placeholders of scopes arriving from their homes (counted there).
+    arriving: usize,
+    /// Scopes the joint shard evicted whose home is another shard: their
+    /// homes must forget they gave them away (see
+    /// [`take_unplaced`](Self::take_unplaced)).
+    unplaced: Vec<Scope>,
 }
 
 impl Scheduler {
@@ -159,7 +175,7 @@ impl Scheduler {
             tickets: Slab::new(),
             next_seq: 0,
             max_concurrency,
-            global: Arc::new(GlobalFlight::new(max_concurrency)),
+            global: Arc::new(GlobalFlight::new(max_concurrency, 1)),
             fast_allowed: true,
             word_owner: None,
             last_one_scope: ScopeId::MAX,
@@ -176,7 +192,50 @@ impl Scheduler {
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
             delayed_warned: false,
             metrics: Metrics::default(),
+            shard: JOINT,
+            across: None,
+            elsewhere: HashMap::new(),
+            leaving: Vec::new(),
+            arriving: 0,
+            unplaced: Vec::new(),
         }
+    }
+
+    /// This scheduler split into `shards` schedulers (a power of two, at
+    /// least 2) with its settings, which share its configs, a global count
+    /// and an [`Across`] (with the count of scopes `max_scopes` bounds).
+    pub(crate) fn into_shards(mut self, shards: usize) -> Vec<Scheduler> {
+        let global = Arc::new(GlobalFlight::new(self.max_concurrency, shards));
+        let across = Arc::new(Across::new(shards));
+        let max_scopes = self.eviction.max_scopes;
+        (0..shards)
+            .map(|shard| {
+                let mut one = Scheduler::new_sharing(&self.configs, self.max_concurrency, self.rng.fork());
+                one.fast_allowed = self.fast_allowed;
+                one.eviction = Eviction::new(self.eviction.idle_ttl, max_scopes);
+                one.max_hold = self.max_hold;
+                one.fleet_learns = self.fleet_learns;
+                one.delayed_warn_threshold = self.delayed_warn_threshold;
+                one.metrics = self.metrics;
+                one.global = global.clone();
+                one.shard = shard;
+                one.across = Some(across.clone());
+                one
+            })
+            .collect()
+    }
+
+    /// A scheduler with every default but the configs, shared with
+    /// another shard's.
+    fn new_sharing(configs: &Arc<ConfigTable>, max_concurrency: u32, rng: fastrand::Rng) -> Self {
+        let mut scheduler = Scheduler::new(ScopeConfig::default(), [], max_concurrency, rng);
+        scheduler.configs = configs.clone();
+        scheduler
+    }
+
+    /// This scheduler's shard.
+    pub(crate) fn shard(&self) -> usize {
+        self.shard
     }
 
     /// Reports to the `metrics` facade (with the `metrics` feature).
@@ -185,10 +244,18 @@ impl Scheduler {
         self
     }
 
-    /// Sets the gauges: waiting, in flight, scopes tracked.
+    /// Sets the gauges: waiting, in flight, scopes tracked (in every
+    /// shard).
+    #[inline]
     pub(crate) fn report_levels(&self) {
-        self.metrics
-            .levels(self.waiting, self.global.in_flight(), self.scopes.len());
+        // Nothing to read without the `metrics` feature.
+        if cfg!(feature = "metrics") {
+            let (waiting, scopes) = match &self.across {
+                Some(across) => across.levels(),
+                None => (self.waiting, self.scopes.len()),
+            };
+            self.metrics.levels(waiting, self.global.in_flight(), scopes);
+        }
     }
 
     /// Warns when more than `threshold` requests wait (once each time the
@@ -202,19 +269,32 @@ impl Scheduler {
     /// threshold, and again only after it fell back below half of it.
     fn count_waiter(&mut self) {
         self.waiting += 1;
-        if self.waiting <= self.delayed_warn_threshold / 2 {
+        // Over every shard: the threshold is the registry's.
+        let waiting = match &self.across {
+            Some(across) => across.waiting_changed(1),
+            None => self.waiting,
+        };
+        if waiting <= self.delayed_warn_threshold / 2 {
             self.delayed_warned = false;
         }
-        if self.waiting > self.delayed_warn_threshold && !self.delayed_warned {
+        if waiting > self.delayed_warn_threshold && !self.delayed_warned {
             self.delayed_warned = true;
             tracing::warn!(
                 target: "tower_throttle",
-                waiting = self.waiting,
+                waiting,
                 threshold = self.delayed_warn_threshold,
                 in_flight = self.global.in_flight(),
                 "more requests wait for their scopes than delayed_warn_threshold: \
                  the crawl produces requests faster than its scopes allow"
             );
+        }
+    }
+
+    /// One request fewer waits.
+    fn uncount_waiter(&mut self) {
+        self.waiting -= 1;
+        if let Some(across) = &self.across {
+            across.waiting_changed(-1);
         }
     }
 
@@ -275,6 +355,9 @@ impl Scheduler {
             .scopes
             .insert(ScopeEntry::new(ScopeState::new(key(), config, explicit, now)));
         self.index.insert(id, &self.scopes);
+        if let Some(across) = &self.across {
+            across.scopes_changed(1);
+        }
         id
     }
 
@@ -500,17 +583,48 @@ impl Scheduler {
     /// After each operation: tells the open scopes whether requests wait
     /// for a global permit, and lets them go if one was given back on an
     /// open word meanwhile (see [`GlobalFlight::publish_queued`]).
+    /// With shards, the shard of the oldest request waiting for a permit
+    /// when one is free and that request is another shard's: the caller
+    /// settles that shard next, once this lock is released.
     #[inline(always)]
-    pub(crate) fn settle_global(&mut self, now: Instant, wake: &mut WakeList) {
-        // A waiter served goes, or waits for its scopes; one that needs a
-        // permit again is queued again only when none is free.
-        while self.global.publish_queued(!self.global_queue.is_empty()) {
-            self.serve_global_queue(now, wake);
-            self.run_dispatch(now, wake);
+    pub(crate) fn settle_global(&mut self, now: Instant, wake: &mut WakeList) -> Option<usize> {
+        let mut elsewhere = None;
+        if let Some(across) = &self.across {
+            // Checked inline: nobody waits for a permit, nothing published.
+            if across.global_waiters() || self.global.queued() {
+                elsewhere = self.settle_global_across(now, wake);
+            }
+        } else {
+            // A waiter served goes, or waits for its scopes; one that needs
+            // a permit again is queued again only when none is free.
+            while self.global.publish_queued(!self.global_queue.is_empty()) {
+                self.serve_global_queue(now, wake);
+                self.run_dispatch(now, wake);
+            }
         }
         // Only the words need to know when eviction work is due.
         if self.global.words_exist() {
             self.publish_eviction_due();
+        }
+        elsewhere
+    }
+
+    /// [`settle_global`](Self::settle_global) of one shard of several:
+    /// serves this shard's global waiters while a permit is free and the
+    /// oldest waiter of all shards is one of them.
+    #[inline(never)]
+    fn settle_global_across(&mut self, now: Instant, wake: &mut WakeList) -> Option<usize> {
+        loop {
+            let across = self.across.as_deref()?;
+            if !self.global.publish_queued(across.global_waiters()) {
+                return None;
+            }
+            let (_, shard) = across.first_global_waiter()?;
+            if shard != self.shard {
+                return Some(shard);
+            }
+            self.serve_first_global_waiter(now, wake);
+            self.run_dispatch(now, wake);
         }
     }
 
@@ -523,6 +637,7 @@ impl Scheduler {
     /// that holds this scheduler) when they need its lock.
     pub(super) fn with_word_owner(mut self, registry: std::sync::Weak<super::RegistryShared>) -> Self {
         self.word_owner = Some(WordOwner {
+            shard: self.shard,
             global: self.global.clone(),
             registry,
             metrics: self.metrics,
@@ -585,6 +700,12 @@ impl Scheduler {
         }
         let ticket = &mut self.tickets[id];
         ticket.waiting = true;
+        if let Some(across) = &self.across {
+            // A place in the one order of every shard's waiters (a request
+            // sent at once needs none).
+            ticket.order.seq = across.next_seq();
+        }
+        let order = ticket.order;
         for seat in &ticket.seats {
             self.scopes[seat.scope].add_waiter(order, id);
             self.dirty.push(seat.scope);
@@ -634,7 +755,9 @@ impl Scheduler {
     /// word is free before the lock lets the first waiter have it.)
     #[inline]
     fn global_permit_is_free(&self) -> bool {
-        self.global.has_room() && self.global_queue.is_empty()
+        self.global.has_room()
+            && self.global_queue.is_empty()
+            && !self.across.as_ref().is_some_and(|across| across.global_waiters())
     }
 
     /// For an admitted ticket, whether its departure must be reported as
@@ -882,19 +1005,40 @@ impl Scheduler {
         }
         if ticket.in_global_queue {
             self.global_queue.remove(&ticket.order);
+            if let Some(across) = &self.across {
+                across.remove_global_waiter(&ticket.order);
+            }
         }
         if ticket.waiting {
-            self.waiting -= 1;
+            self.uncount_waiter();
         }
         self.run_dispatch(now, wake);
     }
 
     /// Hands freed global permits to the oldest waiters that only lacked one.
     fn serve_global_queue(&mut self, now: Instant, wake: &mut WakeList) {
+        if self.across.is_some() {
+            // Across shards, the oldest waiter of all goes first: see
+            // `settle_global_across`, which every lock's epilogue runs.
+            return;
+        }
         while self.global.has_room() {
-            let Some((_, id)) = self.global_queue.pop_first() else {
+            if !self.serve_first_global_waiter(now, wake) {
                 return;
+            }
+        }
+    }
+
+    /// Lets this shard's first global waiter go if its scopes allow (or
+    /// has its scopes look at it again); false when there is none.
+    fn serve_first_global_waiter(&mut self, now: Instant, wake: &mut WakeList) -> bool {
+        {
+            let Some((order, id)) = self.global_queue.pop_first() else {
+                return false;
             };
+            if let Some(across) = &self.across {
+                across.remove_global_waiter(&order);
+            }
             self.tickets[id].in_global_queue = false;
             self.passed.clear();
             if self.evaluate(id, None, now) == Verdict::Admit {
@@ -907,6 +1051,7 @@ impl Scheduler {
                 }
             }
         }
+        true
     }
 
     #[inline]
@@ -1076,10 +1221,16 @@ impl Scheduler {
         if ticket.in_global_queue {
             ticket.in_global_queue = false;
             self.global_queue.remove(&ticket.order);
+            if let Some(across) = &self.across {
+                across.remove_global_waiter(&ticket.order);
+            }
         }
         if ticket.waiting {
             ticket.waiting = false;
             self.waiting -= 1;
+            if let Some(across) = &self.across {
+                across.waiting_changed(-1);
+            }
         }
         ticket.status = Status::Admitted { report_departure };
         if let Some(waker) = ticket.waker.take() {
@@ -1093,6 +1244,7 @@ mod entry;
 mod eviction;
 mod index;
 mod learning;
+mod placement;
 mod store_terms;
 mod timers;
 mod updates;

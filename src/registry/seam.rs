@@ -10,7 +10,8 @@ use tokio::time::Instant;
 
 use super::fast_path::{hot, Ended, FastScope};
 use super::report::Collected;
-use super::scheduler::{Admission, FastMode, Finishing, Outcome, TicketId, TicketPoll};
+use super::scheduler::{Admission, FastMode, Finishing, Outcome, Scheduler, TicketId, TicketPoll, WakeList};
+use super::shards;
 use super::ticket::WaitedInScheduler;
 use super::Registry;
 use crate::scope::{Priority, Scope, Scopes};
@@ -25,20 +26,57 @@ impl Registry {
     /// lock-free word instead (see [`fast_path`](super::fast_path)).
     #[inline]
     pub(crate) fn enqueue(&self, scopes: &Scopes, priority: Priority) -> Admission {
+        let (key, _) = scopes.iter().next().expect("a Scopes is never empty");
         let mode = match scopes.len() {
-            1 => {
-                let (key, _) = scopes.iter().next().expect("a Scopes is never empty");
-                match self.admit_unlocked(key.as_str()) {
-                    Ok((fast, _)) => return Admission::Fast(fast),
-                    Err(mode) => mode,
-                }
-            }
+            1 => match self.admit_unlocked(key.as_str()) {
+                Ok((fast, _)) => return Admission::Fast(fast),
+                Err(mode) => mode,
+            },
             _ => FastMode::Never,
         };
-        let admission = self
-            .with_scheduler(|scheduler, now, wake| scheduler.enqueue(scopes, priority.0, mode, now, wake));
+        let admission = if self.is_sharded() {
+            self.enqueue_sharded(scopes, priority, mode)
+        } else {
+            self.with_the_only_shard(None, |scheduler, now, wake| {
+                scheduler.enqueue(scopes, priority.0, mode, now, wake)
+            })
+        };
         self.remember(&admission);
         admission
+    }
+
+    /// [`enqueue`](Self::enqueue)'s admission with several shards: a
+    /// request of one scope in its scope's shard, one of several in the
+    /// joint shard (see [`shards`]).
+    #[cold]
+    #[inline(never)]
+    fn enqueue_sharded(&self, scopes: &Scopes, priority: Priority, mode: FastMode) -> Admission {
+        let enqueue = |scheduler: &mut Scheduler, now, wake: &mut WakeList| {
+            let admission = scheduler.enqueue(scopes, priority.0, mode, now, wake);
+            with_shard(admission, scheduler.shard())
+        };
+        if scopes.len() > 1 {
+            return self.with_shard_at(shards::JOINT, None, |joint, now, wake| {
+                self.bring_to_joint(joint, scopes, now);
+                enqueue(joint, now, wake)
+            });
+        }
+        let (key, _) = scopes.iter().next().expect("a Scopes is never empty");
+        self.with_scope_at(key.as_str(), true, None, enqueue)
+    }
+
+    /// Has the joint shard hold every one of `scopes` (a request of
+    /// several scopes), taking them from their homes (whose locks come
+    /// after its own); see [`shards`].
+    fn bring_to_joint(&self, joint: &mut Scheduler, scopes: &Scopes, now: Instant) {
+        for (key, _) in scopes.iter() {
+            let home = self.home(key.as_str());
+            if home == shards::JOINT || joint.holds(key.as_str()) {
+                continue;
+            }
+            let given = self.lock_shard(home).give_away(key);
+            joint.receive(key, given, now);
+        }
     }
 
     /// Admits a request of the scope named `name` on its open word, if
@@ -102,11 +140,26 @@ impl Registry {
             Ok((fast, key)) => return (Admission::Fast(fast), Scopes::one(key)),
             Err(mode) => mode,
         };
-        let (admission, scope) = self.with_scheduler(|scheduler, now, wake| {
-            scheduler.enqueue_named(&name, priority.0, mode, now, wake)
-        });
+        let (admission, scope) = if self.is_sharded() {
+            self.enqueue_named_sharded(&name, priority, mode)
+        } else {
+            self.with_the_only_shard(None, |scheduler, now, wake| {
+                scheduler.enqueue_named(&name, priority.0, mode, now, wake)
+            })
+        };
         self.remember(&admission);
         (admission, Scopes::one(scope))
+    }
+
+    /// [`enqueue_resolved`](Self::enqueue_resolved)'s admission of a
+    /// host's scope with several shards.
+    #[cold]
+    #[inline(never)]
+    fn enqueue_named_sharded(&self, name: &str, priority: Priority, mode: FastMode) -> (Admission, Scope) {
+        self.with_scope_at(name, true, None, |scheduler, now, wake| {
+            let (admission, scope) = scheduler.enqueue_named(name, priority.0, mode, now, wake);
+            (with_shard(admission, scheduler.shard()), scope)
+        })
     }
 
     /// Polls waiting ticket `id`: admitted (and whether its departure must
@@ -117,7 +170,8 @@ impl Registry {
         id: TicketId,
         waker: &Waker,
     ) -> (TicketPoll, Option<Box<WaitedInScheduler>>) {
-        self.with_scheduler(|scheduler, now, wake| {
+        let (shard, id) = self.decode(id);
+        self.with_shard_at(shard, None, |scheduler, now, wake| {
             let polled = scheduler.poll_ticket(id, now, waker, wake);
             let waited = match polled {
                 TicketPoll::Sent { .. } => scheduler.take_waited(id),
@@ -129,7 +183,10 @@ impl Registry {
 
     /// Records that admitted ticket `id` departed at `at`.
     pub(crate) fn depart(&self, id: TicketId, at: Stamp) {
-        self.with_scheduler(|scheduler, now, wake| scheduler.depart(id, at, now, wake));
+        let (shard, id) = self.decode(id);
+        self.with_shard_at(shard, None, |scheduler, now, wake| {
+            scheduler.depart(id, at, now, wake)
+        });
     }
 
     /// Ends ticket `id` with `outcome`, applying first `departed_at` (a
@@ -145,9 +202,12 @@ impl Registry {
         (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
         collected: &[Collected],
     ) {
+        if self.is_sharded() {
+            return self.finish_sharded(id, outcome, departed_at, (ended, ended_stamp), collected);
+        }
         let learns = self.fleet().is_some_and(|fleet| fleet.learns);
         if collected.is_empty() && !learns {
-            self.with_scheduler_at(ended, |scheduler, now, wake| {
+            self.with_the_only_shard(ended, |scheduler, now, wake| {
                 scheduler.finish_request(id, outcome, departed_at, (now, ended_stamp), wake)
             });
             return;
@@ -162,6 +222,38 @@ impl Registry {
         if let Some(samples) = samples {
             self.share_autothrottle(samples);
         }
+    }
+
+    /// [`finish`](Self::finish) with several shards: the reports first,
+    /// each under its scope's shard's lock, then the end under the
+    /// request's shard's (a registry with a store, whose fleet learns, has
+    /// one shard).
+    #[cold]
+    #[inline(never)]
+    fn finish_sharded(
+        &self,
+        id: Finishing,
+        outcome: Outcome,
+        departed_at: Option<Stamp>,
+        (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
+        collected: &[Collected],
+    ) {
+        if !collected.is_empty() {
+            self.apply_collected_now(collected);
+        }
+        let (shard, id) = match id {
+            Finishing::Ticket(id) => {
+                let (shard, id) = shards::decode(id);
+                (shard, Finishing::Ticket(id))
+            }
+            Finishing::Plain(scope, lane) => {
+                let (shard, scope) = shards::decode(scope);
+                (shard, Finishing::Plain(scope, lane))
+            }
+        };
+        self.with_shard_at(shard, ended, |scheduler, now, wake| {
+            scheduler.finish_request(id, outcome, departed_at, (now, ended_stamp), wake)
+        });
     }
 
     /// Ends a request admitted on `fast`'s word, as [`finish`](Self::finish)
@@ -193,13 +285,13 @@ impl Registry {
             Ended::Open => {
                 let waiters = global.release();
                 fast.metrics.in_flight(global.in_flight());
-                let due = global.eviction_due(stamp);
+                let due = global.eviction_due(fast.shard, stamp);
                 if !(waiters || due) {
                     return;
                 }
                 if let Some(registry) = fast.registry() {
                     // The lock's epilogue lets the first waiter go.
-                    registry.with_scheduler_at(Some(now), |scheduler, now, _| {
+                    registry.with_shard_at(fast.shard, Some(now), |scheduler, now, _| {
                         if due {
                             // Requests on words take no lock, so the
                             // eviction work arriving requests do under it
@@ -210,7 +302,7 @@ impl Registry {
                 }
             }
             Ended::Adopted => match fast.registry() {
-                Some(registry) => registry.with_scheduler_at(Some(now), |scheduler, now, wake| {
+                Some(registry) => registry.with_shard_at(fast.shard, Some(now), |scheduler, now, wake| {
                     scheduler.finish_adopted(fast, outcome, departed_at, (now, Some(stamp)), wake)
                 }),
                 None => {
@@ -231,6 +323,11 @@ impl Registry {
         collected: &[Collected],
     ) {
         let mut writes = Vec::new();
+        if self.is_sharded() {
+            // Each report goes to its scope's shard first.
+            self.apply_collected_now(collected);
+            return Registry::finish_on_word(fast, outcome, departed_at, (ended, None), &[]);
+        }
         self.with_scheduler_at(ended, |scheduler, now, wake| {
             self.apply_collected(scheduler, collected, (now, wake), &mut writes);
             let stamp = Stamp::of(now);
@@ -249,7 +346,10 @@ impl Registry {
     /// The store reservation terms of admitted ticket `id`: its scopes
     /// with their effective limits now, and this send's jitter drawn.
     pub(crate) fn fleet_terms(&self, id: TicketId) -> Vec<ScopeTerms> {
-        self.with_scheduler(|scheduler, now, _wake| scheduler.fleet_terms(id, now))
+        let (shard, id) = self.decode(id);
+        self.with_shard_at(shard, None, |scheduler, now, _wake| {
+            scheduler.fleet_terms(id, now)
+        })
     }
 
     /// Applies what the store said about ticket `id`'s scopes (in the
@@ -257,11 +357,37 @@ impl Registry {
     /// With a fleet that learns together, reads again in the background
     /// what it learnt of the scopes whose copy is stale.
     pub(crate) fn apply_shared_facts(&self, id: TicketId, facts: &[SharedFacts]) {
-        let stale =
-            self.with_scheduler(|scheduler, now, wake| scheduler.apply_shared_facts(id, facts, now, wake));
+        let stale = {
+            let (shard, id) = self.decode(id);
+            self.with_shard_at(shard, None, |scheduler, now, wake| {
+                scheduler.apply_shared_facts(id, facts, now, wake)
+            })
+        };
         if !stale.is_empty() {
             self.refresh_learnt(stale);
         }
+    }
+}
+
+/// `admission` with the ids it names given their shard (see
+/// [`shards::encode`]; a registry of several shards).
+fn with_shard(admission: Admission, shard: usize) -> Admission {
+    match admission {
+        Admission::Ticket(id, admitted) => Admission::Ticket(shards::encode(shard, id), admitted),
+        Admission::Plain(scope, lane) => Admission::Plain(shards::encode(shard, scope), lane),
+        fast @ Admission::Fast(_) => fast,
+    }
+}
+
+impl Registry {
+    /// The shard and the scheduler's own id of an id
+    /// [`with_shard`](Self::with_shard) gave.
+    #[inline(always)]
+    fn decode(&self, id: usize) -> (usize, usize) {
+        if !self.is_sharded() {
+            return (shards::JOINT, id);
+        }
+        shards::decode(id)
     }
 }
 

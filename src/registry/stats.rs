@@ -122,6 +122,16 @@ pub struct Stats {
     pub evictions: u64,
 }
 
+impl Stats {
+    /// Adds another shard's counts (the global ones, in flight and the
+    /// cap, are the same in every shard).
+    pub(crate) fn add_shard(&mut self, other: &Stats) {
+        self.waiting += other.waiting;
+        self.scopes_tracked += other.scopes_tracked;
+        self.evictions += other.evictions;
+    }
+}
+
 impl Scheduler {
     pub(crate) fn scope_stats(&self, key: &str, now: Instant) -> Option<ScopeStats> {
         let (id, scope) = self.scope_with_id(key)?;
@@ -142,6 +152,8 @@ impl Scheduler {
         let max_concurrency = self.max_concurrency();
         let mut scopes: Vec<ScopeStats> = self
             .scopes_with_ids()
+            // A scope arriving from its home shard is listed by its home.
+            .filter(|(_, scope)| !scope.state.arriving)
             .map(|(id, scope)| scope.stats(now, max_concurrency, self.head_cost(id)))
             .collect();
         scopes.sort_by(|a, b| a.scope.cmp(&b.scope));

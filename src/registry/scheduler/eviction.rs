@@ -189,7 +189,7 @@ impl Scheduler {
         // Converted and written only when it moved.
         if due != self.eviction.published_due {
             self.eviction.published_due = due;
-            self.global.set_evict_due(due.map(Stamp::of));
+            self.global.set_evict_due(self.shard, due.map(Stamp::of));
         }
     }
 
@@ -201,7 +201,7 @@ impl Scheduler {
     pub(super) fn make_room(&mut self, now: Instant) {
         debug_assert!(self.dirty.is_empty(), "eviction runs between operations");
         for _ in 0..MAX_LOOKS {
-            if self.scopes.len() < self.eviction.max_scopes {
+            if self.scopes_held() < self.eviction.max_scopes {
                 return;
             }
             let Some(candidate) = self.eviction.pop() else {
@@ -243,6 +243,7 @@ impl Scheduler {
         }
         self.index.remove(id, &self.scopes);
         let scope = self.scopes.remove(id);
+        self.forget_placement(&scope.state.key);
         self.eviction.evicted += 1;
         self.metrics.evicted(&scope.state.key);
         tracing::trace!(
@@ -270,6 +271,16 @@ impl Scheduler {
 
     /// Scopes the registry holds now.
     pub(crate) fn scopes_tracked(&self) -> usize {
-        self.scopes.len()
+        // A scope arriving in the joint shard is its home's still.
+        self.scopes.len() - self.arriving
+    }
+
+    /// The scopes the registry holds, in every shard: a shard evicts its
+    /// own idle scopes when they reach `max_scopes`.
+    fn scopes_held(&self) -> usize {
+        match &self.across {
+            Some(across) => across.levels().1,
+            None => self.scopes.len(),
+        }
     }
 }

@@ -133,16 +133,6 @@ impl Scheduler {
         self.scopes[id].state.set_announced_limits(limits);
     }
 
-    pub(crate) fn config_of(&self, key: &str) -> ScopeConfig {
-        ScopeConfig::clone(&self.configs.config_of(key).0)
-    }
-
-    /// The default config and every scope's own config.
-    #[cfg(feature = "serde")]
-    pub(crate) fn scope_configs(&self) -> (ScopeConfig, Vec<(Scope, ScopeConfig)>) {
-        self.configs.snapshot()
-    }
-
     /// Every scope the scheduler knows, with its id.
     pub(crate) fn scopes_with_ids(&self) -> impl Iterator<Item = (ScopeId, &ScopeEntry)> {
         self.scopes.iter()
