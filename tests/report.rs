@@ -121,6 +121,40 @@ async fn a_response_costs_the_completions_lock_whatever_its_layers_report() {
     }
 }
 
+/// The same on a registry of eight shards, once the scopes are where they
+/// live (a first request of several scopes takes its scopes' homes' locks
+/// to move them to the joint shard): a request's reports ride with its
+/// completion in its scope's shard, or in the joint shard for several
+/// scopes.
+#[tokio::test(start_paused = true)]
+async fn a_response_costs_the_completions_lock_on_a_sharded_registry_too() {
+    const LIMITED: &[(&str, &str)] = &[("retry-after", "5"), ("ratelimit", "\"default\";r=0;t=30")];
+    for scopes in [&["a"][..], &["a", "b", "c"][..]] {
+        let registry = Registry::builder()
+            .shards(8)
+            .default_scope(
+                ScopeConfig::default()
+                    .delay(Duration::ZERO)
+                    .delay_per_slot(Duration::ZERO)
+                    .jitter(0.0),
+            )
+            .build()
+            .unwrap();
+        // The scopes in place.
+        locks_through(registry.clone(), scopes, 200, &[]).await;
+        let Some((locks, registry)) = locks_through(registry, scopes, 429, LIMITED).await else {
+            eprintln!("a release build does not count locks: nothing to check");
+            return;
+        };
+        assert_eq!(locks, 2, "{scopes:?}");
+        for scope in scopes {
+            let stats = registry.scope_stats(scope).unwrap();
+            assert_eq!(stats.backoff_level, 1, "{scope}: backoff applied");
+            assert!(stats.held_for.is_some(), "{scope}: hold applied");
+        }
+    }
+}
+
 /// The departure takes a lock of its own only where another request of the
 /// scope could be admitted before this one ends (a delay and more than one
 /// lane); elsewhere it rides with the completion.

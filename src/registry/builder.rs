@@ -350,13 +350,16 @@ impl RegistryBuilder {
     /// [`shards`](super::shards) module for how, without ever applying a
     /// scope's limits twice). What changes: past `max_scopes` (counted
     /// over every shard) the shard that makes a new scope evicts its own
-    /// least recently used idle scopes, and a shard evicts the scopes idle
+    /// least recently used idle scopes (one with none to evict lets the
+    /// count pass `max_scopes` until a shard that has some makes a scope),
+    /// and a shard evicts the scopes idle
     /// past `idle_ttl` as its own requests arrive (a shard nobody sends to
     /// keeps them until then); across scopes of different shards the order
     /// of waiters is each shard's own (the oldest request waiting for a
-    /// global permit still goes first); a request's feedback reports take
-    /// their scopes' locks after the completion's, instead of riding with
-    /// it. A scope that moved to the joint shard costs its home the copy
+    /// global permit still goes first); a request's feedback reports ride
+    /// with its completion when its shard takes every scope they name (the
+    /// usual case), and otherwise take those scopes' locks first. A scope
+    /// that moved to the joint shard costs its home the copy
     /// of its name (about 40 bytes). A registry with a
     /// [store](crate::store) has one shard: every send reserves through
     /// the store (asking for more is an error).

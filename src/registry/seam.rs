@@ -224,10 +224,11 @@ impl Registry {
         }
     }
 
-    /// [`finish`](Self::finish) with several shards: the reports first,
-    /// each under its scope's shard's lock, then the end under the
-    /// request's shard's (a registry with a store, whose fleet learns, has
-    /// one shard).
+    /// [`finish`](Self::finish) with several shards: the reports and the
+    /// end under the request's shard's lock when that shard holds every
+    /// scope reported (a request's reports are about its own scopes, which
+    /// live in its shard unless one of them moved since); otherwise the
+    /// reports first, each under its scope's shard's lock, then the end.
     #[cold]
     #[inline(never)]
     fn finish_sharded(
@@ -238,9 +239,6 @@ impl Registry {
         (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
         collected: &[Collected],
     ) {
-        if !collected.is_empty() {
-            self.apply_collected_now(collected);
-        }
         let (shard, id) = match id {
             Finishing::Ticket(id) => {
                 let (shard, id) = shards::decode(id);
@@ -251,9 +249,25 @@ impl Registry {
                 (shard, Finishing::Plain(scope, lane))
             }
         };
-        self.with_shard_at(shard, ended, |scheduler, now, wake| {
+        let end = |scheduler: &mut Scheduler, now, wake: &mut WakeList| {
             scheduler.finish_request(id, outcome, departed_at, (now, ended_stamp), wake)
+        };
+        // The common case: the request's own scopes reported, and its
+        // shard holds them all; the reports ride with the end.
+        let ended_here = self.with_shard_at(shard, ended, |scheduler, now, wake| {
+            if !updates_all(scheduler, collected) {
+                return false;
+            }
+            // (A registry with a store, whose reports write to it, has one
+            // shard: nothing to write here.)
+            self.apply_collected(scheduler, collected, (now, wake), &mut Vec::new());
+            end(scheduler, now, wake);
+            true
         });
+        if !ended_here {
+            self.apply_collected_now(collected);
+            self.with_shard_at(shard, ended, end);
+        }
     }
 
     /// Ends a request admitted on `fast`'s word, as [`finish`](Self::finish)
@@ -323,12 +337,10 @@ impl Registry {
         collected: &[Collected],
     ) {
         let mut writes = Vec::new();
-        if self.is_sharded() {
-            // Each report goes to its scope's shard first.
-            self.apply_collected_now(collected);
-            return Registry::finish_on_word(fast, outcome, departed_at, (ended, None), &[]);
-        }
-        self.with_scheduler_at(ended, |scheduler, now, wake| {
+        let ended_here = self.with_shard_at(fast.shard, ended, |scheduler, now, wake| {
+            if self.is_sharded() && !updates_all(scheduler, collected) {
+                return false;
+            }
             self.apply_collected(scheduler, collected, (now, wake), &mut writes);
             let stamp = Stamp::of(now);
             match fast.end(departed_at, stamp, latency(outcome, departed_at, stamp)) {
@@ -339,7 +351,14 @@ impl Registry {
                     scheduler.finish_adopted(fast, outcome, departed_at, (now, Some(stamp)), wake)
                 }
             }
+            true
         });
+        if !ended_here {
+            // A scope reported lives in another shard: each report under
+            // its scope's shard's lock first.
+            self.apply_collected_now(collected);
+            return Registry::finish_on_word(fast, outcome, departed_at, (ended, None), &[]);
+        }
         self.write_shared(writes);
     }
 
@@ -367,6 +386,17 @@ impl Registry {
             self.refresh_learnt(stale);
         }
     }
+}
+
+/// Whether `scheduler`'s shard takes the updates of every scope the
+/// `collected` reports are about (see `Scheduler::updates`).
+fn updates_all(scheduler: &Scheduler, collected: &[Collected]) -> bool {
+    collected.iter().all(|report| {
+        report
+            .scopes
+            .iter()
+            .all(|(scope, _)| scheduler.updates(scope.as_str()))
+    })
 }
 
 /// `admission` with the ids it names given their shard (see

@@ -41,7 +41,9 @@
 //! permit given back goes to the oldest of them, whatever its shard (the
 //! shard that gave it back lets the shard of that waiter know after
 //! releasing its own lock), and no request of another shard takes it
-//! first.
+//! first. A shard queuing a waiter as another gives the last permit back
+//! always leaves one of the two to let it go: `loom/` checks that
+//! exchange (the shared count of waiters against the global count).
 //!
 //! # What is per shard
 //!
@@ -49,7 +51,8 @@
 //! scopes of different homes it is the shards' own (scopes are
 //! independent). `max_scopes` counts the scopes of every shard; the shard
 //! that makes a new scope past it evicts its own least recently used idle
-//! scopes, and each shard evicts the scopes idle past `idle_ttl` as its own
+//! scopes (a shard with none lets the count pass it until another makes
+//! one), and each shard evicts the scopes idle past `idle_ttl` as its own
 //! requests arrive.
 
 use std::collections::BTreeMap;

@@ -31,6 +31,15 @@ impl Scheduler {
         self.elsewhere.get(name).copied()
     }
 
+    /// Whether updates of scope `name` (feedback, a hold, a config
+    /// change) are this shard's: it holds the scope, and not as a
+    /// placeholder for a scope still leaving its home.
+    pub(crate) fn updates(&self, name: &str) -> bool {
+        self.index
+            .get(name, &self.scopes)
+            .is_some_and(|id| !self.scopes[id].state.arriving)
+    }
+
     /// Whether this shard holds scope `name`.
     pub(crate) fn holds(&self, name: &str) -> bool {
         self.index.get(name, &self.scopes).is_some()
