@@ -358,19 +358,21 @@ impl Registry {
         shards::home_of(name, self.shard_count())
     }
 
-    /// [`with_shard_at`](Self::with_shard_at) on the joint shard (the only
-    /// one, unless the builder asked for more), now.
+    /// [`with_shard_at`](Self::with_shard_at) on the only shard, now: for
+    /// what only a registry of one shard does (a store's calls; reports
+    /// applied under one lock).
     fn with_scheduler<T>(&self, act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T) -> T {
-        self.with_shard_at(shards::JOINT, None, act)
+        self.with_scheduler_at(None, act)
     }
 
-    /// [`with_shard_at`](Self::with_shard_at) on the joint shard.
+    /// [`with_scheduler`](Self::with_scheduler) at `now`.
     #[inline(always)]
     fn with_scheduler_at<T>(
         &self,
         now: Option<Instant>,
         act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
     ) -> T {
+        debug_assert!(!self.is_sharded(), "a sharded registry routes each call by scope");
         self.with_shard_at(shards::JOINT, now, act)
     }
 
