@@ -530,7 +530,7 @@ impl RegistryBuilder {
                 .collect();
             let global = schedulers[0].global().clone();
             let configs = schedulers[0].config_table();
-            let mut schedulers = schedulers.into_iter();
+            let schedulers = schedulers.into_iter();
             RegistryShared {
                 uid: next_registry_uid(),
                 global,
@@ -539,8 +539,8 @@ impl RegistryBuilder {
                 locks: std::sync::atomic::AtomicU64::new(0),
                 backoff_statuses,
                 configs,
-                joint: super::Shard(Mutex::new(schedulers.next().expect("a registry has a shard"))),
-                others: schedulers
+                names: super::shards::NameHash::default(),
+                shards: schedulers
                     .map(|scheduler| super::Shard(Mutex::new(scheduler)))
                     .collect(),
                 resolver: self.resolver,

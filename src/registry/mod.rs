@@ -233,10 +233,8 @@ pub struct Registry {
 
 struct RegistryShared {
     /// The scope state, split by the scopes' names (one shard unless the
-    /// builder asked for more; see [`shards`]): the joint shard (the only
-    /// one, with one shard), then the others.
-    joint: Shard,
-    others: Box<[Shard]>,
+    /// builder asked for more; see [`shards`]), the joint shard first.
+    shards: Box<[Shard]>,
     /// This registry's number, for the threads' caches of open scopes.
     uid: u64,
     /// The requests in flight over all scopes, shared with the scheduler.
@@ -266,6 +264,8 @@ struct RegistryShared {
     resolves_hosts: bool,
     /// The scope configs, read without the lock to judge responses.
     configs: Arc<configs::ConfigTable>,
+    /// The hash of scope names, the shards' indexes' own.
+    names: shards::NameHash,
 }
 
 /// One shard's scheduler behind its lock, on cache lines of its own.
@@ -321,7 +321,6 @@ impl Registry {
         None
     }
 
-    /// Locks shard `shard`'s scheduler.
     /// The home shard of scope `name` (0, the joint shard, with one
     /// shard): how tests pick scopes of other shards. Not a stable API.
     #[doc(hidden)]
@@ -329,33 +328,46 @@ impl Registry {
         self.home(name)
     }
 
+    /// Locks shard `shard`'s scheduler.
     #[inline]
     fn lock_shard(&self, shard: usize) -> MutexGuard<'_, Scheduler> {
         #[cfg(debug_assertions)]
         self.shared.locks.fetch_add(1, Ordering::Relaxed);
         // The scheduler never panics while holding the lock, but if a
         // tracing subscriber did, its state is still consistent.
-        let shard = match shard {
-            shards::JOINT => &self.shared.joint,
-            other => &self.shared.others[other - 1],
-        };
-        shard.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.shared.shards[shard]
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether the registry has more than one shard.
     #[inline(always)]
     fn is_sharded(&self) -> bool {
-        !self.shared.others.is_empty()
+        self.shared.shards.len() > 1
     }
 
     /// How many shards.
     fn shard_count(&self) -> usize {
-        1 + self.shared.others.len()
+        self.shared.shards.len()
     }
 
     /// The shard scope `name` belongs to first.
+    #[inline(always)]
     fn home(&self, name: &str) -> usize {
-        shards::home_of(name, self.shard_count())
+        if !self.is_sharded() {
+            return shards::JOINT;
+        }
+        shards::home_of_hash(self.shared.names.of(name), self.shard_count())
+    }
+
+    /// [`home`](Self::home) of the scope whose name has hash `hash`.
+    #[inline(always)]
+    fn home_hashed(&self, hash: u64) -> usize {
+        if !self.is_sharded() {
+            return shards::JOINT;
+        }
+        shards::home_of_hash(hash, self.shard_count())
     }
 
     /// [`with_shard_at`](Self::with_shard_at) on the only shard, now: for
@@ -382,7 +394,10 @@ impl Registry {
     /// scheduler's checks stricter) and a list to collect wakers in,
     /// unlocks, then wakes them. Waking after the lock is released keeps a
     /// woken task that runs at once on another thread from contending for
-    /// it; this is the one place that does it.
+    /// it; this is the one place that does it. With several shards, the
+    /// lock's epilogue may leave work for other shards (a global waiter to
+    /// let go, scopes moving to or from the joint shard), done once the
+    /// lock is released; with one, there never is any.
     #[inline(always)]
     fn with_shard_at<T>(
         &self,
@@ -390,27 +405,18 @@ impl Registry {
         now: Option<Instant>,
         act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
     ) -> T {
-        if self.is_sharded() {
-            return self.with_one_of_shards(shard, now, act);
-        }
-        self.with_the_only_shard(now, act)
-    }
-
-    /// [`with_shard_at`](Self::with_shard_at) with one shard.
-    #[inline(always)]
-    fn with_the_only_shard<T>(
-        &self,
-        now: Option<Instant>,
-        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
-    ) -> T {
         // Empty until something is woken: no allocation on the common path.
         let mut wake = WakeList::new();
+        let mut follow_up = None;
         let result = {
-            let mut scheduler = self.lock_shard(shards::JOINT);
+            let mut scheduler = self.lock_shard(shard);
             let now = now.unwrap_or_else(Instant::now);
             let result = act(&mut scheduler, now, &mut wake);
-            // (Nothing for another shard to do, with one.)
-            let _ = scheduler.settle_global(now, &mut wake);
+            let settle = scheduler.settle_global(now, &mut wake);
+            // Checked inline: the common case leaves nothing to do.
+            if settle.is_some() || scheduler.has_moving() {
+                follow_up = Some(self.shard_epilogue(&mut scheduler, settle));
+            }
             scheduler.report_levels();
             result
         };
@@ -421,58 +427,20 @@ impl Registry {
                 waker.wake();
             }
         }
-        result
-    }
-
-    /// [`with_shard_at`](Self::with_shard_at) with several shards: the
-    /// lock's epilogue may leave work for other shards, done once it is
-    /// released.
-    #[inline(never)]
-    fn with_one_of_shards<T>(
-        &self,
-        shard: usize,
-        now: Option<Instant>,
-        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
-    ) -> T {
-        let mut wake = WakeList::new();
-        let (result, follow_up) = {
-            let mut scheduler = self.lock_shard(shard);
-            let now = now.unwrap_or_else(Instant::now);
-            let result = act(&mut scheduler, now, &mut wake);
-            let settle = scheduler.settle_global(now, &mut wake);
-            let follow_up = self.shard_epilogue(&mut scheduler, settle);
-            scheduler.report_levels();
-            (result, follow_up)
-        };
-        if !wake.is_empty() {
-            for waker in wake {
-                waker.wake();
-            }
-        }
         if let Some(follow_up) = follow_up {
-            self.follow_up(follow_up);
+            self.follow_up(&follow_up);
         }
         result
     }
 
-    /// What a shard's lock leaves to do before it is released: the joint
-    /// shard tells the homes of the scopes it evicted to hold them again
-    /// (their locks come after its own); a home names the scopes it is done
-    /// with, for the joint shard to take once this lock is released.
-    #[inline(always)]
-    fn shard_epilogue(&self, scheduler: &mut Scheduler, settle: Option<usize>) -> Option<FollowUp> {
-        if !scheduler.has_unplaced() && !scheduler.has_leaving() {
-            return settle.map(|shard| FollowUp {
-                settle: Some(shard),
-                drained: Vec::new(),
-            });
-        }
-        Some(self.shard_epilogue_moving(scheduler, settle))
-    }
-
-    /// [`shard_epilogue`](Self::shard_epilogue) when scopes are moving.
+    /// What a shard's lock leaves to do before it is released (several
+    /// shards only): the joint shard tells the homes of the scopes it
+    /// evicted to hold them again (their locks come after its own); a home
+    /// names the scopes it is done with, for the joint shard to take once
+    /// this lock is released.
     #[cold]
-    fn shard_epilogue_moving(&self, scheduler: &mut Scheduler, settle: Option<usize>) -> FollowUp {
+    #[inline(never)]
+    fn shard_epilogue(&self, scheduler: &mut Scheduler, settle: Option<usize>) -> Box<FollowUp> {
         if scheduler.has_unplaced() {
             for key in scheduler.take_unplaced() {
                 self.lock_shard(self.home(key.as_str())).take_back(&key);
@@ -483,7 +451,7 @@ impl Registry {
         } else {
             Vec::new()
         };
-        FollowUp { settle, drained }
+        Box::new(FollowUp { settle, drained })
     }
 
     /// Does what a shard's lock left to do, after it was released: the
@@ -491,7 +459,8 @@ impl Registry {
     /// (both locks, the joint one first), and the shard of the oldest
     /// request waiting for a global permit lets it go.
     #[cold]
-    fn follow_up(&self, follow_up: FollowUp) {
+    #[inline(never)]
+    fn follow_up(&self, follow_up: &FollowUp) {
         if !follow_up.drained.is_empty() {
             self.with_shard_at(shards::JOINT, None, |joint, now, wake| {
                 for key in &follow_up.drained {
@@ -524,7 +493,7 @@ impl Registry {
         if self.is_sharded() {
             return self.with_scope_sharded(name, request, now, act);
         }
-        self.with_the_only_shard(now, act)
+        self.with_shard_at(shards::JOINT, now, act)
     }
 
     /// [`with_scope_at`](Self::with_scope_at) with several shards.

@@ -74,6 +74,10 @@ pub(crate) enum Admission {
     /// scope and the lane are all its end needs (see
     /// [`Scheduler::finish_request`]).
     Plain(ScopeId, u32),
+    /// Not queued: this home shard gave the request's scope to the joint
+    /// shard, where the request goes instead (see
+    /// [`shards`](super::shards)). The registry never hands it on.
+    Elsewhere,
 }
 
 /// The request that ends, as [`Scheduler::finish_request`] is told it.
@@ -142,6 +146,8 @@ pub(crate) struct Scheduler {
     metrics: Metrics,
     /// This scheduler's shard of its registry (see [`shards`](super::shards)).
     shard: usize,
+    /// This shard in the ids it gives (0 in the joint shard).
+    id_tag: usize,
     /// What the shards share, when there are several.
     across: Option<Arc<Across>>,
     /// The scopes of this home shard that live in the joint shard, or are
@@ -193,6 +199,7 @@ impl Scheduler {
             delayed_warned: false,
             metrics: Metrics::default(),
             shard: JOINT,
+            id_tag: 0,
             across: None,
             elsewhere: HashMap::new(),
             leaving: Vec::new(),
@@ -219,6 +226,7 @@ impl Scheduler {
                 one.metrics = self.metrics;
                 one.global = global.clone();
                 one.shard = shard;
+                one.id_tag = crate::registry::shards::encode(shard, 0);
                 one.across = Some(across.clone());
                 one
             })
@@ -233,9 +241,12 @@ impl Scheduler {
         scheduler
     }
 
-    /// This scheduler's shard.
-    pub(crate) fn shard(&self) -> usize {
-        self.shard
+    /// Id `id` of this scheduler's (a ticket's or a scope's) with its
+    /// shard, as an [`Admission`] names it (see
+    /// [`shards::encode`](crate::registry::shards::encode)).
+    #[inline(always)]
+    fn tagged(&self, id: usize) -> usize {
+        id | self.id_tag
     }
 
     /// Reports to the `metrics` facade (with the `metrics` feature).
@@ -346,7 +357,20 @@ impl Scheduler {
     /// scheduler has not seen it (so a scope it knows costs no key). Its
     /// word stays as it is: the caller closes it unless it admits on it.
     fn scope_id_named(&mut self, name: &str, key: impl FnOnce() -> Scope, now: Instant) -> ScopeId {
-        if let Some(id) = self.index.get(name, &self.scopes) {
+        self.scope_id_hashed(name, self.index.hash(name), key, now)
+    }
+
+    /// [`scope_id_named`](Self::scope_id_named), given the name's hash
+    /// (see [`NameHash`](crate::registry::shards::NameHash)).
+    #[inline]
+    fn scope_id_hashed(
+        &mut self,
+        name: &str,
+        hash: u64,
+        key: impl FnOnce() -> Scope,
+        now: Instant,
+    ) -> ScopeId {
+        if let Some(id) = self.index.get_hashed(name, hash, &self.scopes) {
             return id;
         }
         self.make_room(now);
@@ -367,16 +391,20 @@ impl Scheduler {
     /// path, which allocates no key for a scope already known.
     /// A plain scope may be admitted on its lock-free word, as `mode`
     /// allows.
+    #[inline(always)]
     pub(crate) fn enqueue_named(
         &mut self,
-        name: &str,
+        (name, hash): (&str, u64),
         priority: i32,
         mode: FastMode,
         now: Instant,
         wake: &mut WakeList,
     ) -> (Admission, Scope) {
+        if self.placement(name).is_some() {
+            return (Admission::Elsewhere, Scope::new(name));
+        }
         self.evict_expired(now);
-        let scope = self.scope_id_named(name, || Scope::new(name), now);
+        let scope = self.scope_id_hashed(name, hash, || Scope::new(name), now);
         let key = self.scopes[scope].state.key.clone();
         if let Some(fast) = self.fast_admission(scope, mode, now) {
             return (Admission::Fast(fast), key);
@@ -391,7 +419,7 @@ impl Scheduler {
             cost: DEFAULT_COST,
         }]);
         let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
-        (Admission::Ticket(id, admitted), key)
+        (Admission::Ticket(self.tagged(id), admitted), key)
     }
 
     /// Queues a request for `scopes`; admits it at once when nothing is
@@ -407,10 +435,13 @@ impl Scheduler {
         now: Instant,
         wake: &mut WakeList,
     ) -> Admission {
-        self.evict_expired(now);
         let ids: Vec<(ScopeId, f64)>;
         let seats = if scopes.len() == 1 {
             let (key, cost) = scopes.iter().next().expect("a Scopes is never empty");
+            if self.placement(key.as_str()).is_some() {
+                return Admission::Elsewhere;
+            }
+            self.evict_expired(now);
             let scope = self.scope_id_named(key.as_str(), || key.clone(), now);
             if let Some(fast) = self.fast_admission(scope, mode, now) {
                 return Admission::Fast(fast);
@@ -425,6 +456,7 @@ impl Scheduler {
                 cost,
             }])
         } else {
+            self.evict_expired(now);
             ids = scopes
                 .iter()
                 .map(|(scope, cost)| (self.busy_scope_id(scope, now), cost))
@@ -436,7 +468,7 @@ impl Scheduler {
             }))
         };
         let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
-        Admission::Ticket(id, admitted)
+        Admission::Ticket(self.tagged(id), admitted)
     }
 
     /// Admits a one-scope request of scope `id` on its lock-free word
@@ -467,7 +499,7 @@ impl Scheduler {
         }
         let lane = self.take_plain_lane(scope, now)?;
         match u32::try_from(lane) {
-            Ok(lane) => Some(Admission::Plain(scope, lane)),
+            Ok(lane) => Some(Admission::Plain(self.tagged(scope), lane)),
             // Lanes never outnumber a `u32` concurrency.
             Err(_) => unreachable!("lane {lane} beyond the concurrency"),
         }
@@ -731,6 +763,7 @@ impl Scheduler {
     /// The fast path of a one-scope request: takes a lane in scope `id`
     /// when it is plain (see [`ScopeState::take_plain_lane`]), nobody waits
     /// for it and the global limit allows; counts the send.
+    #[inline(always)]
     fn take_plain_lane(&mut self, id: ScopeId, now: Instant) -> Option<usize> {
         if !self.global_permit_is_free() {
             return None;
@@ -905,6 +938,7 @@ impl Scheduler {
 
     /// Ends a request of one scope that holds no ticket: admitted on a
     /// plain lane, or adopted from a closed word (on no lane).
+    #[inline(always)]
     fn finish_unticketed(
         &mut self,
         seat: Seat,
@@ -931,6 +965,7 @@ impl Scheduler {
     /// scheduler has yet to apply (an admitted request never handed over
     /// leaves its scopes' undeparted count as its lanes are released). A
     /// response feeds each scope's latency average and AutoThrottle.
+    #[inline(always)]
     fn release_seats(
         &mut self,
         seats: &[Seat],

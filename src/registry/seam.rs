@@ -34,35 +34,51 @@ impl Registry {
             },
             _ => FastMode::Never,
         };
-        let admission = if self.is_sharded() {
-            self.enqueue_sharded(scopes, priority, mode)
+        let admission = if scopes.len() > 1 {
+            self.enqueue_several(scopes, priority)
         } else {
-            self.with_the_only_shard(None, |scheduler, now, wake| {
+            let name = key.as_str();
+            let enqueue = |scheduler: &mut Scheduler, now, wake: &mut WakeList| {
                 scheduler.enqueue(scopes, priority.0, mode, now, wake)
-            })
+            };
+            match self.with_shard_at(self.home(name), None, enqueue) {
+                // Its home gave the scope to the joint shard.
+                Admission::Elsewhere => self.enqueue_moved(name, enqueue),
+                admission => admission,
+            }
         };
         self.remember(&admission);
         admission
     }
 
-    /// [`enqueue`](Self::enqueue)'s admission with several shards: a
-    /// request of one scope in its scope's shard, one of several in the
-    /// joint shard (see [`shards`]).
+    /// [`enqueue`](Self::enqueue)'s admission of a request of several
+    /// scopes: in the joint shard (see [`shards`]), the only one unless
+    /// the registry is sharded.
+    #[inline(never)]
+    fn enqueue_several(&self, scopes: &Scopes, priority: Priority) -> Admission {
+        self.with_shard_at(shards::JOINT, None, |joint, now, wake| {
+            if self.is_sharded() {
+                self.bring_to_joint(joint, scopes, now);
+            }
+            joint.enqueue(scopes, priority.0, FastMode::Never, now, wake)
+        })
+    }
+
+    /// Runs a request's admission `enqueue` in the shard that holds scope
+    /// `name`, which its home gave away (see [`shards`]).
     #[cold]
     #[inline(never)]
-    fn enqueue_sharded(&self, scopes: &Scopes, priority: Priority, mode: FastMode) -> Admission {
-        let enqueue = |scheduler: &mut Scheduler, now, wake: &mut WakeList| {
-            let admission = scheduler.enqueue(scopes, priority.0, mode, now, wake);
-            with_shard(admission, scheduler.shard())
-        };
-        if scopes.len() > 1 {
-            return self.with_shard_at(shards::JOINT, None, |joint, now, wake| {
-                self.bring_to_joint(joint, scopes, now);
-                enqueue(joint, now, wake)
-            });
-        }
-        let (key, _) = scopes.iter().next().expect("a Scopes is never empty");
-        self.with_scope_at(key.as_str(), true, None, enqueue)
+    fn enqueue_moved<T>(
+        &self,
+        name: &str,
+        enqueue: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T + Copy,
+    ) -> T {
+        // Its home said so under its lock: straight to the joint shard,
+        // unless that shard evicted it meanwhile (its home holds it again).
+        self.with_shard_at(shards::JOINT, None, |joint, now, wake| {
+            joint.holds(name).then(|| enqueue(joint, now, wake))
+        })
+        .unwrap_or_else(|| self.with_scope_at(name, true, None, enqueue))
     }
 
     /// Has the joint shard hold every one of `scopes` (a request of
@@ -140,26 +156,18 @@ impl Registry {
             Ok((fast, key)) => return (Admission::Fast(fast), Scopes::one(key)),
             Err(mode) => mode,
         };
-        let (admission, scope) = if self.is_sharded() {
-            self.enqueue_named_sharded(&name, priority, mode)
-        } else {
-            self.with_the_only_shard(None, |scheduler, now, wake| {
-                scheduler.enqueue_named(&name, priority.0, mode, now, wake)
-            })
+        // One hash of the name finds its home and its scope there.
+        let hash = self.shared.names.of(&name);
+        let enqueue = |scheduler: &mut Scheduler, now, wake: &mut WakeList| {
+            scheduler.enqueue_named((&name, hash), priority.0, mode, now, wake)
+        };
+        let (admission, scope) = match self.with_shard_at(self.home_hashed(hash), None, enqueue) {
+            // Its home gave the scope to the joint shard.
+            (Admission::Elsewhere, _) => self.enqueue_moved(&name, enqueue),
+            admitted => admitted,
         };
         self.remember(&admission);
         (admission, Scopes::one(scope))
-    }
-
-    /// [`enqueue_resolved`](Self::enqueue_resolved)'s admission of a
-    /// host's scope with several shards.
-    #[cold]
-    #[inline(never)]
-    fn enqueue_named_sharded(&self, name: &str, priority: Priority, mode: FastMode) -> (Admission, Scope) {
-        self.with_scope_at(name, true, None, |scheduler, now, wake| {
-            let (admission, scope) = scheduler.enqueue_named(name, priority.0, mode, now, wake);
-            (with_shard(admission, scheduler.shard()), scope)
-        })
     }
 
     /// Polls waiting ticket `id`: admitted (and whether its departure must
@@ -202,64 +210,54 @@ impl Registry {
         (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
         collected: &[Collected],
     ) {
-        if self.is_sharded() {
-            return self.finish_sharded(id, outcome, departed_at, (ended, ended_stamp), collected);
-        }
+        let (shard, id) = decode_finishing(id);
         let learns = self.fleet().is_some_and(|fleet| fleet.learns);
         if collected.is_empty() && !learns {
-            self.with_the_only_shard(ended, |scheduler, now, wake| {
+            self.with_shard_at(shard, ended, |scheduler, now, wake| {
                 scheduler.finish_request(id, outcome, departed_at, (now, ended_stamp), wake)
             });
             return;
         }
-        let mut writes = Vec::new();
-        let samples = self.with_scheduler_at(ended, |scheduler, now, wake| {
-            self.apply_collected(scheduler, collected, (now, wake), &mut writes);
-            scheduler.finish_request(id, outcome, departed_at, (now, ended_stamp), wake);
-            scheduler.take_autothrottle_samples()
-        });
-        self.write_shared(writes);
-        if let Some(samples) = samples {
-            self.share_autothrottle(samples);
-        }
+        self.finish_reported((shard, id), outcome, departed_at, (ended, ended_stamp), collected);
     }
 
-    /// [`finish`](Self::finish) with several shards: the reports and the
-    /// end under the request's shard's lock when that shard holds every
-    /// scope reported (a request's reports are about its own scopes, which
-    /// live in its shard unless one of them moved since); otherwise the
-    /// reports first, each under its scope's shard's lock, then the end.
-    #[cold]
+    /// [`finish`](Self::finish) with reports to apply (or a fleet that
+    /// learns together) of request `id` of shard `shard`.
     #[inline(never)]
-    fn finish_sharded(
+    fn finish_reported(
         &self,
-        id: Finishing,
+        (shard, id): (usize, Finishing),
         outcome: Outcome,
         departed_at: Option<Stamp>,
         (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
         collected: &[Collected],
     ) {
-        let (shard, id) = match id {
-            Finishing::Ticket(id) => {
-                let (shard, id) = shards::decode(id);
-                (shard, Finishing::Ticket(id))
-            }
-            Finishing::Plain(scope, lane) => {
-                let (shard, scope) = shards::decode(scope);
-                (shard, Finishing::Plain(scope, lane))
-            }
-        };
         let end = |scheduler: &mut Scheduler, now, wake: &mut WakeList| {
             scheduler.finish_request(id, outcome, departed_at, (now, ended_stamp), wake)
         };
-        // The common case: the request's own scopes reported, and its
-        // shard holds them all; the reports ride with the end.
+        if !self.is_sharded() {
+            let mut writes = Vec::new();
+            let samples = self.with_scheduler_at(ended, |scheduler, now, wake| {
+                self.apply_collected(scheduler, collected, (now, wake), &mut writes);
+                end(scheduler, now, wake);
+                scheduler.take_autothrottle_samples()
+            });
+            self.write_shared(writes);
+            if let Some(samples) = samples {
+                self.share_autothrottle(samples);
+            }
+            return;
+        }
+        // With several shards (no store, so nothing to write or share):
+        // the reports ride with the end when the request's shard holds
+        // every scope reported (a request's reports are about its own
+        // scopes, which live in its shard unless one of them moved since);
+        // otherwise the reports go first, each under its scope's shard's
+        // lock, then the end.
         let ended_here = self.with_shard_at(shard, ended, |scheduler, now, wake| {
             if !updates_all(scheduler, collected) {
                 return false;
             }
-            // (A registry with a store, whose reports write to it, has one
-            // shard: nothing to write here.)
             self.apply_collected(scheduler, collected, (now, wake), &mut Vec::new());
             end(scheduler, now, wake);
             true
@@ -399,25 +397,27 @@ fn updates_all(scheduler: &Scheduler, collected: &[Collected]) -> bool {
     })
 }
 
-/// `admission` with the ids it names given their shard (see
-/// [`shards::encode`]; a registry of several shards).
-fn with_shard(admission: Admission, shard: usize) -> Admission {
-    match admission {
-        Admission::Ticket(id, admitted) => Admission::Ticket(shards::encode(shard, id), admitted),
-        Admission::Plain(scope, lane) => Admission::Plain(shards::encode(shard, scope), lane),
-        fast @ Admission::Fast(_) => fast,
+impl Registry {
+    /// The shard and the scheduler's own id of an id
+    /// an [`Admission`] names.
+    #[inline(always)]
+    fn decode(&self, id: usize) -> (usize, usize) {
+        shards::decode(id)
     }
 }
 
-impl Registry {
-    /// The shard and the scheduler's own id of an id
-    /// [`with_shard`](Self::with_shard) gave.
-    #[inline(always)]
-    fn decode(&self, id: usize) -> (usize, usize) {
-        if !self.is_sharded() {
-            return (shards::JOINT, id);
+/// The shard and the scheduler's own id of a request to end.
+#[inline(always)]
+fn decode_finishing(id: Finishing) -> (usize, Finishing) {
+    match id {
+        Finishing::Ticket(id) => {
+            let (shard, id) = shards::decode(id);
+            (shard, Finishing::Ticket(id))
         }
-        shards::decode(id)
+        Finishing::Plain(scope, lane) => {
+            let (shard, scope) = shards::decode(scope);
+            (shard, Finishing::Plain(scope, lane))
+        }
     }
 }
 

@@ -199,6 +199,9 @@ impl Ticket {
             Admission::Ticket(id, admitted) => (id, admitted, Owner::Scheduler(registry.clone())),
             // Nothing to report early: a plain scope has no gap.
             Admission::Plain(scope, lane) => (scope, Some(false), Owner::Plain(registry.clone(), lane)),
+            // The registry queues such a request in the shard that holds
+            // its scope instead.
+            Admission::Elsewhere => unreachable!("a request admitted in a shard that gave its scope away"),
         };
         let stage = match admitted {
             // A request admitted at once gives its place back now.

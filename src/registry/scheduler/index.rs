@@ -3,41 +3,48 @@
 //! the 8 bytes of its id (a map from key to id would take 24, and every
 //! byte counts with a million scopes).
 
-use std::hash::BuildHasher;
-
 use hashbrown::HashTable;
 use slab::Slab;
 
 use super::{ScopeEntry, ScopeId};
+use crate::registry::shards::NameHash;
 
 #[derive(Debug, Default)]
 pub(super) struct ScopeIndex {
     ids: HashTable<ScopeId>,
-    hasher: foldhash::fast::RandomState,
+    hasher: NameHash,
 }
 
 impl ScopeIndex {
     #[inline]
     pub(super) fn get(&self, key: &str, scopes: &Slab<ScopeEntry>) -> Option<ScopeId> {
+        self.get_hashed(key, self.hasher.of(key), scopes)
+    }
+
+    /// [`get`](Self::get), given the key's hash (see [`NameHash`]).
+    #[inline]
+    pub(super) fn get_hashed(&self, key: &str, hash: u64, scopes: &Slab<ScopeEntry>) -> Option<ScopeId> {
         self.ids
-            .find(self.hasher.hash_one(key), |&id| {
-                scopes[id].state.key.as_str() == key
-            })
+            .find(hash, |&id| scopes[id].state.key.as_str() == key)
             .copied()
+    }
+
+    /// The hash [`get_hashed`](Self::get_hashed) wants for `key`.
+    pub(super) fn hash(&self, key: &str) -> u64 {
+        self.hasher.of(key)
     }
 
     /// Indexes scope `id`, already in `scopes`, by its key.
     pub(super) fn insert(&mut self, id: ScopeId, scopes: &Slab<ScopeEntry>) {
         let hasher = &self.hasher;
-        let hash = hasher.hash_one(scopes[id].state.key.as_str());
-        self.ids.insert_unique(hash, id, |&other| {
-            hasher.hash_one(scopes[other].state.key.as_str())
-        });
+        let hash = hasher.of(scopes[id].state.key.as_str());
+        self.ids
+            .insert_unique(hash, id, |&other| hasher.of(scopes[other].state.key.as_str()));
     }
 
     /// Forgets scope `id`, still in `scopes`.
     pub(super) fn remove(&mut self, id: ScopeId, scopes: &Slab<ScopeEntry>) {
-        let hash = self.hasher.hash_one(scopes[id].state.key.as_str());
+        let hash = self.hasher.of(scopes[id].state.key.as_str());
         if let Ok(entry) = self.ids.find_entry(hash, |&other| other == id) {
             entry.remove();
         }

@@ -203,6 +203,13 @@ impl Scheduler {
         unplaced
     }
 
+    /// Whether scopes move to or from this shard: some leave it (a
+    /// home), or it evicted scopes of other homes (the joint shard).
+    #[inline(always)]
+    pub(crate) fn has_moving(&self) -> bool {
+        !(self.leaving.is_empty() && self.unplaced.is_empty())
+    }
+
     /// (The joint shard.) Whether it evicted scopes of other homes.
     #[inline(always)]
     pub(crate) fn has_unplaced(&self) -> bool {
