@@ -319,6 +319,47 @@ async fn a_scope_the_joint_shard_evicts_belongs_to_its_home_again() {
     assert_eq!(registry.stats().evictions, 2);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_leaving_scope_counts_the_requests_waiting_for_it_in_the_joint_shard() {
+    let site = away_from_joint("leaving");
+    let scenario = || {
+        let path = |path: &str| format!("https://{site}/{path}");
+        vec![
+            // At home, in flight until 1 000 ms.
+            (0, request(&path("a?ms=1000"), None)),
+            // Waits at home behind it.
+            (5, request(&path("b"), None)),
+            // The site leaves its home: this waits in the joint shard.
+            (10, request(&path("both"), Some(&[site.as_str(), "api"]))),
+            // So does this one.
+            (20, request(&path("c"), None)),
+        ]
+    };
+    for shards in [1, 8] {
+        let registry = registry(shards, 64, config(1, 100));
+        let crawl = {
+            let registry = registry.clone();
+            let requests = scenario();
+            tokio::spawn(async move { run(&registry, requests).await })
+        };
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let stats = registry.scope_stats(&site).unwrap();
+        assert_eq!(
+            (stats.in_flight, stats.queued, stats.idle_for),
+            (1, 3, None),
+            "{shards} shards"
+        );
+        assert_eq!(registry.stats().waiting, 3, "{shards} shards");
+        crawl.await.unwrap();
+        let stats = registry.scope_stats(&site).unwrap();
+        assert_eq!(
+            (stats.in_flight, stats.queued, stats.sent),
+            (0, 0, 4),
+            "{shards} shards"
+        );
+    }
+}
+
 #[test]
 fn shards_must_be_a_power_of_two_up_to_256_and_one_with_a_store() {
     for shards in [0, 3, 12, 512] {

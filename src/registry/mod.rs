@@ -736,9 +736,41 @@ impl Registry {
 
     /// A snapshot of scope `key`, or `None` if the registry does not hold
     /// it (never seen, or evicted while idle).
+    ///
+    /// With shards, a scope leaving its home for the joint shard (see
+    /// [`shards`]) is counted whole: what its home holds, and the requests
+    /// that wait for it in the joint shard meanwhile.
     pub fn scope_stats(&self, key: &str) -> Option<ScopeStats> {
-        self.with_scope_at(key, false, None, |scheduler, now, _| {
-            scheduler.scope_stats(key, now)
+        if self.is_sharded() {
+            return self.scope_stats_sharded(key);
+        }
+        self.with_the_only_shard(None, |scheduler, now, _| scheduler.scope_stats(key, now))
+    }
+
+    /// [`scope_stats`](Self::scope_stats) with several shards: the shard
+    /// that holds the scope; if that is a home the scope is leaving, the
+    /// joint shard's lock then the home's (the lock order), for the
+    /// requests waiting in the joint shard's placeholder with the limits
+    /// the home applies.
+    fn scope_stats_sharded(&self, key: &str) -> Option<ScopeStats> {
+        let (stats, leaving) = self.with_scope_at(key, false, None, |scheduler, now, _| {
+            let leaving = scheduler.placement(key) == Some(shards::Placement::Leaving);
+            (scheduler.scope_stats(key, now), leaving)
+        });
+        if !leaving {
+            return stats;
+        }
+        self.with_shard_at(shards::JOINT, None, |joint, now, _| {
+            let arriving = match joint.arriving_waiters(key) {
+                stats::InJoint::Arriving(waiters) => waiters,
+                // It arrived between the two locks: the joint shard has
+                // it whole.
+                stats::InJoint::Arrived => return joint.scope_stats(key, now),
+            };
+            // The home holds it until it hands it over, which takes this
+            // lock too.
+            self.lock_shard(self.home(key))
+                .leaving_scope_stats(key, arriving, now)
         })
     }
 
