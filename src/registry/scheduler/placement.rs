@@ -178,6 +178,7 @@ impl Scheduler {
         self.index.insert(id, &self.scopes);
         if let Some(across) = &self.across {
             across.scopes_changed(1);
+            self.note_scope_made();
         }
         id
     }
