@@ -396,13 +396,26 @@ async fn requests_ending_on_an_open_word_evict_idle_scopes_of_other_shards() {
             .map(|i| (i * 100, request(&format!("https://{busy}/{i}"), None)))
             .collect::<Vec<_>>()
     };
+    let start_locks = registry.debug_lock_count();
     run(&registry, many(590)).await;
+    let first_locks = registry.debug_lock_count();
     assert_eq!(start.elapsed(), Duration::from_millis(58_900));
     assert!(registry.scope_stats(&old).is_some(), "idle 58.9 s of 60");
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = registry.debug_lock_count();
     run(&registry, many(20)).await;
+    let after = registry.debug_lock_count();
     assert!(registry.scope_stats(&old).is_none(), "idle 60.9 s and more of 60");
     assert_eq!(registry.stats().evictions, 1);
+    if let (Some(start_locks), Some(first_locks), Some(before), Some(after)) =
+        (start_locks, first_locks, before, after)
+    {
+        // The first requests open the word; the rest take no lock.
+        assert!(first_locks - start_locks < 10, "{}", first_locks - start_locks);
+        // The first request to end once the idle scope is due takes its
+        // own shard's lock, whose epilogue sweeps the idle scope's shard.
+        assert_eq!(after - before, 2);
+    }
 }
 
 #[tokio::test(start_paused = true)]
