@@ -20,26 +20,35 @@ fn registry() -> Registry {
 
 fn registry_with(lanes: u32, delay: Duration) -> Registry {
     Registry::builder()
-        .default_scope(
-            ScopeConfig::default()
-                .concurrency(lanes)
-                .delay(delay)
-                .delay_per_slot(Duration::ZERO)
-                .jitter(0.0),
-        )
+        .default_scope(config(lanes, delay))
         .build()
         .unwrap()
 }
 
+fn config(lanes: u32, delay: Duration) -> ScopeConfig {
+    ScopeConfig::default()
+        .concurrency(lanes)
+        .delay(delay)
+        .delay_per_slot(Duration::ZERO)
+        .jitter(0.0)
+}
+
 /// The registry locks one request through RetryAfter → Backoff under a
 /// throttle costs, for a response with `status` and `headers`, with
-/// `scopes`; `None` in a release build.
+/// `scopes`, on a registry of one shard (on a sharded one, a first
+/// request of several scopes also takes the locks of its scopes' homes to
+/// move them: see the sharded twin below); `None` in a release build.
 async fn locks_for(
     scopes: &[&str],
     status: u16,
     headers: &[(&'static str, &'static str)],
 ) -> Option<(u64, Registry)> {
-    locks_through(registry(), scopes, status, headers).await
+    let registry = Registry::builder()
+        .shards(1)
+        .default_scope(config(1, Duration::ZERO))
+        .build()
+        .unwrap();
+    locks_through(registry, scopes, status, headers).await
 }
 
 /// [`locks_for`] through `registry`.
@@ -140,8 +149,18 @@ async fn a_response_costs_the_completions_lock_on_a_sharded_registry_too() {
             )
             .build()
             .unwrap();
-        // The scopes in place.
-        locks_through(registry.clone(), scopes, 200, &[]).await;
+        // The scopes in place: a request of several scopes takes the lock
+        // of each home it moves one from, inside the joint shard's.
+        let moving = match scopes.len() {
+            1 => 0,
+            _ => scopes
+                .iter()
+                .filter(|scope| registry.debug_home_of(scope) != 0)
+                .count() as u64,
+        };
+        if let Some((locks, _)) = locks_through(registry.clone(), scopes, 200, &[]).await {
+            assert_eq!(locks, 2 + moving, "{scopes:?}, moving {moving}");
+        }
         let Some((locks, registry)) = locks_through(registry, scopes, 429, LIMITED).await else {
             eprintln!("a release build does not count locks: nothing to check");
             return;

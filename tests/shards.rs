@@ -319,6 +319,204 @@ async fn a_scope_the_joint_shard_evicts_belongs_to_its_home_again() {
     assert_eq!(registry.stats().evictions, 2);
 }
 
+/// Names `{prefix}{i}.example`, each in a shard of eight of its own
+/// (none the joint shard when `away` says so), `count` of them.
+fn in_distinct_shards(prefix: &str, count: usize, away: bool) -> Vec<String> {
+    let probe = registry(8, 1, config(1, 0));
+    let mut taken = Vec::new();
+    let mut names = Vec::new();
+    for name in (0..).map(|i| format!("{prefix}{i}.example")) {
+        let home = probe.debug_home_of(&name);
+        if (away && home == 0) || taken.contains(&home) {
+            continue;
+        }
+        taken.push(home);
+        names.push(name);
+        if names.len() == count {
+            return names;
+        }
+    }
+    unreachable!()
+}
+
+/// A name `{prefix}{i}.example` whose home among eight shards is `shard`.
+fn in_shard(prefix: &str, shard: usize) -> String {
+    let probe = registry(8, 1, config(1, 0));
+    (0..)
+        .map(|i| format!("{prefix}{i}.example"))
+        .find(|name| probe.debug_home_of(name) == shard)
+        .expect("some name hashes there")
+}
+
+/// A registry of eight shards whose idle scopes go after `idle_ttl`, or
+/// first past `max_scopes`.
+fn evicting(idle_ttl: Duration, max_scopes: usize) -> Registry {
+    Registry::builder()
+        .shards(8)
+        .max_concurrency(64)
+        .default_scope(config(4, 0))
+        .idle_ttl(idle_ttl)
+        .max_scopes(max_scopes)
+        .build()
+        .unwrap()
+}
+
+/// Sends one request to `https://{host}/` and waits for its answer.
+async fn send(registry: &Registry, host: &str) {
+    run(registry, vec![(0, request(&format!("https://{host}/"), None))]).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scope_idle_past_idle_ttl_goes_when_requests_arrive_in_another_shard() {
+    let registry = evicting(Duration::from_secs(60), 1_000);
+    let [old, busy] = <[String; 2]>::try_from(in_distinct_shards("idle", 2, false)).unwrap();
+    send(&registry, &old).await;
+    // Only `busy`'s shard sees requests from now on.
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    send(&registry, &busy).await;
+    let stats = registry.scope_stats(&old).expect("idle 59 s of 60");
+    assert_eq!(stats.idle_for, Some(Duration::from_secs(59)));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    send(&registry, &busy).await;
+    assert!(registry.scope_stats(&old).is_none(), "idle 61 s of 60");
+    let stats = registry.stats();
+    assert_eq!((stats.scopes_tracked, stats.evictions), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_ending_on_an_open_word_evict_idle_scopes_of_other_shards() {
+    let registry = evicting(Duration::from_secs(60), 1_000);
+    let [old, busy] = <[String; 2]>::try_from(in_distinct_shards("word", 2, false)).unwrap();
+    send(&registry, &old).await;
+    // A plain scope asked for again and again: its requests admit and end
+    // on its lock-free word.
+    let start = Instant::now();
+    let many = |count: u64| {
+        (0..count)
+            .map(|i| (i * 100, request(&format!("https://{busy}/{i}"), None)))
+            .collect::<Vec<_>>()
+    };
+    let start_locks = registry.debug_lock_count();
+    run(&registry, many(590)).await;
+    let first_locks = registry.debug_lock_count();
+    assert_eq!(start.elapsed(), Duration::from_millis(58_900));
+    assert!(registry.scope_stats(&old).is_some(), "idle 58.9 s of 60");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = registry.debug_lock_count();
+    run(&registry, many(20)).await;
+    let after = registry.debug_lock_count();
+    assert!(registry.scope_stats(&old).is_none(), "idle 60.9 s and more of 60");
+    assert_eq!(registry.stats().evictions, 1);
+    if let (Some(start_locks), Some(first_locks), Some(before), Some(after)) =
+        (start_locks, first_locks, before, after)
+    {
+        // The first requests open the word; the rest take no lock.
+        assert!(first_locks - start_locks < 10, "{}", first_locks - start_locks);
+        // The first request to end once the idle scope is due takes its
+        // own shard's lock, whose epilogue sweeps the idle scope's shard.
+        assert_eq!(after - before, 2);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_max_scopes_a_shard_without_idle_scopes_has_the_oldest_of_another_go() {
+    let registry = evicting(Duration::from_secs(3_600), 3);
+    let names = in_distinct_shards("full", 4, false);
+    for name in &names[..3] {
+        send(&registry, name).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // The first is used again: the second is now the least recently used.
+    send(&registry, &names[0]).await;
+    // Made in a shard that holds no idle scope.
+    send(&registry, &names[3]).await;
+    let tracked: Vec<bool> = names
+        .iter()
+        .map(|name| registry.scope_stats(name).is_some())
+        .collect();
+    assert_eq!(tracked, vec![true, false, true, true]);
+    let stats = registry.stats();
+    assert_eq!((stats.scopes_tracked, stats.evictions), (3, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_max_scopes_an_older_idle_scope_of_another_shard_goes_before_one_of_its_own() {
+    let registry = evicting(Duration::from_secs(3_600), 3);
+    let [older, younger] = <[String; 2]>::try_from(in_distinct_shards("lru", 2, false)).unwrap();
+    let neighbour = (0..)
+        .map(|i| format!("next{i}.example"))
+        .find(|name| registry.debug_home_of(name) == registry.debug_home_of(&younger))
+        .unwrap();
+    let new = in_shard("new", registry.debug_home_of(&younger));
+    assert_ne!(new, neighbour);
+    for name in [&older, &younger, &neighbour] {
+        send(&registry, name).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // Its own shard's oldest idle scope (`younger`) is younger than
+    // another shard's (`older`): that one goes.
+    send(&registry, &new).await;
+    let tracked: Vec<bool> = [&older, &younger, &neighbour, &new]
+        .iter()
+        .map(|name| registry.scope_stats(name).is_some())
+        .collect();
+    assert_eq!(tracked, vec![false, true, true, true]);
+    assert_eq!(registry.stats().scopes_tracked, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_scopes_holds_over_every_shard_when_scopes_are_made_in_many() {
+    let registry = evicting(Duration::from_secs(3_600), 10);
+    for i in 0..200 {
+        send(&registry, &format!("site{i}.example")).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(registry.stats().scopes_tracked <= 10, "after site{i}");
+    }
+    let stats = registry.stats();
+    assert_eq!((stats.scopes_tracked, stats.evictions), (10, 190));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leaving_scope_counts_the_requests_waiting_for_it_in_the_joint_shard() {
+    let site = away_from_joint("leaving");
+    let scenario = || {
+        let path = |path: &str| format!("https://{site}/{path}");
+        vec![
+            // At home, in flight until 1 000 ms.
+            (0, request(&path("a?ms=1000"), None)),
+            // Waits at home behind it.
+            (5, request(&path("b"), None)),
+            // The site leaves its home: this waits in the joint shard.
+            (10, request(&path("both"), Some(&[site.as_str(), "api"]))),
+            // So does this one.
+            (20, request(&path("c"), None)),
+        ]
+    };
+    for shards in [1, 8] {
+        let registry = registry(shards, 64, config(1, 100));
+        let crawl = {
+            let registry = registry.clone();
+            let requests = scenario();
+            tokio::spawn(async move { run(&registry, requests).await })
+        };
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let stats = registry.scope_stats(&site).unwrap();
+        assert_eq!(
+            (stats.in_flight, stats.queued, stats.idle_for),
+            (1, 3, None),
+            "{shards} shards"
+        );
+        assert_eq!(registry.stats().waiting, 3, "{shards} shards");
+        crawl.await.unwrap();
+        let stats = registry.scope_stats(&site).unwrap();
+        assert_eq!(
+            (stats.in_flight, stats.queued, stats.sent),
+            (0, 0, 4),
+            "{shards} shards"
+        );
+    }
+}
+
 #[test]
 fn shards_must_be_a_power_of_two_up_to_256_and_one_with_a_store() {
     for shards in [0, 3, 12, 512] {

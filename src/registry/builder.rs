@@ -348,13 +348,12 @@ impl RegistryBuilder {
     /// whatever their names, so they stay all-or-nothing; a scope moves
     /// there the first time such a request names it (see the
     /// [`shards`](super::shards) module for how, without ever applying a
-    /// scope's limits twice). What changes: past `max_scopes` (counted
-    /// over every shard) the shard that makes a new scope evicts its own
-    /// least recently used idle scopes (one with none to evict lets the
-    /// count pass `max_scopes` until a shard that has some makes a scope),
-    /// and a shard evicts the scopes idle
-    /// past `idle_ttl` as its own requests arrive (a shard nobody sends to
-    /// keeps them until then); across scopes of different shards the order
+    /// scope's limits twice). Eviction works across shards: scopes idle
+    /// past `idle_ttl` go as requests of any shard arrive, and
+    /// `max_scopes` bounds the scopes of every shard, the least recently
+    /// used idle ones going first (to the second of each shard's oldest:
+    /// see the [`shards`](super::shards) module). What changes: across
+    /// scopes of different shards the order
     /// of waiters is each shard's own (the oldest request waiting for a
     /// global permit still goes first); a request's feedback reports ride
     /// with its completion when its shard takes every scope they name (the

@@ -93,6 +93,13 @@ mod atomic {
     pub(super) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 }
 
+/// The slot of [`GlobalFlight`]'s eviction due instants that holds the
+/// earliest over the shards of a sharded registry.
+pub(crate) const EVICT_HINT: usize = MAX_SHARDS;
+
+/// A due instant that never comes.
+const NEVER: u64 = u64::MAX;
+
 /// The requests in flight over all scopes, shared by the scheduler and the
 /// open scopes; see the [module docs](self).
 ///
@@ -105,10 +112,13 @@ pub(crate) struct GlobalFlight {
     /// for one.
     words_exist: AtomicBool,
     /// When eviction work is next due in each shard (a stamp's value;
-    /// `u64::MAX`: never): a request that ends on an open word of the
-    /// shard after it takes the shard's lock to do it, as arriving
-    /// requests do under the lock.
-    evict_due: [AtomicU64; MAX_SHARDS],
+    /// `u64::MAX`: never), then, at [`EVICT_HINT`], the earliest of them
+    /// in a registry of several shards (a lower bound: see
+    /// [`sweep_started`](Self::sweep_started)). A request that ends on an
+    /// open word reads its word's slot (its shard's, or the hint with
+    /// shards) and takes the lock to do the work once it is due, as
+    /// arriving requests do under the lock.
+    evict_due: [AtomicU64; MAX_SHARDS + 1],
     _apart: [u64; 7],
     permits: Permits,
 }
@@ -120,7 +130,7 @@ impl GlobalFlight {
         debug_assert!(shards <= MAX_SHARDS);
         GlobalFlight {
             words_exist: AtomicBool::new(false),
-            evict_due: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
+            evict_due: std::array::from_fn(|_| AtomicU64::new(NEVER)),
             _apart: [0; 7],
             permits: Permits::new(max),
         }
@@ -141,15 +151,96 @@ impl GlobalFlight {
 
     /// Sets when eviction work is next due in `shard` (under its lock).
     pub(crate) fn set_evict_due(&self, shard: usize, due: Option<Stamp>) {
-        let due = due.map_or(u64::MAX, Stamp::value);
+        let due = due.map_or(NEVER, Stamp::value);
         if self.evict_due[shard].load(Ordering::Relaxed) != due {
             self.evict_due[shard].store(due, Ordering::Relaxed);
         }
     }
 
-    /// Whether eviction work is due at `now` in `shard`.
-    pub(crate) fn eviction_due(&self, shard: usize, now: Stamp) -> bool {
-        now.value() >= self.evict_due[shard].load(Ordering::Relaxed)
+    /// Sets when eviction work is next due in `shard` of several (under
+    /// its lock), and lowers the registry-wide hint to it: the store is
+    /// sequenced before the release of the `fetch_min`, so a sweep whose
+    /// swap reads the hint after it also reads this slot (see
+    /// [`sweep_started`](Self::sweep_started)).
+    pub(crate) fn set_evict_due_sharded(&self, shard: usize, due: Option<Stamp>) {
+        self.set_evict_due(shard, due);
+        self.rehint(shard);
+    }
+
+    /// Whether eviction work is due at `now` in slot `slot`: a shard's,
+    /// or [`EVICT_HINT`] (some shard's, with shards).
+    #[inline(always)]
+    pub(crate) fn eviction_due(&self, slot: usize, now: Stamp) -> bool {
+        now.value() >= self.evict_due[slot].load(Ordering::Relaxed)
+    }
+
+    /// The registry-wide hint (see [`EVICT_HINT`]): a stamp's value, or
+    /// `u64::MAX` (never).
+    #[inline(always)]
+    pub(crate) fn evict_hint(&self) -> u64 {
+        self.evict_due[EVICT_HINT].load(Ordering::Relaxed)
+    }
+
+    /// When eviction work is next due in `shard` (a stamp's value;
+    /// `u64::MAX`: never).
+    pub(crate) fn evict_due_of(&self, shard: usize) -> u64 {
+        self.evict_due[shard].load(Ordering::Acquire)
+    }
+
+    /// The shard whose oldest eviction candidate is the oldest (its due
+    /// instant the earliest), if any has one, of the shards `skip` has
+    /// (one flag per shard) and does not set.
+    pub(crate) fn shard_with_oldest_candidate(&self, skip: &[bool]) -> Option<usize> {
+        (0..skip.len())
+            .filter(|&shard| !skip[shard])
+            .map(|shard| (self.evict_due_of(shard), shard))
+            .filter(|&(due, _)| due != NEVER)
+            .min()
+            .map(|(_, shard)| shard)
+    }
+
+    /// The earliest due instant of the first `shards` shards but `except`
+    /// (`u64::MAX`: none has a candidate).
+    pub(crate) fn earliest_due_but(&self, shards: usize, except: usize) -> u64 {
+        (0..shards)
+            .filter(|&shard| shard != except)
+            .map(|shard| self.evict_due_of(shard))
+            .min()
+            .unwrap_or(NEVER)
+    }
+
+    /// Lowers the registry-wide hint to `shard`'s due instant.
+    pub(crate) fn rehint(&self, shard: usize) {
+        let due = self.evict_due[shard].load(Ordering::Relaxed);
+        if due != NEVER {
+            self.evict_due[EVICT_HINT].fetch_min(due, Ordering::Release);
+        }
+    }
+
+    /// Starts a sweep of the shards' due eviction work at `now`: true when
+    /// this caller is to do it (the hint was due, and is now `NEVER` until
+    /// the shards' dues come back into it); false when another caller
+    /// already took it.
+    ///
+    /// Why no due instant is lost: every shard writes its slot, then
+    /// lowers the hint with a release `fetch_min`; the sweep swaps the hint
+    /// with acquire, then reads every slot and lowers the hint to each
+    /// (after doing that shard's work if it is due). A `fetch_min` before
+    /// the swap in the hint's order is read by the swap, so its slot's
+    /// store is seen by the sweep's read of that slot, which brings it
+    /// back; one after the swap lands in the hint itself. A slot read
+    /// stale only ever brings back an earlier instant: a sweep that finds
+    /// nothing to do, never a due one missed.
+    pub(crate) fn sweep_started(&self, now: Stamp) -> bool {
+        let was = self.evict_due[EVICT_HINT].swap(NEVER, Ordering::AcqRel);
+        if was > now.value() {
+            // Another caller swept first: give back what came since.
+            if was != NEVER {
+                self.evict_due[EVICT_HINT].fetch_min(was, Ordering::Release);
+            }
+            return false;
+        }
+        true
     }
 
     /// Requests in flight now.
@@ -221,6 +312,10 @@ pub(crate) struct FastScope {
     pub(crate) id: ScopeId,
     /// The shard whose scheduler holds the scope.
     pub(crate) shard: usize,
+    /// The slot of [`GlobalFlight`]'s eviction due instants a request that
+    /// ends on the word reads: its shard's, or [`EVICT_HINT`] with shards
+    /// (eviction work due in any shard is any request's).
+    pub(crate) evict_slot: usize,
     /// The scope's key (the cache compares names).
     pub(crate) key: Scope,
     /// The registry's global count.
@@ -238,6 +333,8 @@ pub(crate) struct FastScope {
 pub(crate) struct WordOwner {
     /// The shard of the scheduler that opens the words.
     pub(crate) shard: usize,
+    /// The eviction slot its words read (see [`FastScope::evict_slot`]).
+    pub(crate) evict_slot: usize,
     pub(crate) global: Arc<GlobalFlight>,
     pub(super) registry: Weak<RegistryShared>,
     pub(crate) metrics: Metrics,
@@ -255,6 +352,7 @@ impl FastScope {
             latency: AtomicU64::new(0),
             id,
             shard: owner.shard,
+            evict_slot: owner.evict_slot,
             key,
             global: owner.global.clone(),
             registry: owner.registry.clone(),

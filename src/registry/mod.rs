@@ -188,7 +188,7 @@ use tokio::time::Instant;
 use crate::error::ConfigError;
 use crate::scope::{handover, RequestHead, Scope, ScopeResolver, Scopes};
 use crate::store::StoreHandle;
-use crate::time::saturating_add;
+use crate::time::{saturating_add, Stamp};
 pub(crate) use configs::IP_SCOPE_PREFIX;
 pub(crate) use fast_path::FastScope;
 pub(crate) use places::{PlaceHandle, QueuePlace};
@@ -280,6 +280,16 @@ struct FollowUp {
     /// Scopes whose home shard is done with them: the joint shard takes
     /// their state.
     drained: Vec<Scope>,
+    /// Eviction work is due in some shard (the registry-wide hint says
+    /// so): this caller sweeps the shards (see
+    /// [`sweep_evictions`](Registry::sweep_evictions)).
+    sweep: bool,
+    /// The shard made a scope past `max_scopes` and could not make room
+    /// itself: the shards with the oldest idle scopes make it (see
+    /// [`make_room_across`](Registry::make_room_across)).
+    room: bool,
+    /// The instant the lock ran at.
+    now: Instant,
 }
 
 impl fmt::Debug for Registry {
@@ -405,6 +415,20 @@ impl Registry {
         now: Option<Instant>,
         act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
     ) -> T {
+        self.with_shard_in::<false, T>(shard, now, act)
+    }
+
+    /// [`with_shard_at`](Self::with_shard_at), from the follow-up of
+    /// another lock when `NESTED`: then what its own epilogue leaves to do
+    /// for eviction (a sweep, room to make) is left to the next request,
+    /// so that one request's follow-ups never chain.
+    #[inline(always)]
+    fn with_shard_in<const NESTED: bool, T>(
+        &self,
+        shard: usize,
+        now: Option<Instant>,
+        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
+    ) -> T {
         // Empty until something is woken: no allocation on the common path.
         let mut wake = WakeList::new();
         let mut follow_up = None;
@@ -414,8 +438,8 @@ impl Registry {
             let result = act(&mut scheduler, now, &mut wake);
             let settle = scheduler.settle_global(now, &mut wake);
             // Checked inline: the common case leaves nothing to do.
-            if settle.is_some() || scheduler.has_moving() {
-                follow_up = Some(self.shard_epilogue(&mut scheduler, settle));
+            if settle.is_some() || scheduler.needs_epilogue(now) {
+                follow_up = Some(self.shard_epilogue(&mut scheduler, settle, now));
             }
             scheduler.report_levels();
             result
@@ -428,7 +452,7 @@ impl Registry {
             }
         }
         if let Some(follow_up) = follow_up {
-            self.follow_up(&follow_up);
+            self.follow_up::<NESTED>(&follow_up);
         }
         result
     }
@@ -437,10 +461,17 @@ impl Registry {
     /// shards only): the joint shard tells the homes of the scopes it
     /// evicted to hold them again (their locks come after its own); a home
     /// names the scopes it is done with, for the joint shard to take once
-    /// this lock is released.
+    /// this lock is released; and eviction work due in any shard, or room
+    /// this shard could not make for a new scope, is noted for after the
+    /// release.
     #[cold]
     #[inline(never)]
-    fn shard_epilogue(&self, scheduler: &mut Scheduler, settle: Option<usize>) -> Box<FollowUp> {
+    fn shard_epilogue(
+        &self,
+        scheduler: &mut Scheduler,
+        settle: Option<usize>,
+        now: Instant,
+    ) -> Box<FollowUp> {
         if scheduler.has_unplaced() {
             for key in scheduler.take_unplaced() {
                 self.lock_shard(self.home(key.as_str())).take_back(&key);
@@ -451,18 +482,27 @@ impl Registry {
         } else {
             Vec::new()
         };
-        Box::new(FollowUp { settle, drained })
+        Box::new(FollowUp {
+            settle,
+            drained,
+            sweep: scheduler.sweep_due(now),
+            room: scheduler.take_room_wanted(),
+            now,
+        })
     }
 
     /// Does what a shard's lock left to do, after it was released: the
     /// joint shard takes the state of the scopes their homes are done with
-    /// (both locks, the joint one first), and the shard of the oldest
-    /// request waiting for a global permit lets it go.
+    /// (both locks, the joint one first), the shard of the oldest request
+    /// waiting for a global permit lets it go, and (unless `NESTED`: see
+    /// [`with_shard_in`](Self::with_shard_in)) the shards
+    /// make room for a new scope and do the eviction work that is due.
+    /// Each lock here is taken alone.
     #[cold]
     #[inline(never)]
-    fn follow_up(&self, follow_up: &FollowUp) {
+    fn follow_up<const NESTED: bool>(&self, follow_up: &FollowUp) {
         if !follow_up.drained.is_empty() {
-            self.with_shard_at(shards::JOINT, None, |joint, now, wake| {
+            self.with_shard_in::<NESTED, ()>(shards::JOINT, None, |joint, now, wake| {
                 for key in &follow_up.drained {
                     let state = self.lock_shard(self.home(key.as_str())).hand_over_drained(key);
                     if let Some(state) = state {
@@ -473,7 +513,73 @@ impl Registry {
         }
         if let Some(shard) = follow_up.settle {
             // Its epilogue serves the global waiters.
-            self.with_shard_at(shard, None, |_, _, _| ());
+            self.with_shard_in::<NESTED, ()>(shard, None, |_, _, _| ());
+        }
+        if NESTED {
+            return;
+        }
+        if follow_up.room {
+            self.make_room_across(follow_up.now);
+        }
+        if follow_up.sweep {
+            self.sweep_evictions(follow_up.now);
+        }
+    }
+
+    /// Does the eviction work due at `now` in every shard, one lock at a
+    /// time: scopes idle past `idle_ttl` go whichever shard's requests
+    /// arrive, so a shard nobody sends to does not keep them. Each shard
+    /// looks at a few candidates at most, as under its own requests; one
+    /// that has more due after that says so in the hint again, for the
+    /// next request. See [`GlobalFlight::sweep_started`] for why no
+    /// shard's due instant is lost between the hint and the shards.
+    #[cold]
+    fn sweep_evictions(&self, now: Instant) {
+        let global = &self.shared.global;
+        let stamp = Stamp::of(now);
+        if !global.sweep_started(stamp) {
+            return;
+        }
+        for shard in 0..self.shard_count() {
+            if global.eviction_due(shard, stamp) {
+                self.with_shard_in::<true, ()>(shard, Some(now), |scheduler, now, _| {
+                    scheduler.evict_expired(now)
+                });
+            }
+            // Its due instant back into the hint, whether it was due or
+            // not (one that did not move since it was last published is
+            // not published again).
+            global.rehint(shard);
+        }
+    }
+
+    /// Makes room for a scope a shard made past `max_scopes` without
+    /// evicting one of its own (it had none idle, or older ones are in
+    /// other shards): the shard whose oldest idle scope is the oldest of
+    /// all evicts, one lock at a time, until the registry holds
+    /// `max_scopes` again, no shard has a candidate it can evict, or each
+    /// shard was asked twice (the work per request stays bounded; the next
+    /// new scope goes on). The order is least recently used across shards
+    /// to the second of each shard's oldest candidate.
+    #[cold]
+    fn make_room_across(&self, now: Instant) {
+        let global = &self.shared.global;
+        // Shards that evicted nothing and whose oldest candidate stayed as
+        // old (one busy on its word, say): asked again, they would do the
+        // same.
+        let mut stuck = vec![false; self.shard_count()];
+        for _ in 0..2 * self.shard_count() {
+            let Some(shard) = global.shard_with_oldest_candidate(&stuck) else {
+                return;
+            };
+            let due = global.evict_due_of(shard);
+            let shed = self.with_shard_in::<true, _>(shard, Some(now), |scheduler, now, _| {
+                scheduler.evict_past_max_scopes(now)
+            });
+            if !shed.over {
+                return;
+            }
+            stuck[shard] = !shed.evicted && global.evict_due_of(shard) <= due;
         }
     }
 
@@ -705,9 +811,43 @@ impl Registry {
 
     /// A snapshot of scope `key`, or `None` if the registry does not hold
     /// it (never seen, or evicted while idle).
+    ///
+    /// With shards, a scope leaving its home for the joint shard (see
+    /// [`shards`]) is counted whole: what its home holds, and the requests
+    /// that wait for it in the joint shard meanwhile.
     pub fn scope_stats(&self, key: &str) -> Option<ScopeStats> {
-        self.with_scope_at(key, false, None, |scheduler, now, _| {
+        if self.is_sharded() {
+            return self.scope_stats_sharded(key);
+        }
+        self.with_shard_at(shards::JOINT, None, |scheduler, now, _| {
             scheduler.scope_stats(key, now)
+        })
+    }
+
+    /// [`scope_stats`](Self::scope_stats) with several shards: the shard
+    /// that holds the scope; if that is a home the scope is leaving, the
+    /// joint shard's lock then the home's (the lock order), for the
+    /// requests waiting in the joint shard's placeholder with the limits
+    /// the home applies.
+    fn scope_stats_sharded(&self, key: &str) -> Option<ScopeStats> {
+        let (stats, leaving) = self.with_scope_at(key, false, None, |scheduler, now, _| {
+            let leaving = scheduler.placement(key) == Some(shards::Placement::Leaving);
+            (scheduler.scope_stats(key, now), leaving)
+        });
+        if !leaving {
+            return stats;
+        }
+        self.with_shard_at(shards::JOINT, None, |joint, now, _| {
+            let arriving = match joint.arriving_waiters(key) {
+                stats::InJoint::Arriving(waiters) => waiters,
+                // It arrived between the two locks: the joint shard has
+                // it whole.
+                stats::InJoint::Arrived => return joint.scope_stats(key, now),
+            };
+            // The home holds it until it hands it over, which takes this
+            // lock too.
+            self.lock_shard(self.home(key))
+                .leaving_scope_stats(key, arriving, now)
         })
     }
 

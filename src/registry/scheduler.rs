@@ -381,6 +381,7 @@ impl Scheduler {
         self.index.insert(id, &self.scopes);
         if let Some(across) = &self.across {
             across.scopes_changed(1);
+            self.note_scope_made();
         }
         id
     }
@@ -626,6 +627,9 @@ impl Scheduler {
             if across.global_waiters() || self.global.queued() {
                 elsewhere = self.settle_global_across(now, wake);
             }
+            // Every shard's requests need to know when eviction work is
+            // due in any shard (see `Registry::sweep_evictions`).
+            self.publish_eviction_due();
         } else {
             // A waiter served goes, or waits for its scopes; one that needs
             // a permit again is queued again only when none is free.
@@ -633,10 +637,11 @@ impl Scheduler {
                 self.serve_global_queue(now, wake);
                 self.run_dispatch(now, wake);
             }
-        }
-        // Only the words need to know when eviction work is due.
-        if self.global.words_exist() {
-            self.publish_eviction_due();
+            // With one shard, only the words need to know when eviction
+            // work is due.
+            if self.global.words_exist() {
+                self.publish_eviction_due();
+            }
         }
         elsewhere
     }
@@ -670,6 +675,10 @@ impl Scheduler {
     pub(super) fn with_word_owner(mut self, registry: std::sync::Weak<super::RegistryShared>) -> Self {
         self.word_owner = Some(WordOwner {
             shard: self.shard,
+            evict_slot: match self.across {
+                Some(_) => super::fast_path::EVICT_HINT,
+                None => self.shard,
+            },
             global: self.global.clone(),
             registry,
             metrics: self.metrics,

@@ -297,7 +297,7 @@ impl Registry {
             Ended::Open => {
                 let waiters = global.release();
                 fast.metrics.in_flight(global.in_flight());
-                let due = global.eviction_due(fast.shard, stamp);
+                let due = global.eviction_due(fast.evict_slot, stamp);
                 if !(waiters || due) {
                     return;
                 }

@@ -45,15 +45,40 @@
 //! always leaves one of the two to let it go: `loom/` checks that
 //! exchange (the shared count of waiters against the global count).
 //!
+//! # Eviction across shards
+//!
+//! Each shard keeps its own idle scopes as eviction candidates, oldest
+//! first, and publishes when its oldest is due (a stamp per shard, in the
+//! registry's global count). The registry keeps a **hint**, the earliest
+//! of those instants (lowered with `fetch_min` whenever a shard publishes
+//! its own): each sharded lock's epilogue reads it (one relaxed load and
+//! a compare), and once it is due, the request, after releasing its lock,
+//! sweeps the shards: one lock at a time, each due shard evicts the
+//! scopes idle past `idle_ttl` (a few candidates at most, as under its own
+//! requests), and every shard's instant goes back into the hint. So a
+//! shard nobody sends to loses its idle scopes to any shard's traffic, a
+//! request ending on a lock-free word included (with shards a word reads
+//! the hint).
+//!
+//! `max_scopes` counts the scopes of every shard. The shard that makes a
+//! new scope past it evicts its own least recently used idle scopes while
+//! its oldest candidate is the oldest of all shards'; otherwise (or with
+//! none) it makes the scope past the limit and, once its lock is
+//! released, the shards whose oldest candidates are the oldest evict, one
+//! lock at a time, until the registry holds `max_scopes` again or no
+//! shard has a candidate it may evict (a few looks per lock, each shard
+//! asked twice at most per new scope). The order is least recently used
+//! across shards to the second of each shard's oldest candidate, and
+//! exact within a shard; a scope used again since it became a candidate
+//! gets a second chance, as with one shard.
+//!
 //! # What is per shard
 //!
 //! The order of waiters within a scope is exact, as with one lock. Across
 //! scopes of different homes it is the shards' own (scopes are
-//! independent). `max_scopes` counts the scopes of every shard; the shard
-//! that makes a new scope past it evicts its own least recently used idle
-//! scopes (a shard with none lets the count pass it until another makes
-//! one), and each shard evicts the scopes idle past `idle_ttl` as its own
-//! requests arrive.
+//! independent). [`Registry::scope_stats`](crate::Registry::scope_stats)
+//! of a scope leaving its home counts it whole: its home's state and
+//! requests, and the requests waiting for it in the joint shard.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -132,7 +132,60 @@ impl Stats {
     }
 }
 
+/// What the joint shard holds of a scope leaving its home.
+#[derive(Debug)]
+pub(crate) enum InJoint {
+    /// Its placeholder (or none yet), with the requests that wait for the
+    /// scope there.
+    Arriving(ArrivingWaiters),
+    /// The whole scope: it arrived.
+    Arrived,
+}
+
+/// The requests waiting for a leaving scope in the joint shard.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ArrivingWaiters {
+    /// How many.
+    pub(crate) queued: usize,
+    /// The expected cost of the first of them in the scope.
+    pub(crate) head_cost: f64,
+}
+
 impl Scheduler {
+    /// (The joint shard.) What it holds of scope `key`, leaving its home.
+    pub(crate) fn arriving_waiters(&self, key: &str) -> InJoint {
+        match self.scope_with_id(key) {
+            Some((_, scope)) if !scope.state.arriving => InJoint::Arrived,
+            Some((id, scope)) => InJoint::Arriving(ArrivingWaiters {
+                queued: scope.queued(),
+                head_cost: self.head_cost(id),
+            }),
+            None => InJoint::Arriving(ArrivingWaiters::default()),
+        }
+    }
+
+    /// (A home, under the joint shard's lock.) A snapshot of scope `key`,
+    /// leaving this home, with the requests that wait for it in the joint
+    /// shard: they come after those waiting here, and the limits that
+    /// hold them back are this home's until the scope arrives.
+    pub(crate) fn leaving_scope_stats(
+        &self,
+        key: &str,
+        arriving: ArrivingWaiters,
+        now: Instant,
+    ) -> Option<ScopeStats> {
+        let (id, scope) = self.scope_with_id(key)?;
+        let head_cost = match scope.queued() {
+            0 => arriving.head_cost,
+            _ => self.head_cost(id),
+        };
+        let mut stats = scope.stats_with(now, self.max_concurrency(), head_cost, arriving.queued);
+        if arriving.queued > 0 {
+            stats.idle_for = None;
+        }
+        Some(stats)
+    }
+
     pub(crate) fn scope_stats(&self, key: &str, now: Instant) -> Option<ScopeStats> {
         let (id, scope) = self.scope_with_id(key)?;
         Some(scope.stats(now, self.max_concurrency(), self.head_cost(id)))
@@ -163,7 +216,13 @@ impl Scheduler {
 
 impl ScopeEntry {
     fn stats(&self, now: Instant, max_concurrency: u32, head_cost: f64) -> ScopeStats {
-        let mut stats = self.scheduler_stats(now, max_concurrency, head_cost);
+        self.stats_with(now, max_concurrency, head_cost, 0)
+    }
+
+    /// [`stats`](Self::stats) with `elsewhere` more requests waiting for
+    /// the scope in another shard (after those here).
+    fn stats_with(&self, now: Instant, max_concurrency: u32, head_cost: f64, elsewhere: usize) -> ScopeStats {
+        let mut stats = self.scheduler_stats(now, max_concurrency, head_cost, elsewhere);
         if let Some(fast) = self.open_fast() {
             // What the open word adds: its requests and sends, the latency
             // average it moves, and its last end as the idle instant.
@@ -180,15 +239,23 @@ impl ScopeEntry {
         stats
     }
 
-    /// The stats of what the scheduler itself holds.
-    fn scheduler_stats(&self, now: Instant, max_concurrency: u32, head_cost: f64) -> ScopeStats {
+    /// The stats of what the scheduler itself holds, with `elsewhere`
+    /// more requests waiting for the scope in another shard.
+    fn scheduler_stats(
+        &self,
+        now: Instant,
+        max_concurrency: u32,
+        head_cost: f64,
+        elsewhere: usize,
+    ) -> ScopeStats {
+        let queued = self.queued() + elsewhere;
         let scope = &self.state;
         let effective = scope.effective(now, max_concurrency);
         let contributions = scope.contributions();
         ScopeStats {
             scope: scope.key.clone(),
             in_flight: scope.in_flight,
-            queued: self.queued(),
+            queued,
             concurrency: effective.concurrency,
             concurrency_limited_by: effective.concurrency_source,
             delay: effective.delay,
@@ -220,7 +287,7 @@ impl ScopeEntry {
             idle_for: self
                 .idle_since()
                 .map(|since| now.saturating_duration_since(since)),
-            held_back_by: (self.queued() > 0)
+            held_back_by: (queued > 0)
                 .then(|| held_back_by(scope, &effective, head_cost, now))
                 .flatten(),
         }

@@ -45,8 +45,26 @@ pub(crate) struct Eviction {
     front_expires: Option<Instant>,
     /// Scopes evicted since the registry was built.
     pub(crate) evicted: u64,
-    /// The due instant last told to the open words.
+    /// The due instant last told to the open words (and, with shards, to
+    /// the other shards).
     published_due: Option<Instant>,
+    /// Whether the current operation made a scope (with shards only): its
+    /// lock's epilogue checks `max_scopes` across shards.
+    made_scope: bool,
+    /// The registry-wide hint of due eviction work last read (with
+    /// shards), and the instant it stands for (`None`: never), so that a
+    /// lock's epilogue compares instants without converting one.
+    hint_seen: (u64, Option<Instant>),
+}
+
+/// What a shard's eviction for another shard's new scope did (see
+/// [`Scheduler::evict_past_max_scopes`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shed {
+    /// Whether the registry still holds more than `max_scopes`.
+    pub(crate) over: bool,
+    /// Whether this shard evicted a scope.
+    pub(crate) evicted: bool,
 }
 
 /// An idle scope waiting for eviction: its id and the whole second (of a
@@ -117,6 +135,8 @@ impl Eviction {
             front_expires: None,
             evicted: 0,
             published_due: None,
+            made_scope: false,
+            hint_seen: (u64::MAX, None),
         }
     }
 }
@@ -182,14 +202,19 @@ impl Scheduler {
         }
     }
 
-    /// When eviction work is next due, for the open words (see
+    /// When eviction work is next due, for the open words and, with
+    /// shards, for every shard's requests (see
     /// [`GlobalFlight::evict_due`](crate::registry::fast_path::GlobalFlight)).
     pub(super) fn publish_eviction_due(&mut self) {
         let due = self.eviction.front_due();
         // Converted and written only when it moved.
         if due != self.eviction.published_due {
             self.eviction.published_due = due;
-            self.global.set_evict_due(self.shard, due.map(Stamp::of));
+            let due = due.map(Stamp::of);
+            match self.across {
+                Some(_) => self.global.set_evict_due_sharded(self.shard, due),
+                None => self.global.set_evict_due(self.shard, due),
+            }
         }
     }
 
@@ -197,11 +222,48 @@ impl Scheduler {
     /// evicts the least recently used idle scopes, looking at a few
     /// candidates at most. Called only when a scope is about to be created,
     /// before anything is dirty; every scope the current operation uses is
-    /// already marked busy, so none of them can go.
+    /// already marked busy, so none of them can go. With shards, only
+    /// while this shard's oldest candidate is the oldest of every shard's:
+    /// when it is not, or this shard has none, the scope is made past
+    /// `max_scopes` and the registry has the shards with the oldest
+    /// candidates make room once this lock is released (see
+    /// [`take_room_wanted`](Self::take_room_wanted)).
     pub(super) fn make_room(&mut self, now: Instant) {
+        self.evict_least_recently_used(self.eviction.max_scopes - 1, now);
+    }
+
+    /// (A shard of several, for another shard's new scope.) Evicts least
+    /// recently used idle scopes while the registry holds more than
+    /// `max_scopes` and this shard's oldest candidate is the oldest of
+    /// all, looking at a few candidates at most.
+    pub(crate) fn evict_past_max_scopes(&mut self, now: Instant) -> Shed {
         debug_assert!(self.dirty.is_empty(), "eviction runs between operations");
-        for _ in 0..MAX_LOOKS {
-            if self.scopes_held() < self.eviction.max_scopes {
+        let before = self.eviction.evicted;
+        self.evict_least_recently_used(self.eviction.max_scopes, now);
+        Shed {
+            over: self.scopes_held() > self.eviction.max_scopes,
+            evicted: self.eviction.evicted > before,
+        }
+    }
+
+    /// Evicts least recently used idle scopes until the registry holds
+    /// `limit` scopes (with shards: or this shard's oldest candidate is not
+    /// the oldest of all), looking at [`MAX_LOOKS`] candidates at most,
+    /// and at each one once: a candidate that stays (used since it joined,
+    /// busy on its word, or still limited) goes back to the end, with a
+    /// due instant from now, so it is looked at again after the others
+    /// (in every shard).
+    fn evict_least_recently_used(&mut self, limit: usize, now: Instant) {
+        debug_assert!(self.dirty.is_empty(), "eviction runs between operations");
+        if self.scopes_held() <= limit {
+            return;
+        }
+        let oldest_elsewhere = self.oldest_candidate_elsewhere();
+        for _ in 0..MAX_LOOKS.min(self.eviction.candidates.len()) {
+            if self.scopes_held() <= limit {
+                return;
+            }
+            if oldest_elsewhere != u64::MAX && !self.front_is_oldest(oldest_elsewhere) {
                 return;
             }
             let Some(candidate) = self.eviction.pop() else {
@@ -209,6 +271,61 @@ impl Scheduler {
             };
             self.look_at_candidate(candidate.id as ScopeId, true, now);
         }
+    }
+
+    /// Whether this shard's oldest candidate is due no later than
+    /// `elsewhere` (a stamp's value): as old as any other shard's.
+    fn front_is_oldest(&mut self, elsewhere: u64) -> bool {
+        self.eviction
+            .front_due()
+            .is_some_and(|front| Stamp::of(front).value() <= elsewhere)
+    }
+
+    /// The due instant of the oldest eviction candidate of the other
+    /// shards, as they last published it (`u64::MAX` without shards, or
+    /// when none has one).
+    fn oldest_candidate_elsewhere(&self) -> u64 {
+        match &self.across {
+            Some(across) => self.global.earliest_due_but(across.shards(), self.shard),
+            None => u64::MAX,
+        }
+    }
+
+    /// (A shard of several.) Notes that this shard made a scope, for
+    /// [`take_room_wanted`](Self::take_room_wanted).
+    pub(super) fn note_scope_made(&mut self) {
+        self.eviction.made_scope = true;
+    }
+
+    /// (A shard of several.) Whether this shard made a scope in the
+    /// current operation.
+    #[inline(always)]
+    pub(crate) fn made_scope(&self) -> bool {
+        self.eviction.made_scope
+    }
+
+    /// (A shard of several, in its lock's epilogue.) Whether eviction work
+    /// is due at `now` in some shard (the registry-wide hint, see
+    /// [`Registry::sweep_evictions`](crate::registry::Registry)): a load
+    /// and a compare, the hint's instant converted once per value it
+    /// takes.
+    #[inline(always)]
+    pub(crate) fn sweep_due(&mut self, now: Instant) -> bool {
+        let hint = self.global.evict_hint();
+        if hint != self.eviction.hint_seen.0 {
+            let due = Stamp::from_value(hint)
+                .filter(|_| hint != u64::MAX)
+                .map(Stamp::instant);
+            self.eviction.hint_seen = (hint, due);
+        }
+        self.eviction.hint_seen.1.is_some_and(|due| now >= due)
+    }
+
+    /// (A shard of several, in its lock's epilogue.) Whether the registry
+    /// holds more than `max_scopes` after this shard made a scope: other
+    /// shards make room, once this lock is released.
+    pub(crate) fn take_room_wanted(&mut self) -> bool {
+        std::mem::take(&mut self.eviction.made_scope) && self.scopes_held() > self.eviction.max_scopes
     }
 
     fn look_at_candidate(&mut self, id: ScopeId, full: bool, now: Instant) {
@@ -275,8 +392,8 @@ impl Scheduler {
         self.scopes.len() - self.arriving
     }
 
-    /// The scopes the registry holds, in every shard: a shard evicts its
-    /// own idle scopes when they reach `max_scopes`.
+    /// The scopes the registry holds, in every shard: `max_scopes` bounds
+    /// them all.
     fn scopes_held(&self) -> usize {
         match &self.across {
             Some(across) => across.levels().1,

@@ -178,6 +178,7 @@ impl Scheduler {
         self.index.insert(id, &self.scopes);
         if let Some(across) = &self.across {
             across.scopes_changed(1);
+            self.note_scope_made();
         }
         id
     }
@@ -203,11 +204,17 @@ impl Scheduler {
         unplaced
     }
 
-    /// Whether scopes move to or from this shard: some leave it (a
-    /// home), or it evicted scopes of other homes (the joint shard).
+    /// Whether this lock's epilogue has work (several shards only): scopes
+    /// move to or from this shard (some leave it, or the joint shard
+    /// evicted scopes of other homes), this operation made a scope (which
+    /// `max_scopes` may want room for), or eviction work is due in some
+    /// shard.
     #[inline(always)]
-    pub(crate) fn has_moving(&self) -> bool {
-        !(self.leaving.is_empty() && self.unplaced.is_empty())
+    pub(crate) fn needs_epilogue(&mut self, now: Instant) -> bool {
+        if self.across.is_none() {
+            return false;
+        }
+        !(self.leaving.is_empty() && self.unplaced.is_empty()) || self.made_scope() || self.sweep_due(now)
     }
 
     /// (The joint shard.) Whether it evicted scopes of other homes.
