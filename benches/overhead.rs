@@ -14,8 +14,9 @@
 //! registry) for each workload of issue 26: `bare`, `one_scope`,
 //! `one_scope_delay0_c64`, `scopes_10k` and `multi_scope_2`, beside
 //! `one_scope_locked` (every admission under the lock),
-//! `scopes_10k_sharded` and `multi_scope_2_sharded` (a registry of eight
-//! shards: `RegistryBuilder::shards`) and `scopes_10k_split` (each thread
+//! `scopes_10k_one_shard` and `multi_scope_2_one_shard` (a registry of one
+//! shard; the default is four per core: `RegistryBuilder::shards`) and
+//! `scopes_10k_split` (each thread
 //! a registry of its own: the ceiling any split of the registry's state
 //! could reach here). After criterion's own
 //! report it prints one line per workload for scripts:
@@ -216,9 +217,10 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
             uris: uris(SCALING_SCOPES),
         },
         Workload {
-            // `scopes_10k` on a registry of eight shards (four per core).
-            name: "scopes_10k_sharded",
-            services: vec![throttled(unthrottled_builder().shards(8).build().unwrap())],
+            // `scopes_10k` on a registry of one shard (the default is
+            // four per core): the comparison in the same run.
+            name: "scopes_10k_one_shard",
+            services: vec![throttled(unthrottled_builder().shards(1).build().unwrap())],
             uris: uris(SCALING_SCOPES),
         },
         Workload {
@@ -240,10 +242,10 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
             uris: uris(SCALING_SCOPES),
         },
         Workload {
-            // `multi_scope_2` on eight shards: every request has two
-            // scopes, so all of them live in the joint shard.
-            name: "multi_scope_2_sharded",
-            services: vec![throttled(two_scopes_builder().shards(8).build().unwrap())],
+            // `multi_scope_2` on one shard (by default every request's two
+            // scopes live in the joint shard of several).
+            name: "multi_scope_2_one_shard",
+            services: vec![throttled(two_scopes_builder().shards(1).build().unwrap())],
             uris: uris(SCALING_SCOPES),
         },
     ]

@@ -38,6 +38,10 @@ fn crawl_and_snapshot(per_scope: bool) -> Vec<Metric> {
         for host in ["a", "b", "c", "a"] {
             let request = get(&format!("https://{host}.example/"));
             service.ready().await.unwrap().call(request).await.unwrap();
+            // Each scope idle from its own instant: across shards, the
+            // least recently used goes first to the nanosecond (scopes idle
+            // since the same instant in two shards go in shard order).
+            tokio::time::advance(Duration::from_millis(1)).await;
         }
         registry.feedback(&Scopes::from("a.example"), Feedback::backoff());
         registry.hold("a.example", Duration::from_secs(5));

@@ -334,13 +334,17 @@ impl RegistryBuilder {
         self
     }
 
-    /// How many locks the scope state is split across (default: 1). Each
-    /// scope lives behind the lock its name's hash picks, so threads
-    /// working on different scopes do not wait for each other: a crawler
-    /// or an API gateway that sends from several cores over many scopes
-    /// scales with the cores instead of queuing on one lock. A power of two
-    /// from 1 to [`MAX_SHARDS`](super::shards::MAX_SHARDS); about four per
-    /// core is plenty.
+    /// How many locks the scope state is split across (default: four per
+    /// core the machine has, as a power of two, at most
+    /// [`MAX_SHARDS`](super::shards::MAX_SHARDS); one with a
+    /// [store](crate::store)). Each scope lives behind the lock its name's
+    /// hash picks, so threads working on different scopes do not wait for
+    /// each other: a crawler or an API gateway that sends from several
+    /// cores over many scopes scales with the cores instead of queuing on
+    /// one lock. A power of two from 1 to `MAX_SHARDS`. `shards(1)` gives
+    /// the single lock of earlier releases (a client driven from one
+    /// thread gains nothing from more: see "Shards" in the README for what
+    /// a request costs either way).
     ///
     /// What stays the same: every limit, and the order of waiters within
     /// a scope. Requests of several scopes (IP scopes, a scope shared by
@@ -351,26 +355,26 @@ impl RegistryBuilder {
     /// scope's limits twice). Eviction works across shards: scopes idle
     /// past `idle_ttl` go as requests of any shard arrive, and
     /// `max_scopes` bounds the scopes of every shard, the least recently
-    /// used idle ones going first (to the second of each shard's oldest:
-    /// see the [`shards`](super::shards) module). What changes: across
-    /// scopes of different shards the order
-    /// of waiters is each shard's own (the oldest request waiting for a
-    /// global permit still goes first); a request's feedback reports ride
-    /// with its completion when its shard takes every scope they name (the
-    /// usual case), and otherwise take those scopes' locks first. A scope
-    /// that moved to the joint shard costs its home the copy
-    /// of its name (about 40 bytes). A registry with a
-    /// [store](crate::store) has one shard: every send reserves through
-    /// the store (asking for more is an error).
+    /// used idle ones going first (across shards, to the nanosecond at
+    /// which each shard's oldest became idle: see the
+    /// [`shards`](super::shards) module). What changes: across scopes of
+    /// different shards the order of waiters is each shard's own (the
+    /// oldest request waiting for a global permit still goes first); a
+    /// request's feedback reports ride with its completion when its shard
+    /// takes every scope they name (the usual case), and otherwise take
+    /// those scopes' locks first. A scope that moved to the joint shard
+    /// costs its home the copy of its name (about 40 bytes). A registry
+    /// with a [store](crate::store) has one shard: every send reserves
+    /// through the store (asking for more is an error).
     ///
     /// ```
     /// use tower::ServiceBuilder;
     /// use tower_throttle::{Registry, ThrottleLayer};
     ///
-    /// let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    /// // One lock: a client driven from one thread.
     /// let registry = Registry::builder()
     ///     .max_concurrency(512)
-    ///     .shards((4 * cores).next_power_of_two().min(256))
+    ///     .shards(1)
     ///     .build()?;
     /// let client = ServiceBuilder::new()
     ///     .layer(ThrottleLayer::new(registry))
@@ -459,7 +463,7 @@ impl RegistryBuilder {
             idle_ttl: self.idle_ttl,
             max_hold: self.max_hold,
             max_scopes: self.max_scopes,
-            shards: self.shards.unwrap_or(DEFAULT_SHARDS),
+            shards: self.shards.unwrap_or_else(default_shards),
             delayed_warn_threshold: self.delayed_warn_threshold,
             metrics_per_scope: self.metrics_per_scope,
             jitter_seed: self.seed,
@@ -515,7 +519,7 @@ impl RegistryBuilder {
         // With a store, every send reserves through it: one shard.
         let shards = match self.store {
             Some(_) => 1,
-            None => self.shards.unwrap_or(DEFAULT_SHARDS),
+            None => self.shards.unwrap_or_else(default_shards),
         };
         let schedulers = match shards {
             1 => vec![scheduler],
@@ -557,8 +561,17 @@ impl RegistryBuilder {
 }
 
 /// The shards of a registry whose builder was not told (see
-/// [`RegistryBuilder::shards`]).
-const DEFAULT_SHARDS: usize = 1;
+/// [`RegistryBuilder::shards`]): four per core the machine has, as a power
+/// of two, at most [`MAX_SHARDS`](super::shards::MAX_SHARDS).
+fn default_shards() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    cores
+        .saturating_mul(4)
+        .checked_next_power_of_two()
+        .map_or(super::shards::MAX_SHARDS, |shards| {
+            shards.min(super::shards::MAX_SHARDS)
+        })
+}
 
 /// A number no other registry of this process has (the thread caches of
 /// open scopes tell registries apart by it; an address could be reused).

@@ -119,6 +119,10 @@ pub(crate) struct GlobalFlight {
     /// shards) and takes the lock to do the work once it is due, as
     /// arriving requests do under the lock.
     evict_due: [AtomicU64; MAX_SHARDS + 1],
+    /// When each shard's oldest eviction candidate joined (its key, see
+    /// `Scheduler::front_key`; `u64::MAX`: none), with shards: past
+    /// `max_scopes`, the shard with the oldest evicts first.
+    oldest_idle: [AtomicU64; MAX_SHARDS],
     _apart: [u64; 7],
     permits: Permits,
 }
@@ -131,6 +135,7 @@ impl GlobalFlight {
         GlobalFlight {
             words_exist: AtomicBool::new(false),
             evict_due: std::array::from_fn(|_| AtomicU64::new(NEVER)),
+            oldest_idle: std::array::from_fn(|_| AtomicU64::new(NEVER)),
             _apart: [0; 7],
             permits: Permits::new(max),
         }
@@ -181,30 +186,37 @@ impl GlobalFlight {
         self.evict_due[EVICT_HINT].load(Ordering::Relaxed)
     }
 
-    /// When eviction work is next due in `shard` (a stamp's value;
-    /// `u64::MAX`: never).
-    pub(crate) fn evict_due_of(&self, shard: usize) -> u64 {
-        self.evict_due[shard].load(Ordering::Acquire)
+    /// Sets when `shard`'s oldest eviction candidate joined (its key;
+    /// under its lock).
+    pub(crate) fn set_oldest_idle(&self, shard: usize, key: Option<u64>) {
+        self.oldest_idle[shard].store(key.unwrap_or(NEVER), Ordering::Relaxed);
     }
 
-    /// The shard whose oldest eviction candidate is the oldest (its due
-    /// instant the earliest), if any has one, of the shards `skip` has
-    /// (one flag per shard) and does not set.
+    /// When `shard`'s oldest eviction candidate joined (its key;
+    /// `u64::MAX`: none).
+    pub(crate) fn oldest_idle_of(&self, shard: usize) -> u64 {
+        self.oldest_idle[shard].load(Ordering::Relaxed)
+    }
+
+    /// The shard whose oldest eviction candidate joined first, if any has
+    /// one, of the shards `skip` has (one flag per
+    /// shard) and does not set.
     pub(crate) fn shard_with_oldest_candidate(&self, skip: &[bool]) -> Option<usize> {
         (0..skip.len())
             .filter(|&shard| !skip[shard])
-            .map(|shard| (self.evict_due_of(shard), shard))
-            .filter(|&(due, _)| due != NEVER)
+            .map(|shard| (self.oldest_idle_of(shard), shard))
+            .filter(|&(idle, _)| idle != NEVER)
             .min()
             .map(|(_, shard)| shard)
     }
 
-    /// The earliest due instant of the first `shards` shards but `except`
-    /// (`u64::MAX`: none has a candidate).
-    pub(crate) fn earliest_due_but(&self, shards: usize, except: usize) -> u64 {
+    /// The earliest key of the oldest candidates of the first `shards`
+    /// shards but `except` and those `skip` sets (one flag per shard, if
+    /// any; `u64::MAX`: none has a candidate).
+    pub(crate) fn oldest_idle_but(&self, skip: &[bool], shards: usize, except: usize) -> u64 {
         (0..shards)
-            .filter(|&shard| shard != except)
-            .map(|shard| self.evict_due_of(shard))
+            .filter(|&shard| shard != except && !skip.get(shard).copied().unwrap_or(false))
+            .map(|shard| self.oldest_idle_of(shard))
             .min()
             .unwrap_or(NEVER)
     }

@@ -482,6 +482,7 @@ impl Registry {
         } else {
             Vec::new()
         };
+        scheduler.note_moving();
         Box::new(FollowUp {
             settle,
             drained,
@@ -564,22 +565,24 @@ impl Registry {
     #[cold]
     fn make_room_across(&self, now: Instant) {
         let global = &self.shared.global;
-        // Shards that evicted nothing and whose oldest candidate stayed as
-        // old (one busy on its word, say): asked again, they would do the
-        // same.
+        // Shards that evicted nothing this time (their front scopes kept,
+        // or put back for a second chance, behind another shard's older
+        // ones): asked again, they would put back the same.
         let mut stuck = vec![false; self.shard_count()];
         for _ in 0..2 * self.shard_count() {
             let Some(shard) = global.shard_with_oldest_candidate(&stuck) else {
                 return;
             };
-            let due = global.evict_due_of(shard);
+            // Measured against the shards still in play only: one whose
+            // oldest stays (held, say) must not keep the others' from going.
+            let elsewhere = global.oldest_idle_but(&stuck, stuck.len(), shard);
             let shed = self.with_shard_in::<true, _>(shard, Some(now), |scheduler, now, _| {
-                scheduler.evict_past_max_scopes(now)
+                scheduler.evict_past_max_scopes(elsewhere, now)
             });
             if !shed.over {
                 return;
             }
-            stuck[shard] = !shed.evicted && global.evict_due_of(shard) <= due;
+            stuck[shard] = !shed.evicted;
         }
     }
 

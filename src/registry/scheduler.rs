@@ -161,6 +161,10 @@ pub(crate) struct Scheduler {
     /// homes must forget they gave them away (see
     /// [`take_unplaced`](Self::take_unplaced)).
     unplaced: Vec<Scope>,
+    /// Whether `leaving` or `unplaced` may hold something: one flag for
+    /// the lock's epilogue to read (set when either grows; cleared by the
+    /// epilogue once both are empty).
+    moving: bool,
 }
 
 impl Scheduler {
@@ -205,6 +209,7 @@ impl Scheduler {
             leaving: Vec::new(),
             arriving: 0,
             unplaced: Vec::new(),
+            moving: false,
         }
     }
 

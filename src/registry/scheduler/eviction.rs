@@ -48,6 +48,9 @@ pub(crate) struct Eviction {
     /// The due instant last told to the open words (and, with shards, to
     /// the other shards).
     published_due: Option<Instant>,
+    /// The front candidate last told to the other shards (with shards;
+    /// see [`Scheduler::publish_eviction_due`]).
+    published_front: Option<Candidate>,
     /// Whether the current operation made a scope (with shards only): its
     /// lock's epilogue checks `max_scopes` across shards.
     made_scope: bool,
@@ -69,7 +72,7 @@ pub(crate) struct Shed {
 
 /// An idle scope waiting for eviction: its id and the whole second (of a
 /// [`Stamp`]) at which it joined the queue.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Candidate {
     id: u32,
     joined_secs: u32,
@@ -135,6 +138,7 @@ impl Eviction {
             front_expires: None,
             evicted: 0,
             published_due: None,
+            published_front: None,
             made_scope: false,
             hint_seen: (u64::MAX, None),
         }
@@ -204,8 +208,28 @@ impl Scheduler {
 
     /// When eviction work is next due, for the open words and, with
     /// shards, for every shard's requests (see
-    /// [`GlobalFlight::evict_due`](crate::registry::fast_path::GlobalFlight)).
+    /// [`GlobalFlight::evict_due`](crate::registry::fast_path::GlobalFlight)),
+    /// and, with shards, when this shard's oldest candidate joined (see
+    /// [`front_key`](Self::front_key); past `max_scopes` the shards evict
+    /// in that order: see
+    /// [`Registry::make_room_across`](crate::registry::Registry)). Both
+    /// follow the front candidate: checked on every operation, one compare
+    /// while it stays. (A front used again since keeps the key it was
+    /// told with, to the nanosecond of its second: it is looked at first
+    /// and gets its second chance as with one shard.)
+    #[inline(always)]
     pub(super) fn publish_eviction_due(&mut self) {
+        let front = self.eviction.candidates.front().copied();
+        if front != self.eviction.published_front {
+            self.publish_front(front);
+        }
+    }
+
+    /// [`publish_eviction_due`](Self::publish_eviction_due) once the front
+    /// candidate changed.
+    #[inline(never)]
+    fn publish_front(&mut self, front: Option<Candidate>) {
+        self.eviction.published_front = front;
         let due = self.eviction.front_due();
         // Converted and written only when it moved.
         if due != self.eviction.published_due {
@@ -216,6 +240,31 @@ impl Scheduler {
                 None => self.global.set_evict_due(self.shard, due),
             }
         }
+        if self.across.is_some() {
+            let key = self.front_key();
+            self.global.set_oldest_idle(self.shard, key);
+        }
+    }
+
+    /// When the front candidate joined the candidates, as a key that
+    /// orders the shards' fronts as one queue would: its whole second (the
+    /// order of each shard's queue), then, within the second, the exact
+    /// instant its scope became idle when that is when it joined (not
+    /// used since, nor put back); a candidate put back or used again
+    /// counts from the start of its second, so it looks older and is
+    /// looked at, and given its second chance, first. `None` without
+    /// candidates.
+    fn front_key(&self) -> Option<u64> {
+        let front = self.eviction.candidates.front()?;
+        let second = Stamp::from_coarse_secs(front.joined_secs);
+        let within = self
+            .scopes
+            .get(front.id as ScopeId)
+            .filter(|scope| !scope.state.referenced)
+            .and_then(|scope| scope.idle_since)
+            .filter(|idle| idle.coarse_secs() == front.joined_secs)
+            .map_or(0, |idle| idle.since(second).subsec_nanos());
+        Some(u64::from(front.joined_secs) << 32 | u64::from(within))
     }
 
     /// Makes room for a new scope when the registry holds `max_scopes`:
@@ -229,17 +278,22 @@ impl Scheduler {
     /// candidates make room once this lock is released (see
     /// [`take_room_wanted`](Self::take_room_wanted)).
     pub(super) fn make_room(&mut self, now: Instant) {
-        self.evict_least_recently_used(self.eviction.max_scopes - 1, now);
+        let limit = self.eviction.max_scopes - 1;
+        if self.scopes_held() <= limit {
+            return;
+        }
+        let elsewhere = self.oldest_candidate_elsewhere();
+        self.evict_least_recently_used(limit, elsewhere, now);
     }
 
     /// (A shard of several, for another shard's new scope.) Evicts least
     /// recently used idle scopes while the registry holds more than
     /// `max_scopes` and this shard's oldest candidate is the oldest of
     /// all, looking at a few candidates at most.
-    pub(crate) fn evict_past_max_scopes(&mut self, now: Instant) -> Shed {
+    pub(crate) fn evict_past_max_scopes(&mut self, elsewhere: u64, now: Instant) -> Shed {
         debug_assert!(self.dirty.is_empty(), "eviction runs between operations");
         let before = self.eviction.evicted;
-        self.evict_least_recently_used(self.eviction.max_scopes, now);
+        self.evict_least_recently_used(self.eviction.max_scopes, elsewhere, now);
         Shed {
             over: self.scopes_held() > self.eviction.max_scopes,
             evicted: self.eviction.evicted > before,
@@ -253,12 +307,11 @@ impl Scheduler {
     /// busy on its word, or still limited) goes back to the end, with a
     /// due instant from now, so it is looked at again after the others
     /// (in every shard).
-    fn evict_least_recently_used(&mut self, limit: usize, now: Instant) {
+    fn evict_least_recently_used(&mut self, limit: usize, oldest_elsewhere: u64, now: Instant) {
         debug_assert!(self.dirty.is_empty(), "eviction runs between operations");
         if self.scopes_held() <= limit {
             return;
         }
-        let oldest_elsewhere = self.oldest_candidate_elsewhere();
         for _ in 0..MAX_LOOKS.min(self.eviction.candidates.len()) {
             if self.scopes_held() <= limit {
                 return;
@@ -273,20 +326,19 @@ impl Scheduler {
         }
     }
 
-    /// Whether this shard's oldest candidate is due no later than
-    /// `elsewhere` (a stamp's value): as old as any other shard's.
-    fn front_is_oldest(&mut self, elsewhere: u64) -> bool {
-        self.eviction
-            .front_due()
-            .is_some_and(|front| Stamp::of(front).value() <= elsewhere)
+    /// Whether this shard's oldest candidate joined no later than
+    /// `elsewhere` (a [`front_key`](Self::front_key)): as early as any
+    /// other shard's.
+    fn front_is_oldest(&self, elsewhere: u64) -> bool {
+        self.front_key().is_some_and(|key| key <= elsewhere)
     }
 
-    /// The due instant of the oldest eviction candidate of the other
-    /// shards, as they last published it (`u64::MAX` without shards, or
+    /// The key of the oldest eviction candidate of the other shards (see
+    /// [`front_key`](Self::front_key)), as they last published it (`u64::MAX` without shards, or
     /// when none has one).
     fn oldest_candidate_elsewhere(&self) -> u64 {
         match &self.across {
-            Some(across) => self.global.earliest_due_but(across.shards(), self.shard),
+            Some(across) => self.global.oldest_idle_but(&[], across.shards(), self.shard),
             None => u64::MAX,
         }
     }

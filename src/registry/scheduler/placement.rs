@@ -63,6 +63,7 @@ impl Scheduler {
         self.close_fast(id);
         self.scopes[id].state.leaving = true;
         self.leaving.push(id);
+        self.moving = true;
         self.elsewhere.insert(name.clone(), Placement::Leaving);
         GiveAway::Later
     }
@@ -193,6 +194,7 @@ impl Scheduler {
         across.scopes_changed(-1);
         if self.shard == JOINT && home_of(key.as_str(), across.shards()) != JOINT {
             self.unplaced.push(key.clone());
+            self.moving = true;
         }
     }
 
@@ -214,7 +216,13 @@ impl Scheduler {
         if self.across.is_none() {
             return false;
         }
-        !(self.leaving.is_empty() && self.unplaced.is_empty()) || self.made_scope() || self.sweep_due(now)
+        self.moving || self.made_scope() || self.sweep_due(now)
+    }
+
+    /// (In the lock's epilogue.) Notes whether scopes still move (see
+    /// [`needs_epilogue`](Self::needs_epilogue)).
+    pub(crate) fn note_moving(&mut self) {
+        self.moving = !(self.leaving.is_empty() && self.unplaced.is_empty());
     }
 
     /// (The joint shard.) Whether it evicted scopes of other homes.
