@@ -67,10 +67,16 @@
 //! released, the shards whose oldest candidates are the oldest evict, one
 //! lock at a time, until the registry holds `max_scopes` again or no
 //! shard has a candidate it may evict (a few looks per lock, each shard
-//! asked twice at most per new scope). The order is least recently used
-//! across shards to the second of each shard's oldest candidate, and
-//! exact within a shard; a scope used again since it became a candidate
-//! gets a second chance, as with one shard.
+//! asked twice at most per new scope; a shard that evicted nothing is
+//! not asked again in that pass, and one whose oldest must stay, held or
+//! backing off, does not keep the others' from going). The order is least
+//! recently used: within a shard exactly, and across shards by when each
+//! shard's oldest candidate joined (its second, then the instant its
+//! scope became idle; scopes idle since the same instant in two shards go
+//! in shard order). Each shard tells the others when its front candidate
+//! changes. A scope used again since it became a candidate gets a second
+//! chance, as with one shard (counted from the start of its second, so it
+//! is looked at first).
 //!
 //! # What is per shard
 //!
