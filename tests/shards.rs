@@ -125,6 +125,22 @@ fn away_from_joint(prefix: &str) -> String {
 }
 
 /// The hosts `host0.example` to `host{count-1}.example`.
+/// Requests of `site` (whose home is not the joint shard), at their
+/// millisecond: one in flight at home until 1 000 ms; one waiting at home
+/// behind it (until 100 ms after its answer: the scope's first answer
+/// starts its next gap); one that names the site with another scope, so
+/// the site leaves its home for the joint shard; and a later one, which
+/// waits in the joint shard behind it.
+fn busy_at_home_then_named_with_another(site: &str) -> Vec<(u64, http::Request<()>)> {
+    let path = |path: &str| format!("https://{site}/{path}");
+    vec![
+        (0, request(&path("a?ms=1000"), None)),
+        (5, request(&path("b"), None)),
+        (10, request(&path("both"), Some(&[site, "api"]))),
+        (20, request(&path("c"), None)),
+    ]
+}
+
 fn hosts(count: usize) -> Vec<String> {
     (0..count).map(|i| format!("host{i}.example")).collect()
 }
@@ -181,21 +197,7 @@ async fn a_request_of_one_scope_takes_its_shards_lock_alone() {
 #[tokio::test(start_paused = true)]
 async fn a_scope_busy_at_home_leaves_for_the_joint_shard_once_its_requests_there_are_done() {
     let site = away_from_joint("site");
-    let scenario = || {
-        let path = |path: &str| format!("https://{site}/{path}");
-        vec![
-            // At home, in flight until 1 000 ms.
-            (0, request(&path("a?ms=1000"), None)),
-            // Waits at home behind it (until 100 ms after its answer: the
-            // scope's first answer starts its next gap).
-            (5, request(&path("b"), None)),
-            // Names the site with another scope: the site leaves its home
-            // for the joint shard.
-            (10, request(&path("both"), Some(&[site.as_str(), "api"]))),
-            // Comes after: waits in the joint shard, behind /both.
-            (20, request(&path("c"), None)),
-        ]
-    };
+    let scenario = || busy_at_home_then_named_with_another(&site);
     for shards in [1, 8] {
         let registry = registry(shards, 64, config(1, 100));
         let calls = run(&registry, scenario()).await;
@@ -479,19 +481,7 @@ async fn max_scopes_holds_over_every_shard_when_scopes_are_made_in_many() {
 #[tokio::test(start_paused = true)]
 async fn a_leaving_scope_counts_the_requests_waiting_for_it_in_the_joint_shard() {
     let site = away_from_joint("leaving");
-    let scenario = || {
-        let path = |path: &str| format!("https://{site}/{path}");
-        vec![
-            // At home, in flight until 1 000 ms.
-            (0, request(&path("a?ms=1000"), None)),
-            // Waits at home behind it.
-            (5, request(&path("b"), None)),
-            // The site leaves its home: this waits in the joint shard.
-            (10, request(&path("both"), Some(&[site.as_str(), "api"]))),
-            // So does this one.
-            (20, request(&path("c"), None)),
-        ]
-    };
+    let scenario = || busy_at_home_then_named_with_another(&site);
     for shards in [1, 8] {
         let registry = registry(shards, 64, config(1, 100));
         let crawl = {
