@@ -30,6 +30,7 @@
 //! at 2 threads over 1 thread. The bare service's own speedup is the
 //! ceiling on this machine.)
 //!
+//! `SCALING_WORKLOADS=bare,scopes_10k` runs only the workloads it names.
 //! `SCALING_LINES_ONLY=1` skips criterion's own samples of the `scaling`
 //! group and prints the lines alone (a minute instead of three).
 //!
@@ -301,8 +302,23 @@ fn scaling_selected() -> bool {
             .any(|filter| "scaling".contains(filter.as_str()) || filter.starts_with("scaling"))
 }
 
+/// The workloads `SCALING_WORKLOADS` names (a comma-separated list of
+/// names), or all of them when it is not set: a shorter run while working
+/// on one of them.
+fn selected_workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
+    let chosen = std::env::var("SCALING_WORKLOADS").ok();
+    workloads(bare)
+        .into_iter()
+        .filter(|workload| {
+            chosen
+                .as_deref()
+                .is_none_or(|names| names.split(',').any(|name| name.trim() == workload.name))
+        })
+        .collect()
+}
+
 fn scaling(c: &mut Criterion) {
-    let workloads = workloads(bare);
+    let workloads = selected_workloads(bare);
     let lines_only = std::env::var_os("SCALING_LINES_ONLY").is_some();
     let mut group = c.benchmark_group("scaling");
     for workload in &workloads {

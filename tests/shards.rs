@@ -497,6 +497,13 @@ async fn a_leaving_scope_counts_the_requests_waiting_for_it_in_the_joint_shard()
             "{shards} shards"
         );
         assert_eq!(registry.stats().waiting, 3, "{shards} shards");
+        // Listed once among every scope, with the same counts.
+        let listed: Vec<_> = registry
+            .all_scope_stats()
+            .into_iter()
+            .filter(|scope| scope.scope.as_str() == site)
+            .collect();
+        assert_eq!(listed, vec![stats], "{shards} shards");
         crawl.await.unwrap();
         let stats = registry.scope_stats(&site).unwrap();
         assert_eq!(

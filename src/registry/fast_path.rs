@@ -93,8 +93,9 @@ mod atomic {
     pub(super) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 }
 
-/// The slot of [`GlobalFlight`]'s eviction due instants that holds the
-/// earliest over the shards of a sharded registry.
+/// The slot of [`GlobalFlight`]'s eviction due instants that names the
+/// registry-wide hint, the earliest over the shards of a sharded registry
+/// (shard `n`'s own is slot `n`).
 pub(crate) const EVICT_HINT: usize = MAX_SHARDS;
 
 /// A due instant that never comes.
@@ -103,62 +104,106 @@ const NEVER: u64 = u64::MAX;
 /// The requests in flight over all scopes, shared by the scheduler and the
 /// open scopes; see the [module docs](self).
 ///
-/// What is read on every request and rarely written comes first, a cache
-/// line away from the count every request writes (`repr(C)`).
+/// Each part sits on cache lines of its own, by who writes it: what every
+/// request reads and rarely anyone writes (the flag, the registry-wide
+/// eviction hint) first; then each shard's published eviction state,
+/// which its own lock's holder writes (as often as every request, when
+/// requests go round a shard's scopes oldest first, as a crawl does);
+/// then the count every request writes. A shard's write thus never sends
+/// another core the lines it reads on every request.
 #[derive(Debug)]
-#[repr(C)]
 pub(crate) struct GlobalFlight {
+    read_mostly: ReadMostly,
+    /// Per shard of the registry: when its eviction work is next due, and
+    /// when its oldest eviction candidate joined.
+    shards: Box<[ShardSlots]>,
+    permits: Apart<Permits>,
+}
+
+/// [`GlobalFlight`]'s fields read on every request.
+#[derive(Debug)]
+#[repr(align(128))]
+struct ReadMostly {
     /// Whether a word was ever opened: until then a request does not look
     /// for one.
     words_exist: AtomicBool,
-    /// When eviction work is next due in each shard (a stamp's value;
-    /// `u64::MAX`: never), then, at [`EVICT_HINT`], the earliest of them
-    /// in a registry of several shards (a lower bound: see
-    /// [`sweep_started`](Self::sweep_started)). A request that ends on an
-    /// open word reads its word's slot (its shard's, or the hint with
-    /// shards) and takes the lock to do the work once it is due, as
-    /// arriving requests do under the lock.
-    evict_due: [AtomicU64; MAX_SHARDS + 1],
-    /// When each shard's oldest eviction candidate joined (its key, see
+    /// With several shards, the earliest instant eviction work is due in
+    /// any of them (a stamp's value; `u64::MAX`: never; a lower bound: see
+    /// [`sweep_started`](GlobalFlight::sweep_started)). A request that ends
+    /// on an open word reads it (its shard's slot, with one shard) and
+    /// takes the lock to do the work once it is due, as arriving requests
+    /// do under the lock.
+    evict_hint: AtomicU64,
+}
+
+/// What one shard publishes for the others, on lines of its own (128
+/// bytes: a core's adjacent-line prefetch fetches lines in pairs).
+#[derive(Debug)]
+#[repr(align(128))]
+struct ShardSlots {
+    /// When eviction work is next due in the shard (a stamp's value;
+    /// `u64::MAX`: never).
+    evict_due: AtomicU64,
+    /// When the shard's oldest eviction candidate joined (its key, see
     /// `Scheduler::front_key`; `u64::MAX`: none), with shards: past
     /// `max_scopes`, the shard with the oldest evicts first.
-    oldest_idle: [AtomicU64; MAX_SHARDS],
-    _apart: [u64; 7],
-    permits: Permits,
+    oldest_idle: AtomicU64,
 }
+
+/// A value on cache lines of its own.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Apart<T>(T);
 
 impl GlobalFlight {
     /// `max` permits, for a registry of `shards` shards (at most
     /// [`MAX_SHARDS`]).
     pub(crate) fn new(max: u32, shards: usize) -> Self {
-        debug_assert!(shards <= MAX_SHARDS);
+        debug_assert!((1..=MAX_SHARDS).contains(&shards));
         GlobalFlight {
-            words_exist: AtomicBool::new(false),
-            evict_due: std::array::from_fn(|_| AtomicU64::new(NEVER)),
-            oldest_idle: std::array::from_fn(|_| AtomicU64::new(NEVER)),
-            _apart: [0; 7],
-            permits: Permits::new(max),
+            read_mostly: ReadMostly {
+                words_exist: AtomicBool::new(false),
+                evict_hint: AtomicU64::new(NEVER),
+            },
+            shards: (0..shards)
+                .map(|_| ShardSlots {
+                    evict_due: AtomicU64::new(NEVER),
+                    oldest_idle: AtomicU64::new(NEVER),
+                })
+                .collect(),
+            permits: Apart(Permits::new(max)),
+        }
+    }
+
+    /// The due instant in slot `slot`: a shard's, or at [`EVICT_HINT`]
+    /// the registry-wide hint.
+    #[inline(always)]
+    fn due_slot(&self, slot: usize) -> &AtomicU64 {
+        match slot {
+            EVICT_HINT => &self.read_mostly.evict_hint,
+            shard => &self.shards[shard].evict_due,
         }
     }
 
     /// Whether a word was ever opened in the registry.
     #[inline]
     pub(crate) fn words_exist(&self) -> bool {
-        self.words_exist.load(Ordering::Relaxed)
+        self.read_mostly.words_exist.load(Ordering::Relaxed)
     }
 
     /// Notes that a word was opened (under the lock).
     pub(crate) fn note_word_opened(&self) {
         if !self.words_exist() {
-            self.words_exist.store(true, Ordering::Relaxed);
+            self.read_mostly.words_exist.store(true, Ordering::Relaxed);
         }
     }
 
     /// Sets when eviction work is next due in `shard` (under its lock).
     pub(crate) fn set_evict_due(&self, shard: usize, due: Option<Stamp>) {
         let due = due.map_or(NEVER, Stamp::value);
-        if self.evict_due[shard].load(Ordering::Relaxed) != due {
-            self.evict_due[shard].store(due, Ordering::Relaxed);
+        let slot = &self.shards[shard].evict_due;
+        if slot.load(Ordering::Relaxed) != due {
+            slot.store(due, Ordering::Relaxed);
         }
     }
 
@@ -176,26 +221,28 @@ impl GlobalFlight {
     /// or [`EVICT_HINT`] (some shard's, with shards).
     #[inline(always)]
     pub(crate) fn eviction_due(&self, slot: usize, now: Stamp) -> bool {
-        now.value() >= self.evict_due[slot].load(Ordering::Relaxed)
+        now.value() >= self.due_slot(slot).load(Ordering::Relaxed)
     }
 
     /// The registry-wide hint (see [`EVICT_HINT`]): a stamp's value, or
     /// `u64::MAX` (never).
     #[inline(always)]
     pub(crate) fn evict_hint(&self) -> u64 {
-        self.evict_due[EVICT_HINT].load(Ordering::Relaxed)
+        self.read_mostly.evict_hint.load(Ordering::Relaxed)
     }
 
     /// Sets when `shard`'s oldest eviction candidate joined (its key;
     /// under its lock).
     pub(crate) fn set_oldest_idle(&self, shard: usize, key: Option<u64>) {
-        self.oldest_idle[shard].store(key.unwrap_or(NEVER), Ordering::Relaxed);
+        self.shards[shard]
+            .oldest_idle
+            .store(key.unwrap_or(NEVER), Ordering::Relaxed);
     }
 
     /// When `shard`'s oldest eviction candidate joined (its key;
     /// `u64::MAX`: none).
     pub(crate) fn oldest_idle_of(&self, shard: usize) -> u64 {
-        self.oldest_idle[shard].load(Ordering::Relaxed)
+        self.shards[shard].oldest_idle.load(Ordering::Relaxed)
     }
 
     /// The shard whose oldest eviction candidate joined first, if any has
@@ -223,9 +270,9 @@ impl GlobalFlight {
 
     /// Lowers the registry-wide hint to `shard`'s due instant.
     pub(crate) fn rehint(&self, shard: usize) {
-        let due = self.evict_due[shard].load(Ordering::Relaxed);
+        let due = self.shards[shard].evict_due.load(Ordering::Relaxed);
         if due != NEVER {
-            self.evict_due[EVICT_HINT].fetch_min(due, Ordering::Release);
+            self.read_mostly.evict_hint.fetch_min(due, Ordering::Release);
         }
     }
 
@@ -244,11 +291,11 @@ impl GlobalFlight {
     /// stale only ever brings back an earlier instant: a sweep that finds
     /// nothing to do, never a due one missed.
     pub(crate) fn sweep_started(&self, now: Stamp) -> bool {
-        let was = self.evict_due[EVICT_HINT].swap(NEVER, Ordering::AcqRel);
+        let was = self.read_mostly.evict_hint.swap(NEVER, Ordering::AcqRel);
         if was > now.value() {
             // Another caller swept first: give back what came since.
             if was != NEVER {
-                self.evict_due[EVICT_HINT].fetch_min(was, Ordering::Release);
+                self.read_mostly.evict_hint.fetch_min(was, Ordering::Release);
             }
             return false;
         }
@@ -257,39 +304,39 @@ impl GlobalFlight {
 
     /// Requests in flight now.
     pub(crate) fn in_flight(&self) -> u32 {
-        self.permits.in_flight()
+        self.permits.0.in_flight()
     }
 
     /// Whether a permit is free now.
     #[inline]
     pub(crate) fn has_room(&self) -> bool {
-        self.permits.has_room()
+        self.permits.0.has_room()
     }
 
     /// Takes a permit under the scheduler's lock, if one is free (see
     /// [`Permits::take_locked`]).
     #[must_use]
     pub(crate) fn take_locked(&self) -> bool {
-        self.permits.take_locked()
+        self.permits.0.take_locked()
     }
 
     /// Gives a permit back; whether requests wait for one (then the caller
     /// must let the first go, under the lock).
     pub(crate) fn release(&self) -> bool {
-        self.permits.release()
+        self.permits.0.release()
     }
 
     /// Whether requests were last said to wait for a permit.
     #[inline]
     pub(crate) fn queued(&self) -> bool {
-        self.permits.queued()
+        self.permits.0.queued()
     }
 
     /// Says, under the lock, whether requests wait for a permit; true when
     /// a permit is free although they do: see [`Permits::publish_queued`].
     #[inline(always)]
     pub(crate) fn publish_queued(&self, queued: bool) -> bool {
-        self.permits.publish_queued(queued)
+        self.permits.0.publish_queued(queued)
     }
 }
 
@@ -462,7 +509,7 @@ impl FastScope {
     /// (from a thread's cache, or under the lock on a cache miss).
     pub(crate) fn admit(&self) -> bool {
         let global = &self.global;
-        if !global.permits.try_take() {
+        if !global.permits.0.try_take() {
             return false;
         }
         if self.try_admit() {

@@ -231,6 +231,11 @@ pub struct Registry {
     shared: Arc<RegistryShared>,
 }
 
+/// Aligned to 128 bytes, so that the `Arc`'s counts, which every request
+/// that holds the registry writes twice, sit on lines of their own: not
+/// on the line of the fields every request reads (a core's write to a
+/// line takes it from every other core's cache).
+#[repr(align(128))]
 struct RegistryShared {
     /// The scope state, split by the scopes' names (one shard unless the
     /// builder asked for more; see [`shards`]), the joint shard first.
@@ -873,13 +878,21 @@ impl Registry {
     /// one [`ScopeStats`] per scope, under the registry's lock: for a
     /// dashboard, not for every request.
     pub fn all_scope_stats(&self) -> Vec<ScopeStats> {
-        let now = Instant::now();
-        let mut all = Vec::new();
-        self.each_shard(|scheduler| all.extend(scheduler.all_scope_stats(now)));
-        if self.is_sharded() {
-            all.sort_by(|a, b| a.scope.cmp(&b.scope));
-        }
-        all
+        self.with_shard_at(shards::JOINT, None, |joint, now, _| {
+            let mut all = joint.all_scope_stats(now);
+            if self.is_sharded() {
+                // Under the joint shard's lock (the lock order: the joint
+                // shard's, then a home's), so that no scope arrives in
+                // between: a scope leaving its home is listed once, by its
+                // home, with the requests that wait for it here.
+                let arriving = joint.all_arriving_waiters();
+                for shard in 1..self.shard_count() {
+                    all.extend(self.lock_shard(shard).all_scope_stats_with(now, &arriving));
+                }
+                all.sort_by(|a, b| a.scope.cmp(&b.scope));
+            }
+            all
+        })
     }
 
     /// The scopes `request` is throttled by: its [`Scopes`] extension if it

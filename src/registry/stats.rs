@@ -2,6 +2,7 @@
 //! and which source set them.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -9,6 +10,7 @@ use tokio::time::Instant;
 use super::feedback::AnnouncedLimits;
 use super::scheduler::{Scheduler, ScopeEntry};
 use super::scope_state::{Effective, LimitSource, Manager, ScopeState};
+use super::shards::Placement;
 use crate::scope::Scope;
 use crate::time::{saturating_add, Stamp};
 
@@ -202,12 +204,44 @@ impl Scheduler {
     }
 
     pub(crate) fn all_scope_stats(&self, now: Instant) -> Vec<ScopeStats> {
+        self.all_scope_stats_with(now, &HashMap::new())
+    }
+
+    /// (The joint shard.) The requests waiting in it for each scope still
+    /// leaving its home.
+    pub(crate) fn all_arriving_waiters(&self) -> HashMap<Scope, ArrivingWaiters> {
+        self.scopes_with_ids()
+            .filter(|(_, scope)| scope.state.arriving)
+            .map(|(id, scope)| {
+                let waiters = ArrivingWaiters {
+                    queued: scope.queued(),
+                    head_cost: self.head_cost(id),
+                };
+                (scope.state.key.clone(), waiters)
+            })
+            .collect()
+    }
+
+    /// A snapshot of every scope this shard holds, sorted by name; a scope
+    /// leaving this home counts the requests `arriving` says wait for it
+    /// in the joint shard (see
+    /// [`leaving_scope_stats`](Self::leaving_scope_stats)).
+    pub(crate) fn all_scope_stats_with(
+        &self,
+        now: Instant,
+        arriving: &HashMap<Scope, ArrivingWaiters>,
+    ) -> Vec<ScopeStats> {
         let max_concurrency = self.max_concurrency();
         let mut scopes: Vec<ScopeStats> = self
             .scopes_with_ids()
             // A scope arriving from its home shard is listed by its home.
             .filter(|(_, scope)| !scope.state.arriving)
-            .map(|(id, scope)| scope.stats(now, max_concurrency, self.head_cost(id)))
+            .filter_map(|(id, scope)| match arriving.get(&scope.state.key) {
+                Some(&waiters) if self.placement(scope.state.key.as_str()) == Some(Placement::Leaving) => {
+                    self.leaving_scope_stats(scope.state.key.as_str(), waiters, now)
+                }
+                _ => Some(scope.stats(now, max_concurrency, self.head_cost(id))),
+            })
             .collect();
         scopes.sort_by(|a, b| a.scope.cmp(&b.scope));
         scopes

@@ -208,7 +208,7 @@ impl Scheduler {
 
     /// When eviction work is next due, for the open words and, with
     /// shards, for every shard's requests (see
-    /// [`GlobalFlight::evict_due`](crate::registry::fast_path::GlobalFlight)),
+    /// [`GlobalFlight::eviction_due`](crate::registry::fast_path::GlobalFlight::eviction_due)),
     /// and, with shards, when this shard's oldest candidate joined (see
     /// [`front_key`](Self::front_key); past `max_scopes` the shards evict
     /// in that order: see
