@@ -534,6 +534,7 @@ impl RegistryBuilder {
             let global = schedulers[0].global().clone();
             let configs = schedulers[0].config_table();
             let schedulers = schedulers.into_iter();
+            let queue_places = places::QueuePlaces::new(self.max_queued, global.clone());
             RegistryShared {
                 uid: next_registry_uid(),
                 global,
@@ -550,7 +551,7 @@ impl RegistryBuilder {
                 resolves_hosts: self.resolves_hosts,
                 max_queued: self.max_queued,
                 settings,
-                queue_places: places::QueuePlaces::new(self.max_queued),
+                queue_places,
                 fleet: self
                     .store
                     .map(|store| Arc::new(StoreHandle::new(store, self.store_failure, fleet_learns))),

@@ -75,6 +75,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use self::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::AtomicUsize;
 pub(crate) use word::Ended;
 use word::{Permits, Word};
 
@@ -117,7 +118,17 @@ pub(crate) struct GlobalFlight {
     /// Per shard of the registry: when its eviction work is next due, and
     /// when its oldest eviction candidate joined.
     shards: Box<[ShardSlots]>,
-    permits: Apart<Permits>,
+    counts: Counts,
+}
+
+/// [`GlobalFlight`]'s counts every request writes, on lines of their own.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Counts {
+    permits: Permits,
+    /// The registry's free queue places (see `places.rs`, which owns
+    /// them).
+    free_places: AtomicUsize,
 }
 
 /// [`GlobalFlight`]'s fields read on every request.
@@ -150,11 +161,6 @@ struct ShardSlots {
     oldest_idle: AtomicU64,
 }
 
-/// A value on cache lines of its own.
-#[derive(Debug)]
-#[repr(align(128))]
-struct Apart<T>(T);
-
 impl GlobalFlight {
     /// `max` permits, for a registry of `shards` shards (at most
     /// [`MAX_SHARDS`]).
@@ -171,7 +177,10 @@ impl GlobalFlight {
                     oldest_idle: AtomicU64::new(NEVER),
                 })
                 .collect(),
-            permits: Apart(Permits::new(max)),
+            counts: Counts {
+                permits: Permits::new(max),
+                free_places: AtomicUsize::new(0),
+            },
         }
     }
 
@@ -302,41 +311,67 @@ impl GlobalFlight {
         true
     }
 
+    /// Sets the count of free queue places (once, by the registry's
+    /// places).
+    pub(crate) fn set_free_places(&self, free: usize) {
+        self.counts.free_places.store(free, Ordering::SeqCst);
+    }
+
+    /// How many queue places are free now.
+    pub(crate) fn free_places(&self) -> usize {
+        self.counts.free_places.load(Ordering::SeqCst)
+    }
+
+    /// Takes a queue place, if one is free.
+    #[inline]
+    pub(crate) fn try_take_place(&self) -> bool {
+        self.counts
+            .free_places
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |free| free.checked_sub(1))
+            .is_ok()
+    }
+
+    /// Gives a queue place back.
+    #[inline]
+    pub(crate) fn give_back_place(&self) {
+        self.counts.free_places.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Requests in flight now.
     pub(crate) fn in_flight(&self) -> u32 {
-        self.permits.0.in_flight()
+        self.counts.permits.in_flight()
     }
 
     /// Whether a permit is free now.
     #[inline]
     pub(crate) fn has_room(&self) -> bool {
-        self.permits.0.has_room()
+        self.counts.permits.has_room()
     }
 
     /// Takes a permit under the scheduler's lock, if one is free (see
     /// [`Permits::take_locked`]).
     #[must_use]
     pub(crate) fn take_locked(&self) -> bool {
-        self.permits.0.take_locked()
+        self.counts.permits.take_locked()
     }
 
     /// Gives a permit back; whether requests wait for one (then the caller
     /// must let the first go, under the lock).
     pub(crate) fn release(&self) -> bool {
-        self.permits.0.release()
+        self.counts.permits.release()
     }
 
     /// Whether requests were last said to wait for a permit.
     #[inline]
     pub(crate) fn queued(&self) -> bool {
-        self.permits.0.queued()
+        self.counts.permits.queued()
     }
 
     /// Says, under the lock, whether requests wait for a permit; true when
     /// a permit is free although they do: see [`Permits::publish_queued`].
     #[inline(always)]
     pub(crate) fn publish_queued(&self, queued: bool) -> bool {
-        self.permits.0.publish_queued(queued)
+        self.counts.permits.publish_queued(queued)
     }
 }
 
@@ -509,7 +544,7 @@ impl FastScope {
     /// (from a thread's cache, or under the lock on a cache miss).
     pub(crate) fn admit(&self) -> bool {
         let global = &self.global;
-        if !global.permits.0.try_take() {
+        if !global.counts.permits.try_take() {
             return false;
         }
         if self.try_admit() {

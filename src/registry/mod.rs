@@ -191,7 +191,7 @@ use crate::store::StoreHandle;
 use crate::time::{saturating_add, Stamp};
 pub(crate) use configs::IP_SCOPE_PREFIX;
 pub(crate) use fast_path::FastScope;
-pub(crate) use places::{PlaceHandle, QueuePlace};
+pub(crate) use places::{PlaceHandle, QueuePlace, Reserved};
 pub(crate) use report::collect;
 pub(crate) use report::Collected;
 pub(crate) use scheduler::{Admission, Finishing, Outcome, TicketId, TicketPoll};

@@ -10,6 +10,13 @@
 //! line. (tokio's semaphore, used before, takes its wait list's mutex on
 //! every release: about 190 instructions per request where this takes 30.)
 //!
+//! What every request writes is kept to the one line it must write: the
+//! counter sits beside the global permit count (in
+//! [`GlobalFlight`]), which the same request takes between the two, so
+//! the pair moves between cores as one line. A handle keeps the place it
+//! reserved itself, and gives it back without touching the places' `Arc`;
+//! only a request that waits takes a [`QueuePlace`] holding the `Arc`.
+//!
 //! A woken caller that goes away before it takes the place it was woken
 //! for passes the wake-up on, so a place never sits free while others
 //! wait. Order among waiters is first-come first-served, except that a
@@ -17,14 +24,17 @@
 //! path) lines up again at the back.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
+
+use super::fast_path::GlobalFlight;
 
 /// The places, shared by every `Throttle` of a registry.
 #[derive(Debug)]
 pub(crate) struct QueuePlaces {
-    free: AtomicUsize,
+    /// Holds the count of free places.
+    global: Arc<GlobalFlight>,
     /// Whether the wait list may be non-empty (read without its lock on
     /// every release).
     has_waiters: AtomicBool,
@@ -38,10 +48,12 @@ struct WaitList {
 }
 
 impl QueuePlaces {
-    /// `max` free places.
-    pub(crate) fn new(max: usize) -> Arc<Self> {
+    /// `max` free places, counted in `global` (one registry's: its places
+    /// are these).
+    pub(crate) fn new(max: usize, global: Arc<GlobalFlight>) -> Arc<Self> {
+        global.set_free_places(max);
         Arc::new(QueuePlaces {
-            free: AtomicUsize::new(max),
+            global,
             has_waiters: AtomicBool::new(false),
             waiters: Mutex::new(WaitList::default()),
         })
@@ -49,17 +61,15 @@ impl QueuePlaces {
 
     /// How many places are free now.
     pub(crate) fn free(&self) -> usize {
-        self.free.load(Ordering::SeqCst)
+        self.global.free_places()
     }
 
     fn try_take(&self) -> bool {
-        self.free
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |free| free.checked_sub(1))
-            .is_ok()
+        self.global.try_take_place()
     }
 
     fn give_back(&self) {
-        self.free.fetch_add(1, Ordering::SeqCst);
+        self.global.give_back_place();
         if self.has_waiters.load(Ordering::SeqCst) {
             self.wake_first();
         }
@@ -85,7 +95,7 @@ impl QueuePlaces {
     }
 }
 
-/// One place, given back when dropped.
+/// One place held by a request that waits, given back when dropped.
 #[derive(Debug)]
 pub(crate) struct QueuePlace {
     places: Arc<QueuePlaces>,
@@ -97,14 +107,49 @@ impl Drop for QueuePlace {
     }
 }
 
+/// The place a handle reserved, taken out of it for a request: given back
+/// at once ([`give_back`](Self::give_back): the request was admitted at
+/// once), or kept while the request waits ([`keep`](Self::keep)).
+/// Dropped otherwise, it is given back.
+#[derive(Debug)]
+pub(crate) struct Reserved<'a> {
+    places: &'a Arc<QueuePlaces>,
+}
+
+impl Reserved<'_> {
+    /// Gives the place back, without touching the places' `Arc`.
+    #[inline]
+    pub(crate) fn give_back(self) {
+        // `Drop` gives it back.
+    }
+
+    /// Keeps the place while the request waits.
+    pub(crate) fn keep(self) -> QueuePlace {
+        let place = QueuePlace {
+            places: self.places.clone(),
+        };
+        std::mem::forget(self);
+        place
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.places.give_back();
+    }
+}
+
 /// A caller's handle on the places (one per `Throttle` clone): it keeps
-/// its spot in the wait list between polls.
+/// its spot in the wait list between polls, and the place it reserved
+/// until its request takes it (or the handle goes: then it gives it back).
 #[derive(Debug)]
 pub(crate) struct PlaceHandle {
     places: Arc<QueuePlaces>,
     /// Its ticket in the wait list, from its last `Pending` until it takes
     /// a place.
     waiting: Option<u64>,
+    /// Whether it holds a place its request has not taken yet.
+    reserved: bool,
 }
 
 impl PlaceHandle {
@@ -112,14 +157,19 @@ impl PlaceHandle {
         PlaceHandle {
             places,
             waiting: None,
+            reserved: false,
         }
     }
 
-    /// Takes a place, or registers `cx`'s waker to be woken when one may be
-    /// free.
-    pub(crate) fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<QueuePlace> {
+    /// Reserves a place (at once if the handle holds one already), or
+    /// registers `cx`'s waker to be woken when one may be free.
+    pub(crate) fn poll_reserve(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.reserved {
+            return Poll::Ready(());
+        }
         if self.places.try_take() {
-            return Poll::Ready(self.took());
+            self.took();
+            return Poll::Ready(());
         }
         let mut list = self.places.list();
         // Announce the wait before looking again, so that a place given
@@ -132,7 +182,8 @@ impl PlaceHandle {
             }
             drop(list);
             self.waiting = None;
-            return Poll::Ready(self.place());
+            self.reserved = true;
+            return Poll::Ready(());
         }
         let spot = self
             .waiting
@@ -149,8 +200,17 @@ impl PlaceHandle {
         Poll::Pending
     }
 
+    /// The place this handle reserved, for its request; `None` when it
+    /// holds none.
+    pub(crate) fn take_reserved(&mut self) -> Option<Reserved<'_>> {
+        if !std::mem::take(&mut self.reserved) {
+            return None;
+        }
+        Some(Reserved { places: &self.places })
+    }
+
     /// A place just taken on the fast path: leaves the line if it was in it.
-    fn took(&mut self) -> QueuePlace {
+    fn took(&mut self) {
         if self.waiting.is_some() {
             let mut list = self.places.list();
             self.leave_line(&mut list);
@@ -160,13 +220,7 @@ impl PlaceHandle {
             drop(list);
             self.waiting = None;
         }
-        self.place()
-    }
-
-    fn place(&self) -> QueuePlace {
-        QueuePlace {
-            places: self.places.clone(),
-        }
+        self.reserved = true;
     }
 
     /// Takes this handle out of the line; whether it was still in it (if
@@ -187,6 +241,9 @@ impl PlaceHandle {
 
 impl Drop for PlaceHandle {
     fn drop(&mut self) {
+        if self.reserved {
+            self.places.give_back();
+        }
         if self.waiting.is_none() {
             return;
         }
@@ -230,21 +287,47 @@ mod tests {
         count.0.load(Ordering::SeqCst)
     }
 
+    /// `max` places of a registry of one shard.
+    fn places(max: usize) -> Arc<QueuePlaces> {
+        QueuePlaces::new(max, Arc::new(GlobalFlight::new(16, 1)))
+    }
+
     #[test]
-    fn places_are_taken_until_none_is_left_and_come_back_when_dropped() {
-        let places = QueuePlaces::new(2);
+    fn places_are_taken_until_none_is_left_and_come_back_when_given_back() {
+        let places = places(2);
+        let (_, waker) = counter();
+        let mut cx = Context::from_waker(&waker);
+        let mut first = PlaceHandle::new(places.clone());
+        let mut second = PlaceHandle::new(places.clone());
+        let mut third = PlaceHandle::new(places.clone());
+        assert!(first.poll_reserve(&mut cx).is_ready() && second.poll_reserve(&mut cx).is_ready());
+        assert!(first.poll_reserve(&mut cx).is_ready(), "a handle keeps its place");
+        assert_eq!(places.free(), 0);
+        assert!(third.poll_reserve(&mut cx).is_pending());
+        first.take_reserved().expect("reserved").give_back();
+        assert_eq!(places.free(), 1);
+        assert!(first.take_reserved().is_none(), "its place was taken");
+        assert!(third.poll_reserve(&mut cx).is_ready());
+        assert!(!places.has_waiters.load(Ordering::SeqCst), "it left the line");
+    }
+
+    #[test]
+    fn a_kept_place_is_given_back_when_its_request_ends_and_a_dropped_one_at_once() {
+        let places = places(1);
         let (_, waker) = counter();
         let mut cx = Context::from_waker(&waker);
         let mut handle = PlaceHandle::new(places.clone());
-        let first = handle.poll_take(&mut cx);
-        let second = handle.poll_take(&mut cx);
-        assert!(first.is_ready() && second.is_ready());
-        assert_eq!(places.free(), 0);
-        assert!(handle.poll_take(&mut cx).is_pending());
-        drop(first);
+        assert!(handle.poll_reserve(&mut cx).is_ready());
+        let kept = handle.take_reserved().expect("reserved").keep();
+        assert_eq!(places.free(), 0, "a waiting request holds it");
+        drop(kept);
         assert_eq!(places.free(), 1);
-        assert!(handle.poll_take(&mut cx).is_ready());
-        assert!(!places.has_waiters.load(Ordering::SeqCst), "it left the line");
+        assert!(handle.poll_reserve(&mut cx).is_ready());
+        drop(handle.take_reserved());
+        assert_eq!(places.free(), 1, "dropped without a word: given back");
+        assert!(handle.poll_reserve(&mut cx).is_ready());
+        drop(handle);
+        assert_eq!(places.free(), 1, "a handle that goes gives its place back");
     }
 
     /// A handle and the waker it polls with, counting its wake-ups.
@@ -255,8 +338,8 @@ mod tests {
     }
 
     impl Waiter {
-        fn poll(&mut self) -> Poll<QueuePlace> {
-            self.handle.poll_take(&mut Context::from_waker(&self.waker))
+        fn poll(&mut self) -> Poll<()> {
+            self.handle.poll_reserve(&mut Context::from_waker(&self.waker))
         }
 
         fn woken(&self) -> usize {
@@ -264,12 +347,13 @@ mod tests {
         }
     }
 
-    /// The one place of a registry taken, and two handles waiting for it,
-    /// in line in this order.
-    fn one_place_held_and_two_waiting() -> (Poll<QueuePlace>, Waiter, Waiter) {
-        let places = QueuePlaces::new(1);
+    /// A handle holding the one place of a registry, and two handles
+    /// waiting for it, in line in this order.
+    fn one_place_held_and_two_waiting() -> (PlaceHandle, Waiter, Waiter) {
+        let places = places(1);
         let (_, waker) = counter();
-        let held = PlaceHandle::new(places.clone()).poll_take(&mut Context::from_waker(&waker));
+        let mut held = PlaceHandle::new(places.clone());
+        assert!(held.poll_reserve(&mut Context::from_waker(&waker)).is_ready());
         let waiter = || {
             let (count, waker) = counter();
             let mut waiter = Waiter {
@@ -314,17 +398,18 @@ mod tests {
 
     #[test]
     fn polling_again_while_waiting_keeps_the_spot_and_the_latest_waker() {
-        let places = QueuePlaces::new(1);
+        let places = places(1);
         let (_, waker) = counter();
-        let held = PlaceHandle::new(places.clone()).poll_take(&mut Context::from_waker(&waker));
+        let mut held = PlaceHandle::new(places.clone());
+        assert!(held.poll_reserve(&mut Context::from_waker(&waker)).is_ready());
         let (old_count, old_waker) = counter();
         let (new_count, new_waker) = counter();
         let mut handle = PlaceHandle::new(places.clone());
         assert!(handle
-            .poll_take(&mut Context::from_waker(&old_waker))
+            .poll_reserve(&mut Context::from_waker(&old_waker))
             .is_pending());
         assert!(handle
-            .poll_take(&mut Context::from_waker(&new_waker))
+            .poll_reserve(&mut Context::from_waker(&new_waker))
             .is_pending());
         assert_eq!(places.list().queue.len(), 1);
         drop(held);
@@ -333,7 +418,7 @@ mod tests {
 
     #[test]
     fn many_threads_never_hold_more_places_than_there_are_and_give_all_back() {
-        let places = QueuePlaces::new(3);
+        let places = places(3);
         let held = Arc::new(AtomicUsize::new(0));
         let threads: Vec<_> = (0..4)
             .map(|_| {
@@ -345,10 +430,10 @@ mod tests {
                     let mut handle = PlaceHandle::new(places);
                     let mut taken = 0;
                     while taken < 2_000 {
-                        if let Poll::Ready(place) = handle.poll_take(&mut cx) {
+                        if handle.poll_reserve(&mut cx).is_ready() {
                             assert!(held.fetch_add(1, Ordering::SeqCst) < 3);
                             held.fetch_sub(1, Ordering::SeqCst);
-                            drop(place);
+                            handle.take_reserved().expect("reserved").give_back();
                             taken += 1;
                         } else {
                             std::thread::yield_now();

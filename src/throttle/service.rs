@@ -11,7 +11,7 @@ use super::future::ResponseFuture;
 
 use super::ticket::Ticket;
 use crate::readiness::take_readied;
-use crate::registry::{PlaceHandle, QueuePlace, Registry};
+use crate::registry::{PlaceHandle, Registry};
 use crate::scope::{AutoThrottleExempt, Priority, Scopes};
 #[cfg(doc)]
 use crate::waited::WaitCause;
@@ -44,7 +44,7 @@ pub struct Throttle<S, M = InnerErrors> {
     fixed: Option<Scopes>,
     pub(super) record_scopes: bool,
     /// Reserves queue places; each clone has its own (it keeps the state of
-    /// a pending reservation).
+    /// a pending reservation, and the place reserved until `call`).
     places: PlaceHandle,
     reserved: Reserved,
     /// Since when `poll_ready` waited for a queue place: the next
@@ -55,8 +55,9 @@ pub struct Throttle<S, M = InnerErrors> {
 
 enum Reserved {
     Nothing,
-    /// General mode: a queue place, and the inner service was ready.
-    Place(QueuePlace),
+    /// General mode: a queue place (the handle holds it), and the inner
+    /// service was ready.
+    Place,
     /// Fixed-scope mode: a ticket, waiting or already sent.
     Ticket(Ticket),
 }
@@ -128,9 +129,9 @@ impl<S, M> Throttle<S, M> {
         self.inner
     }
 
-    /// Takes a queue place, and notes since when it waits for one.
-    fn poll_queue_place(&mut self, cx: &mut Context<'_>) -> Poll<QueuePlace> {
-        let polled = self.places.poll_take(cx);
+    /// Reserves a queue place, and notes since when it waits for one.
+    fn poll_queue_place(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let polled = self.places.poll_reserve(cx);
         if polled.is_pending() {
             self.note_place_wait_start();
         }
@@ -144,12 +145,12 @@ impl<S, M> Throttle<S, M> {
 
     fn poll_fixed_scope_admission(&mut self, cx: &mut Context<'_>, scopes: Scopes) -> Poll<()> {
         if let Reserved::Nothing = self.reserved {
-            let place = match self.poll_queue_place(cx) {
-                Poll::Ready(place) => place,
-                Poll::Pending => return Poll::Pending,
-            };
+            if self.poll_queue_place(cx).is_pending() {
+                return Poll::Pending;
+            }
             // `call` may come later than the admission: the departure is
             // recorded once the inner service has the request.
+            let place = self.places.take_reserved().expect("a place was just reserved");
             let place = (place, self.place_wait.take());
             self.reserved = Reserved::Ticket(Ticket::enqueue(&self.registry, place, &scopes, Priority(0)));
         }
@@ -179,7 +180,7 @@ where
             }
         } else if let Reserved::Nothing = self.reserved {
             match self.poll_queue_place(cx) {
-                Poll::Ready(place) => self.reserved = Reserved::Place(place),
+                Poll::Ready(()) => self.reserved = Reserved::Place,
                 Poll::Pending => return Poll::Pending,
             }
         }
@@ -192,12 +193,13 @@ where
         let already_recorded = given.is_some() && self.fixed.is_none();
         let (ticket, scopes) = match (reserved, &self.fixed) {
             (Reserved::Ticket(ticket), Some(scopes)) => (ticket, scopes.clone()),
-            (Reserved::Place(place), _) => {
+            (Reserved::Place, _) => {
                 let priority = request
                     .extensions()
                     .get::<Priority>()
                     .copied()
                     .unwrap_or_default();
+                let place = self.places.take_reserved().expect("poll_ready reserved a place");
                 let place = (place, self.place_wait.take());
                 Ticket::enqueue_resolved(&self.registry, place, &request, priority)
             }

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use super::lease::HeldLease;
 use crate::departure::stamp::WriteStamp;
 use crate::registry::{
-    Admission, Collected, FastScope, Finishing, LimitSource, Outcome, QueuePlace, Registry, TicketId,
-    TicketPoll, WaitedInScheduler,
+    Admission, Collected, FastScope, Finishing, LimitSource, Outcome, QueuePlace, Registry, Reserved,
+    TicketId, TicketPoll, WaitedInScheduler,
 };
 use crate::scope::{Priority, Scopes};
 use crate::store::{LeaseId, Reservation, SharedFacts, StoreHandle, WaiterId};
@@ -185,7 +185,7 @@ impl Ticket {
     fn new(
         registry: &Registry,
         admission: Admission,
-        (place, place_wait): (QueuePlace, Option<Instant>),
+        (place, place_wait): (Reserved<'_>, Option<Instant>),
         scopes: &Scopes,
     ) -> Self {
         let fleet = registry.fleet().is_some();
@@ -205,8 +205,11 @@ impl Ticket {
         };
         let stage = match admitted {
             // A request admitted at once gives its place back now.
-            Some(report) => Stage::Admitted { report },
-            None => Stage::Queued { _place: place },
+            Some(report) => {
+                place.give_back();
+                Stage::Admitted { report }
+            }
+            None => Stage::Queued { _place: place.keep() },
         };
         Ticket {
             owner,
@@ -223,7 +226,7 @@ impl Ticket {
     /// with [`depart`](Self::depart).
     pub(crate) fn enqueue(
         registry: &Registry,
-        place: (QueuePlace, Option<Instant>),
+        place: (Reserved<'_>, Option<Instant>),
         scopes: &Scopes,
         priority: Priority,
     ) -> Self {
@@ -236,7 +239,7 @@ impl Ticket {
     #[inline]
     pub(crate) fn enqueue_resolved<B>(
         registry: &Registry,
-        place: (QueuePlace, Option<Instant>),
+        place: (Reserved<'_>, Option<Instant>),
         request: &http::Request<B>,
         priority: Priority,
     ) -> (Self, Scopes) {
