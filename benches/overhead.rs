@@ -14,6 +14,8 @@
 //! registry) for each workload of issue 26: `bare`, `one_scope`,
 //! `one_scope_delay0_c64`, `scopes_10k` and `multi_scope_2`, beside
 //! `one_scope_locked` (every admission under the lock),
+//! `scopes_10k_together` (both threads in the same order from the same
+//! start, so they meet on every scope),
 //! `scopes_10k_one_shard` and `multi_scope_2_one_shard` (a registry of one
 //! shard; the default is four per core: `RegistryBuilder::shards`) and
 //! `scopes_10k_split` (each thread
@@ -160,8 +162,9 @@ type ScalingService<B> = tower::util::Either<B, tower_throttle::Throttle<B>>;
 /// The workloads of issue 26: the bare service; one scope (1 000 lanes,
 /// delay 0); one scope at 64 lanes and delay 0 (an API client's hot host);
 /// one scope with every admission under the registry's lock (for
-/// comparison); 10 000 scopes; two scopes per request (each host and a
-/// scope of its own beside it, over 10 000 hosts).
+/// comparison); 10 000 scopes (the threads half the list apart, or
+/// together); two scopes per request (each host and a scope of its own
+/// beside it, over 10 000 hosts).
 fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
     let throttled =
         |registry: Registry| tower::util::Either::Right(ThrottleLayer::new(registry).layer_service(bare()));
@@ -216,6 +219,16 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
             name: "scopes_10k",
             services: vec![throttled(unthrottled_registry())],
             uris: uris(SCALING_SCOPES),
+        },
+        Workload {
+            // `scopes_10k` with both threads going round the scopes in the
+            // same order from the same start (the list twice over: the
+            // second thread's offset is the second copy), so they meet on
+            // every scope, as a crawl's workers do on a frontier ordered
+            // by host; `scopes_10k`'s threads start half the list apart.
+            name: "scopes_10k_together",
+            services: vec![throttled(unthrottled_registry())],
+            uris: [uris(SCALING_SCOPES), uris(SCALING_SCOPES)].concat(),
         },
         Workload {
             // `scopes_10k` on a registry of one shard (the default is
