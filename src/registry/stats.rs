@@ -11,6 +11,7 @@ use super::feedback::AnnouncedLimits;
 use super::scheduler::{Scheduler, ScopeEntry};
 use super::scope_state::{Effective, LimitSource, Manager, ScopeState};
 use super::shards::Placement;
+use super::ticket::ScopeId;
 use crate::scope::Scope;
 use crate::time::{saturating_add, Stamp};
 
@@ -158,11 +159,17 @@ impl Scheduler {
     pub(crate) fn arriving_waiters(&self, key: &str) -> InJoint {
         match self.scope_with_id(key) {
             Some((_, scope)) if !scope.state.arriving => InJoint::Arrived,
-            Some((id, scope)) => InJoint::Arriving(ArrivingWaiters {
-                queued: scope.queued(),
-                head_cost: self.head_cost(id),
-            }),
+            Some((id, scope)) => InJoint::Arriving(self.waiting_in_placeholder(id, scope)),
             None => InJoint::Arriving(ArrivingWaiters::default()),
+        }
+    }
+
+    /// (The joint shard.) The requests waiting in scope `id`'s placeholder
+    /// (`scope`), for a scope still leaving its home.
+    fn waiting_in_placeholder(&self, id: ScopeId, scope: &ScopeEntry) -> ArrivingWaiters {
+        ArrivingWaiters {
+            queued: scope.queued(),
+            head_cost: self.head_cost(id),
         }
     }
 
@@ -212,13 +219,7 @@ impl Scheduler {
     pub(crate) fn all_arriving_waiters(&self) -> HashMap<Scope, ArrivingWaiters> {
         self.scopes_with_ids()
             .filter(|(_, scope)| scope.state.arriving)
-            .map(|(id, scope)| {
-                let waiters = ArrivingWaiters {
-                    queued: scope.queued(),
-                    head_cost: self.head_cost(id),
-                };
-                (scope.state.key.clone(), waiters)
-            })
+            .map(|(id, scope)| (scope.state.key.clone(), self.waiting_in_placeholder(id, scope)))
             .collect()
     }
 
