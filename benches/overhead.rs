@@ -36,15 +36,25 @@
 //! `SCALING_LINES_ONLY=1` skips criterion's own samples of the `scaling`
 //! group and prints the lines alone (a minute instead of three).
 //!
+//! The `backlog` group measures requests that wait: 20 000 and 40 000
+//! requests spawned at once (tasks on one thread) against 64 lanes, half
+//! of them beyond `max_queued` (so they wait in `poll_ready` too), through
+//! the throttle and through a tokio semaphore held across the call (the
+//! bare client of `loadtest` (b)). After criterion's report it prints
+//! `backlog depth=<n> throttle ns=<..> semaphore ns=<..> ratio=<..>` per
+//! depth (medians of 7 runs each, taken in turn): the time per request
+//! should not grow with the depth.
+//!
 //! ```text
 //! cargo bench --bench overhead
 //! cargo bench --bench overhead -- scaling
+//! cargo bench --bench overhead -- backlog
 //! ```
 
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use tower::Service;
+use tower::{Service, ServiceExt};
 use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
 
 #[path = "variants/mod.rs"]
@@ -303,8 +313,8 @@ fn median(samples: &mut [f64]) -> f64 {
 }
 
 /// Whether the command line's filter (criterion's first free argument)
-/// selects the `scaling` group, or there is none.
-fn scaling_selected() -> bool {
+/// selects the group `group`, or there is none.
+fn group_selected(group: &str) -> bool {
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|arg| !arg.starts_with('-'))
@@ -312,7 +322,7 @@ fn scaling_selected() -> bool {
     filters.is_empty()
         || filters
             .iter()
-            .any(|filter| "scaling".contains(filter.as_str()) || filter.starts_with("scaling"))
+            .any(|filter| group.contains(filter.as_str()) || filter.starts_with(group))
 }
 
 /// The workloads `SCALING_WORKLOADS` names (a comma-separated list of
@@ -353,7 +363,7 @@ fn scaling(c: &mut Criterion) {
         }
     }
     group.finish();
-    if !scaling_selected() {
+    if !group_selected("scaling") {
         return;
     }
     // One line per workload, for scripts: the median of LINE_SAMPLES runs
@@ -379,9 +389,159 @@ impl LayerService for ThrottleLayer {
     }
 }
 
+/// A backlog's in-flight limit: `loadtest` (b)'s, an API client's.
+const BACKLOG_LANES: usize = 64;
+
+/// Spawns `count` requests at once on the current thread, each a task
+/// calling its own clone of `service`, and waits for them all: a backlog
+/// far deeper than the lanes, so nearly every request waits.
+async fn drive_backlog<S>(service: &S, uri: &http::Uri, count: usize) -> Duration
+where
+    S: Service<http::Request<()>, Response = http::Response<()>> + Clone + 'static,
+    S::Error: std::fmt::Debug,
+{
+    let tasks = tokio::task::LocalSet::new();
+    tasks
+        .run_until(async {
+            let start = Instant::now();
+            let spawned: Vec<_> = (0..count)
+                .map(|_| {
+                    let service = service.clone();
+                    let request = variants::request(uri);
+                    tokio::task::spawn_local(async move { service.oneshot(request).await.unwrap() })
+                })
+                .collect();
+            for task in spawned {
+                std::hint::black_box(task.await.unwrap());
+            }
+            start.elapsed()
+        })
+        .await
+}
+
+/// The inner service of the backlog: answers after one yield, so the
+/// request is in flight across a turn of the runtime.
+fn yielding(
+) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = std::convert::Infallible>
+       + Clone
+       + 'static {
+    tower::service_fn(|_request: http::Request<()>| async {
+        tokio::task::yield_now().await;
+        Ok(http::Response::new(()))
+    })
+}
+
+/// The throttle over [`yielding`]: one scope of `BACKLOG_LANES` lanes,
+/// delay 0, and queue places for half the backlog (the other half waits
+/// in `poll_ready`).
+fn backlog_throttle(
+    count: usize,
+) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = tower::BoxError> + Clone + 'static
+{
+    let lanes = BACKLOG_LANES as u32;
+    let registry = Registry::builder()
+        .max_concurrency(lanes)
+        .max_queued(count / 2)
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(lanes)
+                .delay(Duration::ZERO)
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap();
+    tower::ServiceExt::map_err(ThrottleLayer::new(registry).layer_service(yielding()), Into::into)
+}
+
+/// The peer: a tokio semaphore of `BACKLOG_LANES` permits held across the
+/// inner call, as `loadtest`'s bare client holds one.
+fn backlog_semaphore(
+) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = tower::BoxError> + Clone + 'static
+{
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(BACKLOG_LANES));
+    let inner = yielding();
+    tower::service_fn(move |request: http::Request<()>| {
+        let (permits, inner) = (permits.clone(), inner.clone());
+        async move {
+            let _permit = permits.acquire_owned().await?;
+            Ok::<_, tower::BoxError>(inner.oneshot(request).await?)
+        }
+    })
+}
+
+/// `backlog`: requests that wait. A backlog of 20 000 and 40 000 requests
+/// spawned at once against 64 lanes, through the throttle and through a
+/// tokio semaphore; after criterion's report, one line per depth for
+/// scripts (the median over `BACKLOG_SAMPLES` runs of each, taken in turn):
+/// `backlog depth=<n> throttle ns=<..> semaphore ns=<..> ratio=<..>`.
+fn backlog(c: &mut Criterion) {
+    const BACKLOG_SAMPLES: usize = 7;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let uri: http::Uri = "https://backlog.example/".parse().unwrap();
+    let mut group = c.benchmark_group("backlog");
+    group.sample_size(10);
+    let depth = 20_000;
+    group.bench_function("throttle/20k", |b| {
+        b.iter_custom(|iters| backlog_per_request(&runtime, &backlog_throttle(depth), &uri, depth, iters));
+    });
+    group.bench_function("semaphore/20k", |b| {
+        b.iter_custom(|iters| backlog_per_request(&runtime, &backlog_semaphore(), &uri, depth, iters));
+    });
+    group.finish();
+    if !group_selected("backlog") {
+        return;
+    }
+    println!();
+    for depth in [20_000, 40_000] {
+        let (mut throttle, mut semaphore) = (Vec::new(), Vec::new());
+        for _ in 0..BACKLOG_SAMPLES {
+            let ns = |elapsed: Duration| elapsed.as_nanos() as f64 / depth as f64;
+            throttle.push(ns(runtime.block_on(drive_backlog(
+                &backlog_throttle(depth),
+                &uri,
+                depth,
+            ))));
+            semaphore.push(ns(runtime.block_on(drive_backlog(
+                &backlog_semaphore(),
+                &uri,
+                depth,
+            ))));
+        }
+        let (throttle, semaphore) = (median(&mut throttle), median(&mut semaphore));
+        println!(
+            "backlog depth={depth} throttle ns={throttle:.1} semaphore ns={semaphore:.1} ratio={:.2}",
+            throttle / semaphore
+        );
+    }
+}
+
+/// `iters` requests as backlogs of `depth`, timed per request and scaled
+/// to `iters` (criterion's contract for `iter_custom`).
+fn backlog_per_request<S>(
+    runtime: &tokio::runtime::Runtime,
+    service: &S,
+    uri: &http::Uri,
+    depth: usize,
+    iters: u64,
+) -> Duration
+where
+    S: Service<http::Request<()>, Response = http::Response<()>> + Clone + 'static,
+    S::Error: std::fmt::Debug,
+{
+    let batches = iters.div_ceil(depth as u64).max(1);
+    let elapsed: Duration = (0..batches)
+        .map(|_| runtime.block_on(drive_backlog(service, uri, depth)))
+        .sum();
+    elapsed.mul_f64(iters as f64 / (batches * depth as u64) as f64)
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
-    targets = overhead, scaling
+    targets = overhead, scaling, backlog
 }
 criterion_main!(benches);

@@ -41,10 +41,32 @@ pub(crate) struct QueuePlaces {
     waiters: Mutex<WaitList>,
 }
 
+/// The callers waiting for a place, in the order they came. Tickets grow
+/// and are only ever pushed at the back, so the queue is sorted by ticket
+/// and a caller finds its spot by binary search: a woken caller (no longer
+/// in line) or one polled again costs O(log n), not a scan of everyone
+/// behind it, however long the line.
 #[derive(Debug, Default)]
 struct WaitList {
     next_ticket: u64,
     queue: VecDeque<(u64, Waker)>,
+}
+
+impl WaitList {
+    /// Where ticket `ticket` stands in line, if it still does.
+    fn spot_of(&self, ticket: u64) -> Option<usize> {
+        self.queue
+            .binary_search_by_key(&ticket, |(waiting, _)| *waiting)
+            .ok()
+    }
+
+    /// Lines up a new caller at the back; its ticket.
+    fn line_up(&mut self, waker: Waker) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.queue.push_back((ticket, waker));
+        ticket
+    }
 }
 
 impl QueuePlaces {
@@ -185,17 +207,9 @@ impl PlaceHandle {
             self.reserved = true;
             return Poll::Ready(());
         }
-        let spot = self
-            .waiting
-            .and_then(|ticket| list.queue.iter_mut().find(|(waiting, _)| *waiting == ticket));
-        match spot {
-            Some((_, waker)) => waker.clone_from(cx.waker()),
-            None => {
-                let ticket = list.next_ticket;
-                list.next_ticket += 1;
-                list.queue.push_back((ticket, cx.waker().clone()));
-                self.waiting = Some(ticket);
-            }
+        match self.waiting.and_then(|ticket| list.spot_of(ticket)) {
+            Some(index) => list.queue[index].1.clone_from(cx.waker()),
+            None => self.waiting = Some(list.line_up(cx.waker().clone())),
         }
         Poll::Pending
     }
@@ -229,7 +243,7 @@ impl PlaceHandle {
         let Some(ticket) = self.waiting else {
             return false;
         };
-        match list.queue.iter().position(|(waiting, _)| *waiting == ticket) {
+        match list.spot_of(ticket) {
             Some(index) => {
                 list.queue.remove(index);
                 true
@@ -347,25 +361,34 @@ mod tests {
         }
     }
 
-    /// A handle holding the one place of a registry, and two handles
-    /// waiting for it, in line in this order.
-    fn one_place_held_and_two_waiting() -> (PlaceHandle, Waiter, Waiter) {
+    /// The places of a registry with one place, a handle holding it, and
+    /// `count` handles waiting for it, in line in this order.
+    fn one_place_held_and_waiting(count: usize) -> (Arc<QueuePlaces>, PlaceHandle, Vec<Waiter>) {
         let places = places(1);
         let (_, waker) = counter();
         let mut held = PlaceHandle::new(places.clone());
         assert!(held.poll_reserve(&mut Context::from_waker(&waker)).is_ready());
-        let waiter = || {
-            let (count, waker) = counter();
-            let mut waiter = Waiter {
-                handle: PlaceHandle::new(places.clone()),
-                count,
-                waker,
-            };
-            assert!(waiter.poll().is_pending());
-            waiter
-        };
-        let first = waiter();
-        let second = waiter();
+        let waiters = (0..count)
+            .map(|_| {
+                let (count, waker) = counter();
+                let mut waiter = Waiter {
+                    handle: PlaceHandle::new(places.clone()),
+                    count,
+                    waker,
+                };
+                assert!(waiter.poll().is_pending());
+                waiter
+            })
+            .collect();
+        (places, held, waiters)
+    }
+
+    /// A handle holding the one place of a registry, and two handles
+    /// waiting for it, in line in this order.
+    fn one_place_held_and_two_waiting() -> (PlaceHandle, Waiter, Waiter) {
+        let (_, held, mut waiters) = one_place_held_and_waiting(2);
+        let second = waiters.pop().expect("two waiters");
+        let first = waiters.pop().expect("two waiters");
         (held, first, second)
     }
 
@@ -414,6 +437,37 @@ mod tests {
         assert_eq!(places.list().queue.len(), 1);
         drop(held);
         assert_eq!((woken(&old_count), woken(&new_count)), (0, 1));
+    }
+
+    #[test]
+    fn a_long_line_with_gaps_is_served_in_order_and_keeps_each_spot() {
+        let (places, mut held, waiters) = one_place_held_and_waiting(300);
+        let mut line: Vec<Option<Waiter>> = waiters.into_iter().map(Some).collect();
+        // Every third leaves unwoken; every fifth polls again with a new
+        // waker (and must keep its spot, not line up at the back).
+        for (index, spot) in line.iter_mut().enumerate() {
+            if index % 3 == 0 {
+                *spot = None;
+            } else if index % 5 == 0 {
+                let waiter = spot.as_mut().expect("still in line");
+                let (count, waker) = counter();
+                (waiter.count, waiter.waker) = (count, waker);
+                assert!(waiter.poll().is_pending());
+            }
+        }
+        assert_eq!(places.list().queue.len(), 200);
+        let mut turn = held.take_reserved().expect("reserved");
+        for (index, spot) in line.iter_mut().enumerate() {
+            let Some(waiter) = spot.as_mut() else { continue };
+            assert_eq!(waiter.woken(), 0, "waiter {index} woken early");
+            turn.give_back();
+            assert_eq!(waiter.woken(), 1, "waiter {index} is next in line");
+            assert!(waiter.poll().is_ready());
+            turn = waiter.handle.take_reserved().expect("reserved");
+        }
+        drop(turn);
+        assert!(places.list().queue.is_empty());
+        assert_eq!(places.free(), 1);
     }
 
     #[test]
