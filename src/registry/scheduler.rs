@@ -1123,11 +1123,17 @@ impl Scheduler {
             }
             let effective = scope.state.effective(now, self.max_concurrency);
             let head_cost = self.head_cost(scope_id);
-            let held = match scope.state.check(now, &effective, head_cost) {
-                ScopeCheck::Full => Some(((WaitCause::Lanes, Some(effective.concurrency_source)), None)),
-                ScopeCheck::AwaitingEarlier => Some(((WaitCause::Departure, None), None)),
-                ScopeCheck::Until(at) => Some((scope.state.wait_cause(now, &effective, head_cost), Some(at))),
-                ScopeCheck::Ready { .. } => None,
+            let (held, lane) = match scope.state.check(now, &effective, head_cost) {
+                ScopeCheck::Full => (
+                    Some(((WaitCause::Lanes, Some(effective.concurrency_source)), None)),
+                    0,
+                ),
+                ScopeCheck::AwaitingEarlier => (Some(((WaitCause::Departure, None), None)), 0),
+                ScopeCheck::Until(at) => (
+                    Some((scope.state.wait_cause(now, &effective, head_cost), Some(at))),
+                    0,
+                ),
+                ScopeCheck::Ready { lane } => (None, lane),
             };
             if let Some((cause, timer)) = held {
                 self.scopes[scope_id].note_wait(now, Some(cause));
@@ -1136,6 +1142,12 @@ impl Scheduler {
             }
             self.set_timer(scope_id, None, wake);
             match self.pick_waiter(scope_id, now, wake) {
+                // The lane just found is the one to take (nothing changed
+                // the scope's lanes since) when this scope is the
+                // waiter's only one.
+                Ok(id) if self.tickets[id].seats.as_slice().len() == 1 => {
+                    self.send_on_lanes(id, now, wake, Some((lane, effective)));
+                }
                 Ok(id) => self.send(id, now, wake),
                 Err(cause) => {
                     self.scopes[scope_id].note_wait(now, Some(cause));

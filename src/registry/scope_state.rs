@@ -457,20 +457,24 @@ impl ScopeState {
     /// keeps one lane whatever its concurrency.
     /// The lane's free instant is `None` when it is free now.
     fn soonest_free_lane(&self, now: &mut NowStamp, effective: &Effective) -> Option<(usize, Option<Stamp>)> {
-        let best = self
-            .lanes
-            .iter()
-            .enumerate()
-            .filter(|(_, lane)| !lane.busy)
-            .map(|(index, lane)| {
-                let free = lane
-                    .last_send
-                    .next_allowed(effective.delay_per_slot, &effective.jitter);
-                (index, free)
-            })
-            .min_by_key(|(_, free)| *free);
-        let ready_now = best.is_some_and(|(_, free)| free.is_none_or(|free| free <= now.get()));
-        if !ready_now && self.lanes.len() < effective.concurrency as usize {
+        let mut best: Option<(usize, Option<Stamp>)> = None;
+        for (index, lane) in self.lanes.iter().enumerate().filter(|(_, lane)| !lane.busy) {
+            let free = lane
+                .last_send
+                .next_allowed(effective.delay_per_slot, &effective.jitter);
+            // A lane free now ends the search: which of several lanes free
+            // now is taken changes no instant (each is free from then on),
+            // and a lane with no gap at all is the soonest there is. A
+            // backlog on many lanes then finds its lane in a few steps, not
+            // a pass over every lane at every admission.
+            if free.is_none_or(|free| free <= now.get()) {
+                return Some((index, free));
+            }
+            if best.is_none_or(|(_, soonest)| free < soonest) {
+                best = Some((index, free));
+            }
+        }
+        if self.lanes.len() < effective.concurrency as usize {
             return Some((self.lanes.len(), None));
         }
         best
