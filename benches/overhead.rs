@@ -13,6 +13,9 @@
 //! threads (each with its own current-thread runtime, all sharing one
 //! registry) for each workload of issue 26: `bare`, `one_scope`,
 //! `one_scope_delay0_c64`, `scopes_10k` and `multi_scope_2`, beside
+//! `governor_1_key` (governor's keyed check on one host, one limiter
+//! shared by both threads: the lock-free peer of the hot scope, whose
+//! speedup is what one shared key allows on this machine),
 //! `one_scope_locked` (every admission under the lock),
 //! `scopes_10k_together` (both threads in the same order from the same
 //! start, so they meet on every scope),
@@ -140,8 +143,16 @@ where
                         .enable_all()
                         .build()
                         .unwrap();
-                    let mine: Vec<http::Uri> =
-                        uris[offset..].iter().chain(&uris[..offset]).cloned().collect();
+                    // Parsed again, not cloned: a clone shares the URI's
+                    // bytes, and every request's clone of it would then
+                    // write one reference count from both threads (for a
+                    // one-host workload, on every request), a line the
+                    // harness, not the service, would share.
+                    let mine: Vec<http::Uri> = uris[offset..]
+                        .iter()
+                        .chain(&uris[..offset])
+                        .map(|uri| uri.to_string().parse().expect("a URI parses again"))
+                        .collect();
                     start.wait();
                     runtime.block_on(drive(&mut service, &mine, iters / threads))
                 })
@@ -165,11 +176,50 @@ struct Workload<B> {
     uris: Vec<http::Uri>,
 }
 
-/// The services the workloads drive: one type (an enum, no boxing), so the
-/// workloads are a list.
-type ScalingService<B> = tower::util::Either<B, tower_throttle::Throttle<B>>;
+/// The services the workloads drive: one type (enums, no boxing), so the
+/// workloads are a list: the bare service or the governor peer, or the
+/// throttle.
+type ScalingService<B> =
+    tower::util::Either<tower::util::Either<B, SharedGovernor<B>>, tower_throttle::Throttle<B>>;
 
-/// The workloads of issue 26: the bare service; one scope (1 000 lanes,
+/// The lock-free peer of the hot-scope workloads: governor's keyed check
+/// (a quota that never refuses) on the lower-cased host, one limiter shared
+/// by every thread, in front of the bare service. One compare-and-swap on
+/// the key's state per request, the least a shared limit can write.
+#[derive(Clone)]
+struct SharedGovernor<B> {
+    limiter: std::sync::Arc<governor::DefaultKeyedRateLimiter<String>>,
+    inner: B,
+}
+
+impl<B> SharedGovernor<B> {
+    fn new(inner: B) -> Self {
+        let quota = governor::Quota::per_second(std::num::NonZeroU32::MAX);
+        SharedGovernor {
+            limiter: std::sync::Arc::new(governor::RateLimiter::keyed(quota)),
+            inner,
+        }
+    }
+}
+
+impl<B: Service<http::Request<()>>> Service<http::Request<()>> for SharedGovernor<B> {
+    type Response = B::Response;
+    type Error = B::Error;
+    type Future = B::Future;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), B::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<()>) -> B::Future {
+        let key = request.uri().host().unwrap_or_default().to_ascii_lowercase();
+        assert!(self.limiter.check_key(&key).is_ok());
+        self.inner.call(request)
+    }
+}
+
+/// The workloads of issue 26: the bare service (and governor's keyed
+/// check on one key, the lock-free peer of a hot scope); one scope (1 000 lanes,
 /// delay 0); one scope at 64 lanes and delay 0 (an API client's hot host);
 /// one scope with every admission under the registry's lock (for
 /// comparison); 10 000 scopes (the threads half the list apart, or
@@ -199,7 +249,16 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
     vec![
         Workload {
             name: "bare",
-            services: vec![tower::util::Either::Left(bare())],
+            services: vec![tower::util::Either::Left(tower::util::Either::Left(bare()))],
+            uris: uris(1),
+        },
+        Workload {
+            // The peer of the hot scope: governor's keyed check on one
+            // host, one limiter for both threads.
+            name: "governor_1_key",
+            services: vec![tower::util::Either::Left(tower::util::Either::Right(
+                SharedGovernor::new(bare()),
+            ))],
             uris: uris(1),
         },
         Workload {
