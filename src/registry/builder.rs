@@ -534,7 +534,7 @@ impl RegistryBuilder {
             let global = schedulers[0].global().clone();
             let configs = schedulers[0].config_table();
             let schedulers = schedulers.into_iter();
-            let queue_places = places::QueuePlaces::new(self.max_queued, global.clone());
+            let queue_places = places::QueuePlaces::new(self.max_queued);
             RegistryShared {
                 uid: next_registry_uid(),
                 global,

@@ -75,7 +75,6 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use self::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::atomic::AtomicUsize;
 pub(crate) use word::Ended;
 use word::{Permits, Word};
 
@@ -121,14 +120,11 @@ pub(crate) struct GlobalFlight {
     counts: Counts,
 }
 
-/// [`GlobalFlight`]'s counts every request writes, on lines of their own.
+/// [`GlobalFlight`]'s count every request writes, on lines of its own.
 #[derive(Debug)]
 #[repr(align(128))]
 struct Counts {
     permits: Permits,
-    /// The registry's free queue places (see `places.rs`, which owns
-    /// them).
-    free_places: AtomicUsize,
 }
 
 /// [`GlobalFlight`]'s fields read on every request.
@@ -179,7 +175,6 @@ impl GlobalFlight {
                 .collect(),
             counts: Counts {
                 permits: Permits::new(max),
-                free_places: AtomicUsize::new(0),
             },
         }
     }
@@ -309,32 +304,6 @@ impl GlobalFlight {
             return false;
         }
         true
-    }
-
-    /// Sets the count of free queue places (once, by the registry's
-    /// places).
-    pub(crate) fn set_free_places(&self, free: usize) {
-        self.counts.free_places.store(free, Ordering::SeqCst);
-    }
-
-    /// How many queue places are free now.
-    pub(crate) fn free_places(&self) -> usize {
-        self.counts.free_places.load(Ordering::SeqCst)
-    }
-
-    /// Takes a queue place, if one is free.
-    #[inline]
-    pub(crate) fn try_take_place(&self) -> bool {
-        self.counts
-            .free_places
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |free| free.checked_sub(1))
-            .is_ok()
-    }
-
-    /// Gives a queue place back.
-    #[inline]
-    pub(crate) fn give_back_place(&self) {
-        self.counts.free_places.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Requests in flight now.
