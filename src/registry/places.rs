@@ -18,8 +18,8 @@
 //! thread is given in turn. A handle whose stripe is empty takes from the
 //! others; only when every stripe is empty does its caller wait. (One
 //! counter for all, as before, moved its line between the cores on every
-//! request: about 50 ns per request at two threads in `cargo bench --bench
-//! overhead -- scaling`'s `scopes_10k`.) A handle keeps the place it
+//! request: 30 to 60 ns per request at two threads in `cargo bench
+//! --bench overhead -- scaling`'s `scopes_10k`.) A handle keeps the place it
 //! reserved itself, and gives it back without touching the places' `Arc`;
 //! only a request that waits takes a [`QueuePlace`] holding the `Arc`.
 //!
