@@ -63,7 +63,7 @@ use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
 #[path = "variants/mod.rs"]
 mod variants;
 
-use variants::{bare, drive, governor_keyed, unthrottled_builder, unthrottled_registry, uris};
+use variants::{bare, drive, governor_keyed, unthrottled_builder, unthrottled_registry, uris, Governor};
 
 const MANY_SCOPES: usize = 100_000;
 
@@ -180,43 +180,7 @@ struct Workload<B> {
 /// workloads are a list: the bare service or the governor peer, or the
 /// throttle.
 type ScalingService<B> =
-    tower::util::Either<tower::util::Either<B, SharedGovernor<B>>, tower_throttle::Throttle<B>>;
-
-/// The lock-free peer of the hot-scope workloads: governor's keyed check
-/// (a quota that never refuses) on the lower-cased host, one limiter shared
-/// by every thread, in front of the bare service. One compare-and-swap on
-/// the key's state per request, the least a shared limit can write.
-#[derive(Clone)]
-struct SharedGovernor<B> {
-    limiter: std::sync::Arc<governor::DefaultKeyedRateLimiter<String>>,
-    inner: B,
-}
-
-impl<B> SharedGovernor<B> {
-    fn new(inner: B) -> Self {
-        let quota = governor::Quota::per_second(std::num::NonZeroU32::MAX);
-        SharedGovernor {
-            limiter: std::sync::Arc::new(governor::RateLimiter::keyed(quota)),
-            inner,
-        }
-    }
-}
-
-impl<B: Service<http::Request<()>>> Service<http::Request<()>> for SharedGovernor<B> {
-    type Response = B::Response;
-    type Error = B::Error;
-    type Future = B::Future;
-
-    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), B::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<()>) -> B::Future {
-        let key = request.uri().host().unwrap_or_default().to_ascii_lowercase();
-        assert!(self.limiter.check_key(&key).is_ok());
-        self.inner.call(request)
-    }
-}
+    tower::util::Either<tower::util::Either<B, Governor<B>>, tower_throttle::Throttle<B>>;
 
 /// The workloads of issue 26: the bare service (and governor's keyed
 /// check on one key, the lock-free peer of a hot scope); one scope (1 000 lanes,
@@ -257,7 +221,7 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
             // host, one limiter for both threads.
             name: "governor_1_key",
             services: vec![tower::util::Either::Left(tower::util::Either::Right(
-                SharedGovernor::new(bare()),
+                Governor::new(bare()),
             ))],
             uris: uris(1),
         },

@@ -2,6 +2,8 @@
 //! scopes allows, passing (a bounded number of) waiters another scope holds
 //! back, with each waiter's own quota cost checked.
 
+use std::ops::Bound::{Excluded, Unbounded};
+
 use tokio::time::Instant;
 
 use super::{OrderKey, Scheduler, ScopeCheck, ScopeId, TicketId, Verdict, WakeList, MAX_BYPASS, MAX_SCAN};
@@ -21,24 +23,21 @@ impl Scheduler {
         now: Instant,
         wake: &mut WakeList,
     ) -> Result<TicketId, CauseKey> {
-        // The head goes in the common case: looked at first, without
-        // gathering the candidates behind it. (A verdict other than
-        // `Admit` changes nothing, so the scan below looks at it again.)
-        if let Some(&head) = self.scopes[scope_id].queue().values().next() {
-            self.passed.clear();
-            if self.evaluate(head, Some(scope_id), now) == Verdict::Admit {
-                self.count_passes();
-                return Ok(head);
-            }
-        }
-        let candidates: Vec<TicketId> = self.scopes[scope_id]
-            .queue()
-            .values()
-            .take(MAX_SCAN)
-            .copied()
-            .collect();
+        // The candidates are walked in the queue, one after the other (the
+        // walk changes no queue), so the common case, the head going, looks
+        // at the head alone and gathers nothing.
         let mut skipped_here = 0;
-        for id in candidates {
+        let mut after = None;
+        for _ in 0..MAX_SCAN {
+            let queue = self.scopes[scope_id].queue();
+            let next = match after {
+                None => queue.iter().next(),
+                Some(key) => queue.range((Excluded(key), Unbounded)).next(),
+            };
+            let Some((&key, &id)) = next else {
+                break;
+            };
+            after = Some(key);
             self.passed.clear();
             match self.evaluate(id, Some(scope_id), now) {
                 Verdict::Admit => {
