@@ -63,6 +63,19 @@
 //! then admits nothing (so it cannot pass those waiters), and a request
 //! ending on an open scope takes the lock to let the first of them go.
 //!
+//! With a limit large enough (at least 32 permits per pool: 256 on a
+//! 2-core machine), requests on words take their permits from *pools*,
+//! one 128-byte line each, four per core, a pool per thread (threads are
+//! given pools in turn): a pool takes a batch from the counter and keeps
+//! what its requests give back, up to two batches, so two threads on one
+//! hot scope no longer write the counter's line on every request. Permits
+//! spare in a pool are anyone's: the lock takes them when the counter is
+//! out, and counts them as room when requests wait (see
+//! [`Permits`](word::Permits)). Requests through the lock take from and
+//! give back to the counter itself: pools there cost each request more
+//! instructions than DESIGN §5's budget has left, and the `scaling`
+//! bench's 10 000 scopes went no faster with them.
+//!
 //! # Checked by loom
 //!
 //! Both protocols, the word's open bit and count and the global count with
@@ -70,11 +83,11 @@
 //! them under every interleaving loom's model allows (see the README's
 //! Development section).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use self::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use self::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 pub(crate) use word::Ended;
 use word::{Permits, Word};
 
@@ -90,7 +103,7 @@ mod word;
 /// The atomics of [`word`]'s protocols: std's here; `loom/` gives them
 /// loom's to check the protocols.
 mod atomic {
-    pub(super) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+    pub(super) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 }
 
 /// The slot of [`GlobalFlight`]'s eviction due instants that names the
@@ -159,8 +172,14 @@ struct ShardSlots {
 
 impl GlobalFlight {
     /// `max` permits, for a registry of `shards` shards (at most
-    /// [`MAX_SHARDS`]).
+    /// [`MAX_SHARDS`]), shared out over four pools per core when `max`
+    /// allows (see [`Permits::new`]).
     pub(crate) fn new(max: u32, shards: usize) -> Self {
+        Self::with_permits(Permits::new(max, default_pool_count()), shards)
+    }
+
+    /// `permits`, for a registry of `shards` shards.
+    fn with_permits(permits: Permits, shards: usize) -> Self {
         debug_assert!((1..=MAX_SHARDS).contains(&shards));
         GlobalFlight {
             read_mostly: ReadMostly {
@@ -173,9 +192,7 @@ impl GlobalFlight {
                     oldest_idle: AtomicU64::new(NEVER),
                 })
                 .collect(),
-            counts: Counts {
-                permits: Permits::new(max),
-            },
+            counts: Counts { permits },
         }
     }
 
@@ -306,7 +323,8 @@ impl GlobalFlight {
         true
     }
 
-    /// Requests in flight now.
+    /// Requests in flight now (a snapshot while requests come and go;
+    /// it reads every pool: not for every request).
     pub(crate) fn in_flight(&self) -> u32 {
         self.counts.permits.in_flight()
     }
@@ -330,6 +348,13 @@ impl GlobalFlight {
         self.counts.permits.release()
     }
 
+    /// Gives back a permit a request on a word took, to this thread's
+    /// pool; whether requests wait for one, as [`release`](Self::release)
+    /// says.
+    pub(crate) fn release_from_word(&self) -> bool {
+        self.counts.permits.release_to(pool_here())
+    }
+
     /// Whether requests were last said to wait for a permit.
     #[inline]
     pub(crate) fn queued(&self) -> bool {
@@ -342,6 +367,39 @@ impl GlobalFlight {
     pub(crate) fn publish_queued(&self, queued: bool) -> bool {
         self.counts.permits.publish_queued(queued)
     }
+}
+
+/// Four pools of permits per core, a power of two, at most [`MAX_POOLS`]:
+/// threads that run at once seldom share one.
+fn default_pool_count() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    cores.saturating_mul(4).min(MAX_POOLS).next_power_of_two()
+}
+
+/// The most pools a registry's permits are shared out over.
+const MAX_POOLS: usize = 64;
+
+thread_local! {
+    /// This thread's pool of permits (before the mask); `usize::MAX`
+    /// until the thread first takes or gives one back.
+    static POOL_HERE: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// The pool the next thread to take a permit gets.
+static NEXT_POOL: AtomicUsize = AtomicUsize::new(0);
+
+/// This thread's pool of permits: threads are given pools in turn, so
+/// threads started together (a runtime's workers) use different lines.
+#[inline(always)]
+fn pool_here() -> usize {
+    POOL_HERE.with(|pool| match pool.get() {
+        usize::MAX => {
+            let given = NEXT_POOL.fetch_add(1, Ordering::Relaxed) % MAX_POOLS;
+            pool.set(given);
+            given
+        }
+        given => given,
+    })
 }
 
 /// A plain scope's lock-free state; see the [module docs](self).
@@ -496,7 +554,7 @@ impl FastScope {
     /// nobody is left to wait for them.
     pub(crate) fn end_orphaned(&self) {
         let _ = self.state.end();
-        let _ = self.global.release();
+        let _ = self.global.release_from_word();
     }
 
     /// Admits a request on the open word when a lane is free.
@@ -513,7 +571,7 @@ impl FastScope {
     /// (from a thread's cache, or under the lock on a cache miss).
     pub(crate) fn admit(&self) -> bool {
         let global = &self.global;
-        if !global.counts.permits.try_take() {
+        if !global.counts.permits.try_take(pool_here()) {
             return false;
         }
         if self.try_admit() {
@@ -522,7 +580,7 @@ impl FastScope {
         // The permit goes back; requests that started waiting for one
         // meanwhile are the caller's lock path's business (it closes the
         // scope or queues, and the scheduler rechecks the count).
-        let _ = global.release();
+        let _ = global.release_from_word();
         false
     }
 
@@ -661,5 +719,78 @@ pub(crate) mod hot {
                 hot.slots[slot] = Some((registry, scope.clone(), own_key));
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod permit_pools {
+    use super::word::Permits;
+
+    #[test]
+    fn a_small_limit_is_one_count_and_a_large_one_is_shared_out() {
+        assert_eq!(
+            Permits::new(16, 8).pool_count(),
+            0,
+            "the default limit: one count"
+        );
+        assert_eq!(Permits::new(1_000, 1).pool_count(), 0, "one pool is one count");
+        assert_eq!(Permits::new(1_000, 8).pool_count(), 8);
+        assert_eq!(Permits::new(1_000, 6).pool_count(), 8, "a power of two");
+    }
+
+    #[test]
+    fn pools_never_give_more_than_the_maximum_and_spares_are_anyones() {
+        let permits = Permits::new(1_000, 8);
+        // Pool 0 takes one: a batch leaves the global count, the rest
+        // spare in pool 0.
+        assert!(permits.try_take(0));
+        assert_eq!(permits.in_flight(), 1);
+        // Callers of pool 1 and the lock take all the others, pool 0's
+        // spares included.
+        let mut taken = 1;
+        while permits.try_take(1) || permits.take_locked() {
+            taken += 1;
+            assert!(taken <= 1_000, "more than the maximum");
+        }
+        assert_eq!(taken, 1_000);
+        assert_eq!(permits.in_flight(), 1_000);
+        assert!(!permits.has_room());
+        assert!(
+            !(0..8).any(|pool| permits.try_take(pool)),
+            "none left in any pool"
+        );
+        for pool in 0..taken {
+            assert!(!permits.release_to(pool), "nobody waits");
+        }
+        assert_eq!(permits.in_flight(), 0, "every permit back, spares not counted");
+        assert!(permits.has_room());
+    }
+
+    #[test]
+    fn waiters_find_spare_permits_wherever_they_were_given_back() {
+        let permits = Permits::new(1_000, 8);
+        let mut taken = 0;
+        while permits.try_take(taken) {
+            taken += 1;
+        }
+        assert_eq!(taken, 1_000);
+        // One goes back to pool 3's spare, then a request queues.
+        assert!(!permits.release_to(3));
+        assert!(permits.publish_queued(true), "the spare is room");
+        assert!(
+            !permits.try_take(5),
+            "no take without the lock while requests wait"
+        );
+        assert!(
+            permits.take_locked(),
+            "the scheduler takes the spare for its waiter"
+        );
+        assert!(!permits.publish_queued(true), "none left");
+        // Released while requests wait: the releaser is told to let the
+        // waiter go, and the scheduler finds the permit in pool 0.
+        assert!(permits.release_to(0), "the releaser lets the waiter go");
+        assert_eq!(permits.in_flight(), 999);
+        assert!(permits.take_locked());
+        assert!(!permits.publish_queued(false));
     }
 }

@@ -64,9 +64,10 @@ impl Metrics {
     }
 
     /// The in-flight gauge alone: what a request on an open scope's word
-    /// changes (see `fast_path`).
-    pub(crate) fn in_flight(self, in_flight: u32) {
-        metrics::gauge!("tower_throttle_requests_in_flight").set(f64::from(in_flight));
+    /// changes (see `fast_path`), read only with the feature (reading it
+    /// reads every pool of permits).
+    pub(crate) fn in_flight(self, in_flight: impl FnOnce() -> u32) {
+        metrics::gauge!("tower_throttle_requests_in_flight").set(f64::from(in_flight()));
     }
 }
 
@@ -88,5 +89,5 @@ impl Metrics {
     pub(crate) fn levels(self, _waiting: usize, _in_flight: u32, _scopes: usize) {}
 
     #[inline(always)]
-    pub(crate) fn in_flight(self, _in_flight: u32) {}
+    pub(crate) fn in_flight(self, _in_flight: impl FnOnce() -> u32) {}
 }

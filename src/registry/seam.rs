@@ -113,7 +113,7 @@ impl Registry {
         match hot::admit(self.shared.uid, name) {
             hot::Lookup::Admitted(fast, key) => {
                 fast.metrics.sent(&key);
-                fast.metrics.in_flight(self.shared.global.in_flight());
+                fast.metrics.in_flight(|| self.shared.global.in_flight());
                 Ok((fast, key))
             }
             hot::Lookup::Refused => Err(FastMode::Open),
@@ -295,8 +295,8 @@ impl Registry {
         let global = fast.global();
         match fast.end(departed_at, stamp, latency(outcome, departed_at, stamp)) {
             Ended::Open => {
-                let waiters = global.release();
-                fast.metrics.in_flight(global.in_flight());
+                let waiters = global.release_from_word();
+                fast.metrics.in_flight(|| global.in_flight());
                 let due = global.eviction_due(fast.evict_slot, stamp);
                 if !(waiters || due) {
                     return;
@@ -318,7 +318,7 @@ impl Registry {
                     scheduler.finish_adopted(fast, outcome, departed_at, (now, Some(stamp)), wake)
                 }),
                 None => {
-                    let _ = global.release();
+                    let _ = global.release_from_word();
                 }
             },
         }
