@@ -16,6 +16,10 @@
 //! `governor_1_key` (governor's keyed check on one host, one limiter
 //! shared by both threads: the lock-free peer of the hot scope, whose
 //! speedup is what one shared key allows on this machine),
+//! `governor_10k_keys` and `locked_shards_10k` (the peers of `scopes_10k`
+//! over the same hosts: governor's keyed check, one limiter for both
+//! threads; and the least a registry of locked shards does, eight mutexes
+//! by the host's hash, each request locking its host's twice),
 //! `one_scope_locked` (every admission under the lock),
 //! `scopes_10k_together` (both threads in the same order from the same
 //! start, so they meet on every scope),
@@ -63,7 +67,9 @@ use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
 #[path = "variants/mod.rs"]
 mod variants;
 
-use variants::{bare, drive, governor_keyed, unthrottled_builder, unthrottled_registry, uris, Governor};
+use variants::{
+    bare, drive, governor_keyed, unthrottled_builder, unthrottled_registry, uris, Governor, LockedShards,
+};
 
 const MANY_SCOPES: usize = 100_000;
 
@@ -179,8 +185,11 @@ struct Workload<B> {
 /// The services the workloads drive: one type (enums, no boxing), so the
 /// workloads are a list: the bare service or the governor peer, or the
 /// throttle.
-type ScalingService<B> =
-    tower::util::Either<tower::util::Either<B, Governor<B>>, tower_throttle::Throttle<B>>;
+type ScalingService<B> = tower::util::Either<tower::util::Either<B, Peer<B>>, tower_throttle::Throttle<B>>;
+
+/// The peers of the scaling workloads: governor's keyed limiter, or the
+/// least a registry of locked shards does.
+type Peer<B> = tower::util::Either<Governor<B>, LockedShards<B>>;
 
 /// The workloads of issue 26: the bare service (and governor's keyed
 /// check on one key, the lock-free peer of a hot scope); one scope (1 000 lanes,
@@ -190,6 +199,7 @@ type ScalingService<B> =
 /// together); two scopes per request (each host and a scope of its own
 /// beside it, over 10 000 hosts).
 fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
+    let peer = |peer: Peer<B>| tower::util::Either::Left(tower::util::Either::Right(peer));
     let throttled =
         |registry: Registry| tower::util::Either::Right(ThrottleLayer::new(registry).layer_service(bare()));
     let two_scopes_builder = || {
@@ -220,10 +230,25 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
             // The peer of the hot scope: governor's keyed check on one
             // host, one limiter for both threads.
             name: "governor_1_key",
-            services: vec![tower::util::Either::Left(tower::util::Either::Right(
-                Governor::new(bare()),
-            ))],
+            services: vec![peer(tower::util::Either::Left(Governor::new(bare())))],
             uris: uris(1),
+        },
+        Workload {
+            // The peer of `scopes_10k`: governor's keyed check over the
+            // same 10 000 hosts, one limiter (its keys in a sharded map)
+            // for both threads.
+            name: "governor_10k_keys",
+            services: vec![peer(tower::util::Either::Left(Governor::new(bare())))],
+            uris: uris(SCALING_SCOPES),
+        },
+        Workload {
+            // The floor of any registry of locked shards over the same
+            // 10 000 hosts: each request locks its host's shard (one of
+            // eight, the default on two cores) twice, as the throttle's
+            // lock path does, and counts itself in and out; nothing else.
+            name: "locked_shards_10k",
+            services: vec![peer(tower::util::Either::Right(LockedShards::new(bare(), 8)))],
+            uris: uris(SCALING_SCOPES),
         },
         Workload {
             name: "one_scope",

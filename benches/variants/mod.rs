@@ -41,28 +41,26 @@ pub fn governor_keyed() -> impl Service<http::Request<()>, Response = http::Resp
     })
 }
 
-/// [`governor_keyed`]'s check in front of `inner`, whose clones share one
-/// limiter, so threads driving clones share its keys' state: the
-/// lock-free peer of a hot scope in the scaling bench (one
-/// compare-and-swap on the key's state per request). `governor_keyed`
-/// keeps its limiter in the closure, as it always has, so the
-/// instruction counts compare with earlier releases'.
+/// A peer of the scaling bench: `work` done on each request's key (its
+/// lower-cased host, as Throttle's host resolver gives) around the call
+/// to `inner`. Clones share the work's state, so threads driving clones
+/// share its keys'.
 #[derive(Clone)]
-pub struct Governor<B> {
-    limiter: std::sync::Arc<governor::DefaultKeyedRateLimiter<String>>,
+pub struct Keyed<W, B> {
+    work: W,
     inner: B,
 }
 
-impl<B> Governor<B> {
-    pub fn new(inner: B) -> Self {
-        Governor {
-            limiter: std::sync::Arc::new(RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX))),
-            inner,
-        }
-    }
+/// What a [`Keyed`] peer does with a request's key before and after the
+/// call to its inner service. (A `String`: governor's keys are, and a
+/// copy per request would add to its figures.)
+#[allow(clippy::ptr_arg)]
+pub trait KeyWork {
+    fn before(&self, key: &String);
+    fn after(&self, _key: &String) {}
 }
 
-impl<B: Service<http::Request<()>>> Service<http::Request<()>> for Governor<B> {
+impl<W: KeyWork, B: Service<http::Request<()>>> Service<http::Request<()>> for Keyed<W, B> {
     type Response = B::Response;
     type Error = B::Error;
     type Future = B::Future;
@@ -73,8 +71,97 @@ impl<B: Service<http::Request<()>>> Service<http::Request<()>> for Governor<B> {
 
     fn call(&mut self, request: http::Request<()>) -> B::Future {
         let key = request.uri().host().unwrap_or_default().to_ascii_lowercase();
-        assert!(self.limiter.check_key(&key).is_ok());
-        self.inner.call(request)
+        self.work.before(&key);
+        let future = self.inner.call(request);
+        self.work.after(&key);
+        future
+    }
+}
+
+/// [`governor_keyed`]'s check in front of `inner`, whose clones share one
+/// limiter: the lock-free peer of a hot scope in the scaling bench (one
+/// compare-and-swap on the key's state per request), and over 10 000
+/// hosts the peer of `scopes_10k` (its keys in a sharded map).
+/// `governor_keyed` keeps its limiter in the closure, as it always has,
+/// so the instruction counts compare with earlier releases'.
+pub type Governor<B> = Keyed<GovernorCheck, B>;
+
+/// governor's keyed check, one limiter shared by the clones.
+#[derive(Clone)]
+pub struct GovernorCheck(std::sync::Arc<governor::DefaultKeyedRateLimiter<String>>);
+
+impl KeyWork for GovernorCheck {
+    fn before(&self, key: &String) {
+        assert!(self.0.check_key(key).is_ok());
+    }
+}
+
+impl<B> Governor<B> {
+    pub fn new(inner: B) -> Self {
+        Keyed {
+            work: GovernorCheck(std::sync::Arc::new(RateLimiter::keyed(Quota::per_second(
+                NonZeroU32::MAX,
+            )))),
+            inner,
+        }
+    }
+}
+
+/// The least a registry of locked shards does per request, as a peer of
+/// the scaling bench's 10 000 scopes: the key hashed to one of `shards`
+/// mutexes (each on lines of its own), locked once to count the request
+/// in on its key and once more to count it out, as the throttle's lock
+/// path locks the scope's shard at admission and at the end.
+pub type LockedShards<B> = Keyed<ShardCounts, B>;
+
+/// [`LockedShards`]' state: each shard's keys' counts, shared by the
+/// clones.
+#[derive(Clone)]
+pub struct ShardCounts {
+    shards: std::sync::Arc<[LockedShard]>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+/// One shard of [`ShardCounts`], on lines of its own.
+#[repr(align(128))]
+struct LockedShard(std::sync::Mutex<std::collections::HashMap<String, u64>>);
+
+impl ShardCounts {
+    /// Adds `change` to `key`'s count under its shard's lock.
+    fn count(&self, key: &str, change: i64) {
+        use std::hash::BuildHasher;
+        let shard = self.hasher.hash_one(key) as usize & (self.shards.len() - 1);
+        let mut counts = self.shards[shard].0.lock().unwrap();
+        match counts.get_mut(key) {
+            Some(count) => *count = count.wrapping_add_signed(change),
+            None => {
+                counts.insert(key.to_owned(), change as u64);
+            }
+        }
+    }
+}
+
+impl KeyWork for ShardCounts {
+    fn before(&self, key: &String) {
+        self.count(key, 1);
+    }
+
+    fn after(&self, key: &String) {
+        self.count(key, -1);
+    }
+}
+
+impl<B> LockedShards<B> {
+    /// `shards` shards (a power of two) in front of `inner`.
+    pub fn new(inner: B, shards: usize) -> Self {
+        assert!(shards.is_power_of_two(), "shards are found by a mask");
+        Keyed {
+            work: ShardCounts {
+                shards: (0..shards).map(|_| LockedShard(Default::default())).collect(),
+                hasher: Default::default(),
+            },
+            inner,
+        }
     }
 }
 
