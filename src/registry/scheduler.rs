@@ -1201,7 +1201,9 @@ impl Scheduler {
                 wait_log::merged_parts(&logs, from, now)
             }
         };
-        let seats: Vec<ScopeId> = ticket.seats.iter().map(|seat| seat.scope).collect();
+        // Copied out (the trims below need the scheduler mutably); on the
+        // stack for the usual one or two scopes.
+        let seats: smallvec::SmallVec<[ScopeId; 2]> = ticket.seats.iter().map(|seat| seat.scope).collect();
         self.waited.insert(
             id,
             Box::new(WaitedInScheduler {
