@@ -565,13 +565,7 @@ impl RegistryBuilder {
 /// [`RegistryBuilder::shards`]): four per core the machine has, as a power
 /// of two, at most [`MAX_SHARDS`](super::shards::MAX_SHARDS).
 fn default_shards() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    cores
-        .saturating_mul(4)
-        .checked_next_power_of_two()
-        .map_or(super::shards::MAX_SHARDS, |shards| {
-            shards.min(super::shards::MAX_SHARDS)
-        })
+    super::shards::four_per_core(super::shards::MAX_SHARDS)
 }
 
 /// A number no other registry of this process has (the thread caches of

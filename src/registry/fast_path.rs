@@ -83,11 +83,11 @@
 //! them under every interleaving loom's model allows (see the README's
 //! Development section).
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use self::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use self::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 pub(crate) use word::Ended;
 use word::{Permits, Word};
 
@@ -103,7 +103,7 @@ mod word;
 /// The atomics of [`word`]'s protocols: std's here; `loom/` gives them
 /// loom's to check the protocols.
 mod atomic {
-    pub(super) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(super) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 }
 
 /// The slot of [`GlobalFlight`]'s eviction due instants that names the
@@ -372,34 +372,17 @@ impl GlobalFlight {
 /// Four pools of permits per core, a power of two, at most [`MAX_POOLS`]:
 /// threads that run at once seldom share one.
 fn default_pool_count() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    cores.saturating_mul(4).min(MAX_POOLS).next_power_of_two()
+    super::shards::four_per_core(MAX_POOLS)
 }
 
 /// The most pools a registry's permits are shared out over.
 const MAX_POOLS: usize = 64;
 
-thread_local! {
-    /// This thread's pool of permits (before the mask); `usize::MAX`
-    /// until the thread first takes or gives one back.
-    static POOL_HERE: Cell<usize> = const { Cell::new(usize::MAX) };
-}
-
-/// The pool the next thread to take a permit gets.
-static NEXT_POOL: AtomicUsize = AtomicUsize::new(0);
-
-/// This thread's pool of permits: threads are given pools in turn, so
-/// threads started together (a runtime's workers) use different lines.
+/// This thread's pool of permits (before the registry's mask): its
+/// thread number, so threads started together use different lines.
 #[inline(always)]
 fn pool_here() -> usize {
-    POOL_HERE.with(|pool| match pool.get() {
-        usize::MAX => {
-            let given = NEXT_POOL.fetch_add(1, Ordering::Relaxed) % MAX_POOLS;
-            pool.set(given);
-            given
-        }
-        given => given,
-    })
+    super::shards::thread_number()
 }
 
 /// A plain scope's lock-free state; see the [module docs](self).

@@ -89,37 +89,27 @@ struct Stripe(AtomicUsize);
 /// few enough that a caller who finds its own empty looks at the others
 /// quickly.
 fn default_stripe_count() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    (cores * 4).next_power_of_two().min(MAX_STRIPES)
+    super::shards::four_per_core(MAX_STRIPES)
 }
 
 /// The most stripes a registry's places are spread over.
 const MAX_STRIPES: usize = 64;
 
 thread_local! {
-    /// The stripe number the next handle made on this thread gets (before
-    /// the modulo); `None` until the thread makes its first.
-    static NEXT_HERE: Cell<Option<usize>> = const { Cell::new(None) };
+    /// How many handles this thread made.
+    static HANDLES_HERE: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Where the next thread to make a handle starts.
-static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
-
 /// A stripe number for a handle made on this thread: the thread's first
-/// handle gets the number the thread was given (threads are given them in
-/// turn, so threads started together use different lines), and each next
-/// handle the number after. A `Throttle` clone is often made on one thread
-/// and used on another (a spawned task's is): handles made in a row on one
+/// handle gets the thread's number (threads are given them in turn, so
+/// threads started together use different lines), and each next handle
+/// the number after. A `Throttle` clone is often made on one thread and
+/// used on another (a spawned task's is): handles made in a row on one
 /// thread spread over the stripes, so tasks running at once on several
 /// threads seldom share one.
 fn next_stripe_here() -> usize {
-    NEXT_HERE.with(|next| {
-        let number = next
-            .get()
-            .unwrap_or_else(|| NEXT_THREAD.fetch_add(1, Ordering::Relaxed));
-        next.set(Some(number.wrapping_add(1)));
-        number
-    })
+    let made = HANDLES_HERE.with(|made| made.replace(made.get().wrapping_add(1)));
+    super::shards::thread_number().wrapping_add(made)
 }
 
 impl Stripes {
