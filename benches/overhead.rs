@@ -19,7 +19,9 @@
 //! `governor_10k_keys` and `locked_shards_10k` (the peers of `scopes_10k`
 //! over the same hosts: governor's keyed check, one limiter for both
 //! threads; and the least a registry of locked shards does, eight mutexes
-//! by the host's hash, each request locking its host's twice),
+//! by the host's hash, each request locking its host's twice;
+//! `locked_once_10k` the same locking once, as a registry whose requests
+//! end without the lock would),
 //! `one_scope_locked` (every admission under the lock),
 //! `scopes_10k_together` (both threads in the same order from the same
 //! start, so they meet on every scope),
@@ -69,6 +71,7 @@ mod variants;
 
 use variants::{
     bare, drive, governor_keyed, unthrottled_builder, unthrottled_registry, uris, Governor, LockedShards,
+    Locks,
 };
 
 const MANY_SCOPES: usize = 100_000;
@@ -247,7 +250,22 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
             // eight, the default on two cores) twice, as the throttle's
             // lock path does, and counts itself in and out; nothing else.
             name: "locked_shards_10k",
-            services: vec![peer(tower::util::Either::Right(LockedShards::new(bare(), 8)))],
+            services: vec![peer(tower::util::Either::Right(LockedShards::new(
+                bare(),
+                8,
+                Locks::Twice,
+            )))],
+            uris: uris(SCALING_SCOPES),
+        },
+        Workload {
+            // `locked_shards_10k` locking once per request: the ceiling
+            // of a registry whose requests end without the lock.
+            name: "locked_once_10k",
+            services: vec![peer(tower::util::Either::Right(LockedShards::new(
+                bare(),
+                8,
+                Locks::Once,
+            )))],
             uris: uris(SCALING_SCOPES),
         },
         Workload {

@@ -90,6 +90,10 @@ const VALGRIND_ARGS: [&str; 3] = [
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
+        [help] if help == "-h" || help == "--help" => {
+            print!("{USAGE}");
+            ExitCode::SUCCESS
+        }
         [variant, n] if !variant.starts_with("--") => match n.parse() {
             Ok(n) => run_variant(variant, n),
             Err(_) => usage(&format!("not a request count: {n}")),
@@ -101,10 +105,15 @@ fn main() -> ExitCode {
     }
 }
 
+const USAGE: &str = "\
+usage: instructions [--small N] [--large N]   (driver, runs valgrind)
+       instructions <variant> <n>             (one variant, n requests)
+       instructions --help
+";
+
 fn usage(message: &str) -> ExitCode {
     eprintln!("{message}");
-    eprintln!("usage: instructions [--small N] [--large N]   (driver, runs valgrind)");
-    eprintln!("       instructions <variant> <n>             (one variant, n requests)");
+    eprint!("{USAGE}");
     eprintln!("variants: {}", VARIANTS.join(", "));
     ExitCode::from(2)
 }

@@ -403,7 +403,13 @@ struct Options {
     write_stamps: u8,
 }
 
-fn parse_options() -> Result<Options, String> {
+/// What the command line asked for: a run, or the help text.
+enum Command {
+    Run(Options),
+    Help,
+}
+
+fn parse_options() -> Result<Command, String> {
     let mut options = Options {
         names: Vec::new(),
         quick: false,
@@ -421,15 +427,36 @@ fn parse_options() -> Result<Options, String> {
             "--write-stamps" => options.write_stamps = BODY_ASKED,
             "--socket-stamps" => options.write_stamps = SOCKET_WRITE,
             "--busy" => options.busy = busy_count(arguments.next())?,
+            "-h" | "--help" => return Ok(Command::Help),
             "a" | "b" | "c" | "d" | "e" => options.names.push(argument),
             other => match other.strip_prefix("--busy=") {
                 Some(count) => options.busy = busy_count(Some(count.to_owned()))?,
-                None => return Err(format!("unknown argument {other:?}; {USAGE}")),
+                None => return Err(format!("unknown argument {other:?}; {USAGE} (--help says more)")),
             },
         }
     }
-    Ok(options)
+    Ok(Command::Run(options))
 }
+
+const HELP: &str = "\
+loadtest: crawls loopback sites through ThrottleLayer over hyper-util and
+reports politeness as each site's kernel saw the requests arrive.
+
+usage: loadtest [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N]
+                [--write-stamps | --socket-stamps]
+
+  a b c d e         the scenarios to run (all five when none is named)
+  --quick           smaller scenarios, for a smoke run
+  --check           exit 1 when a criterion fails
+  --no-pin          leave server and client threads unpinned (shared cores)
+  --busy N          N threads spinning beside client and server all along
+  --write-stamps    a departure is the later of the hand-over and
+                    hyper-util's connection task taking the request to
+                    write it (DepartureStampLayer)
+  --socket-stamps   a departure is the later of the hand-over and the
+                    return of the socket write of the request head
+                    (DepartureStampLayer::at_socket_write)
+  -h, --help        this text";
 
 const USAGE: &str =
     "expected [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | --socket-stamps]";
@@ -443,7 +470,11 @@ fn busy_count(count: Option<String>) -> Result<usize, String> {
 
 fn main() -> ExitCode {
     let options = match parse_options() {
-        Ok(options) => options,
+        Ok(Command::Run(options)) => options,
+        Ok(Command::Help) => {
+            println!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
         Err(message) => {
             eprintln!("{message}");
             return ExitCode::from(2);

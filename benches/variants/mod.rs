@@ -111,8 +111,19 @@ impl<B> Governor<B> {
 /// the scaling bench's 10 000 scopes: the key hashed to one of `shards`
 /// mutexes (each on lines of its own), locked once to count the request
 /// in on its key and once more to count it out, as the throttle's lock
-/// path locks the scope's shard at admission and at the end.
+/// path locks the scope's shard at admission and at the end. Built with
+/// [`Locks::Once`], it only counts the request in: what a registry whose
+/// requests end without the lock would pay.
 pub type LockedShards<B> = Keyed<ShardCounts, B>;
+
+/// How many times a [`LockedShards`] request takes its shard's lock.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Locks {
+    /// In and out, as the throttle's lock path does.
+    Twice,
+    /// In only.
+    Once,
+}
 
 /// [`LockedShards`]' state: each shard's keys' counts, shared by the
 /// clones.
@@ -120,6 +131,7 @@ pub type LockedShards<B> = Keyed<ShardCounts, B>;
 pub struct ShardCounts {
     shards: std::sync::Arc<[LockedShard]>,
     hasher: std::collections::hash_map::RandomState,
+    locks: Locks,
 }
 
 /// One shard of [`ShardCounts`], on lines of its own.
@@ -147,18 +159,22 @@ impl KeyWork for ShardCounts {
     }
 
     fn after(&self, key: &String) {
-        self.count(key, -1);
+        if self.locks == Locks::Twice {
+            self.count(key, -1);
+        }
     }
 }
 
 impl<B> LockedShards<B> {
-    /// `shards` shards (a power of two) in front of `inner`.
-    pub fn new(inner: B, shards: usize) -> Self {
+    /// `shards` shards (a power of two) in front of `inner`, each request
+    /// locking its shard as `locks` says.
+    pub fn new(inner: B, shards: usize, locks: Locks) -> Self {
         assert!(shards.is_power_of_two(), "shards are found by a mask");
         Keyed {
             work: ShardCounts {
                 shards: (0..shards).map(|_| LockedShard(Default::default())).collect(),
                 hasher: Default::default(),
+                locks,
             },
             inner,
         }

@@ -92,7 +92,7 @@ fn a_waiter_queued_as_the_last_permit_comes_back_is_always_let_go() {
     loom::model(|| {
         let permits = Arc::new(Permits::with_pools(1, 0, 0));
         // A request on a word holds the only permit.
-        assert!(permits.take_locked());
+        assert!(permits.take_locked(None));
         let release = {
             let permits = permits.clone();
             thread::spawn(move || permits.release())
@@ -120,7 +120,7 @@ fn a_permit_taken_without_the_lock_never_passes_the_maximum() {
             let permits = permits.clone();
             thread::spawn(move || permits.try_take(0))
         };
-        let scheduler_took = permits.has_room() && permits.take_locked();
+        let scheduler_took = permits.has_room() && permits.take_locked(None);
         let took = taker.join().unwrap();
         assert!(!(took && scheduler_took), "one permit, taken twice");
         assert_eq!(permits.in_flight(), u32::from(took) + u32::from(scheduler_took));
@@ -141,7 +141,7 @@ fn a_waiter_queued_in_one_shard_as_another_gives_the_last_permit_back_is_let_go(
         let permits = Arc::new(Permits::with_pools(1, 0, 0));
         let waiters = Arc::new(AtomicUsize::new(0));
         // A request of the other shard holds the only permit.
-        assert!(permits.take_locked());
+        assert!(permits.take_locked(None));
         let releasing_shard = {
             let (permits, waiters) = (permits.clone(), waiters.clone());
             thread::spawn(move || {
@@ -186,7 +186,9 @@ fn a_waiter_queued_as_the_last_permit_goes_back_to_a_pool_is_always_let_go() {
         }
         // The scheduler lets the waiter go: the permit is there to take.
         if served || release_saw_waiters {
-            assert!(permits.take_locked(), "the free permit is found");
+            // Under the lock of the scheduler of pool 1, whose own pool
+            // is empty.
+            assert!(permits.take_locked(Some(1)), "the free permit is found");
         } else {
             assert_eq!(permits.in_flight(), 1);
         }
@@ -235,11 +237,39 @@ fn permits_taken_from_pools_never_pass_the_maximum() {
             let permits = permits.clone();
             thread::spawn(move || permits.try_take(1))
         };
-        let scheduler_took = permits.take_locked();
+        let scheduler_took = permits.take_locked(Some(1));
         let took = taker.join().unwrap();
         assert!(!(took && scheduler_took), "one permit left, taken twice");
         assert!(took || scheduler_took, "the spare permit was free to take");
         assert_eq!(permits.in_flight(), 2);
         assert!(!permits.has_room());
+    });
+}
+
+/// With pools: the scheduler of pool 1 takes from its own pool's spare
+/// under its lock (a batch it took earlier) as a caller of pool 0 without
+/// the lock, its own pool and the global count empty, takes that spare
+/// too: never two owners of one permit, and the count exact once both
+/// give theirs back, each to its own pool.
+#[test]
+fn a_schedulers_own_spare_is_taken_once_when_another_pool_takes_it_too() {
+    loom::model(|| {
+        // Two permits, two pools, batches of two: the scheduler of pool 1
+        // takes both, one for its request, one spare.
+        let permits = Arc::new(Permits::with_pools(2, 2, 2));
+        assert!(permits.take_locked(Some(1)), "pool 1 takes the batch, one spare");
+        let taker = {
+            let permits = permits.clone();
+            thread::spawn(move || permits.try_take(0))
+        };
+        let scheduler_took = permits.take_locked(Some(1));
+        let took = taker.join().unwrap();
+        assert!(took != scheduler_took, "the one spare permit is taken exactly once");
+        assert_eq!(permits.in_flight(), 2);
+        // Both go back: the scheduler's to its pool, the caller's to its own.
+        assert!(!permits.release_to(1));
+        assert!(!permits.release_to(0));
+        assert_eq!(permits.in_flight(), 0);
+        assert!(permits.has_room());
     });
 }

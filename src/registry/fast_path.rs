@@ -69,12 +69,15 @@
 //! given pools in turn): a pool takes a batch from the counter and keeps
 //! what its requests give back, up to two batches, so two threads on one
 //! hot scope no longer write the counter's line on every request. Permits
-//! spare in a pool are anyone's: the lock takes them when the counter is
-//! out, and counts them as room when requests wait (see
-//! [`Permits`](word::Permits)). Requests through the lock take from and
-//! give back to the counter itself: pools there cost each request more
-//! instructions than DESIGN §5's budget has left, and the `scaling`
-//! bench's 10 000 scopes went no faster with them.
+//! spare in a pool are anyone's: a caller whose pool and the counter are
+//! out takes them, and they count as room when requests wait (see
+//! [`Permits`](word::Permits)). Requests through a shard's lock use the
+//! same pools, the shard's number standing for the thread's: a request
+//! admitted under shard `s`'s lock takes its permit from pool `s` (round
+//! the pools) and gives it back there, so two threads on many scopes stop
+//! writing the counter's line on every admission and every end; the pool's
+//! line passes between cores with the shard's lock, as the shard's own
+//! lines do.
 //!
 //! # Checked by loom
 //!
@@ -335,11 +338,12 @@ impl GlobalFlight {
         self.counts.permits.has_room()
     }
 
-    /// Takes a permit under the scheduler's lock, if one is free (see
+    /// Takes a permit under the lock of a scheduler whose requests use
+    /// pool `pool` (none: the global count), if one is free (see
     /// [`Permits::take_locked`]).
     #[must_use]
-    pub(crate) fn take_locked(&self) -> bool {
-        self.counts.permits.take_locked()
+    pub(crate) fn take_locked(&self, pool: Option<usize>) -> bool {
+        self.counts.permits.take_locked(pool)
     }
 
     /// Gives a permit back; whether requests wait for one (then the caller
@@ -353,6 +357,16 @@ impl GlobalFlight {
     /// says.
     pub(crate) fn release_from_word(&self) -> bool {
         self.counts.permits.release_to(pool_here())
+    }
+
+    /// Gives back a permit the lock of a scheduler whose requests use pool
+    /// `pool` took (or adopted), to that pool (none: to the global count);
+    /// whether requests wait for one, as [`release`](Self::release) says.
+    pub(crate) fn release_locked(&self, pool: Option<usize>) -> bool {
+        match pool {
+            Some(pool) => self.counts.permits.release_to(pool),
+            None => self.counts.permits.release(),
+        }
     }
 
     /// Whether requests were last said to wait for a permit.
@@ -731,7 +745,7 @@ mod permit_pools {
         // Callers of pool 1 and the lock take all the others, pool 0's
         // spares included.
         let mut taken = 1;
-        while permits.try_take(1) || permits.take_locked() {
+        while permits.try_take(1) || permits.take_locked(Some(2)) {
             taken += 1;
             assert!(taken <= 1_000, "more than the maximum");
         }
@@ -765,15 +779,15 @@ mod permit_pools {
             "no take without the lock while requests wait"
         );
         assert!(
-            permits.take_locked(),
-            "the scheduler takes the spare for its waiter"
+            permits.take_locked(None),
+            "the joint shard's scheduler (no pool of its own) takes the spare for its waiter"
         );
         assert!(!permits.publish_queued(true), "none left");
         // Released while requests wait: the releaser is told to let the
         // waiter go, and the scheduler finds the permit in pool 0.
         assert!(permits.release_to(0), "the releaser lets the waiter go");
         assert_eq!(permits.in_flight(), 999);
-        assert!(permits.take_locked());
+        assert!(permits.take_locked(Some(6)));
         assert!(!permits.publish_queued(false));
     }
 }

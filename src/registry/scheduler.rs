@@ -146,6 +146,12 @@ pub(crate) struct Scheduler {
     metrics: Metrics,
     /// This scheduler's shard of its registry (see [`shards`](super::shards)).
     shard: usize,
+    /// The pool of global permits the requests admitted under this lock
+    /// take from and give back to: the shard's own (round the pools) for
+    /// a home shard of several; none (the global count) for the joint
+    /// shard, which every request of several scopes locks, and for a
+    /// registry of one shard (see "The global limit" in `fast_path.rs`).
+    permit_pool: Option<usize>,
     /// This shard in the ids it gives (0 in the joint shard).
     id_tag: usize,
     /// What the shards share, when there are several.
@@ -203,6 +209,7 @@ impl Scheduler {
             delayed_warned: false,
             metrics: Metrics::default(),
             shard: JOINT,
+            permit_pool: None,
             id_tag: 0,
             across: None,
             elsewhere: HashMap::new(),
@@ -231,6 +238,7 @@ impl Scheduler {
                 one.metrics = self.metrics;
                 one.global = global.clone();
                 one.shard = shard;
+                one.permit_pool = (shard != JOINT).then_some(shard);
                 one.id_tag = crate::registry::shards::encode(shard, 0);
                 one.across = Some(across.clone());
                 one
@@ -607,7 +615,7 @@ impl Scheduler {
         if !ours {
             // Never: an adopted request keeps its scope from eviction. Its
             // permit still goes back.
-            self.global.release();
+            self.global.release_locked(self.permit_pool);
             return;
         }
         let seat = Seat {
@@ -786,13 +794,11 @@ impl Scheduler {
         if scope.has_waiters() {
             return None;
         }
-        let global = &self.global;
-        let lane = scope.state.take_plain_lane(
-            now,
-            self.max_concurrency,
-            &mut self.rng,
-            (now, || global.take_locked()),
-        )?;
+        let (global, pool) = (&self.global, self.permit_pool);
+        let lane =
+            scope
+                .state
+                .take_plain_lane(now, self.max_concurrency, (now, || global.take_locked(pool)))?;
         self.metrics.sent(&scope.state.key);
         Some(lane)
     }
@@ -837,7 +843,7 @@ impl Scheduler {
                 _ => return false,
             }
         }
-        if !self.global.take_locked() {
+        if !self.global.take_locked(self.permit_pool) {
             return false;
         }
         match (&ticket.seats, first_lane) {
@@ -1016,7 +1022,7 @@ impl Scheduler {
                 self.dirty.push(seat.scope);
             }
         }
-        self.global.release();
+        self.global.release_locked(self.permit_pool);
         if !self.global_queue.is_empty() {
             self.serve_global_queue(now, wake);
         }

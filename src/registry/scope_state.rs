@@ -114,6 +114,14 @@ impl LastSend {
     }
 }
 
+/// The draw a plain scope's send records instead of a random one: no gap
+/// follows a send while its scope is plain (no delay to jitter), so it
+/// spares the request path two draws. Should the scope stop being plain
+/// (a backoff step, a config change), the one gap that runs from such a
+/// send gets the middle of the jitter range, its mean, and every later
+/// send a draw of its own.
+const MIDDLE_DRAW: f64 = 0.5;
+
 /// `now` as a [`Stamp`], converted at most once, and only if a gap needs
 /// comparing: scopes without delays never pay for the conversion.
 struct NowStamp {
@@ -523,7 +531,7 @@ impl ScopeState {
                 self.lanes.len()
             }
         };
-        let scope_send = self.record_send(lane, Stamp::of(now), rng);
+        let scope_send = self.record_send(lane, Stamp::of(now), (rng.f64(), rng.f64()));
         self.spend_quota(cost, now);
         tracing::debug!(
             target: "tower_throttle",
@@ -554,7 +562,6 @@ impl ScopeState {
         &mut self,
         now: Instant,
         max_concurrency: u32,
-        rng: &mut fastrand::Rng,
         (enqueued_at, global_permit): (Instant, impl FnOnce() -> bool),
     ) -> Option<usize> {
         if self.contributed.is_some() || !self.plain || self.arriving {
@@ -580,7 +587,7 @@ impl ScopeState {
         // leaves changes no gap. That spares the request path a clock
         // conversion.
         let previous = self.last_send.map_or(Stamp::EARLIEST, |last| last.at);
-        self.record_send(lane, previous, rng);
+        self.record_send(lane, previous, (MIDDLE_DRAW, MIDDLE_DRAW));
         tracing::debug!(
             target: "tower_throttle",
             scope = %self.key,
@@ -596,9 +603,9 @@ impl ScopeState {
     /// the number of lanes), starts the lane's and the scope's gaps with
     /// fresh jitter draws, and counts the request in flight and undeparted.
     #[inline]
-    fn record_send(&mut self, lane: usize, at: Stamp, rng: &mut fastrand::Rng) -> LastSend {
-        let lane_send = LastSend { at, draw: rng.f64() };
-        let scope_send = LastSend { at, draw: rng.f64() };
+    fn record_send(&mut self, lane: usize, at: Stamp, (lane_draw, scope_draw): (f64, f64)) -> LastSend {
+        let lane_send = LastSend { at, draw: lane_draw };
+        let scope_send = LastSend { at, draw: scope_draw };
         let taken = Lane {
             busy: true,
             last_send: lane_send,

@@ -111,7 +111,8 @@ impl Word {
 /// With a limit large enough to share out (see [`Permits::new`]), the
 /// count is split in two: `taken`, on one line, counts the permits out of
 /// the global pool, and each of the pools (a line each, one per thread
-/// group: see `pool_here` in the parent module) keeps permits taken out
+/// group on words, see `pool_here` in the parent module, and one per
+/// shard group under the shards' locks) keeps permits taken out
 /// in a batch and not in use, its *spare*. A request takes from its own
 /// pool's spare and gives back to it, so threads on different pools share
 /// no line on most requests; a pool refills a batch at a time from
@@ -230,20 +231,20 @@ impl Permits {
                 .any(|pool| pool.spare.load(Ordering::SeqCst) > 0)
     }
 
-    /// Takes a permit under the scheduler's lock, if one is free: from the
-    /// global count, else from any pool's spare. A compare-and-swap, as on
-    /// a word, since a request on a word may take the last permit between
-    /// the scheduler's check and its take. The queued flag does not stop
-    /// it: the scheduler orders its own waiters.
-    ///
-    /// The lock's requests take no batches: with pools as well, the
-    /// `scaling` bench's 10 000 scopes went no faster at two threads (the
-    /// shard's lock and lines already pass between the cores), and the
-    /// pools cost each request more instructions than the budget of
-    /// DESIGN §5 has left.
+    /// Takes a permit under the lock of a scheduler whose requests use
+    /// pool `pool`, if one is free: from the pool's spare, else a batch
+    /// from the global count, else another pool's spare; with no pool of
+    /// its own (or none at all), from the global count, else any pool's
+    /// spare. A compare-and-swap, as on a word, since a request on a word
+    /// may take the last permit between the scheduler's check and its
+    /// take. The queued flag does not stop it: the scheduler orders its own
+    /// waiters.
     #[inline]
-    pub(crate) fn take_locked(&self) -> bool {
-        self.take_from_global(1) == 1 || self.pools.iter().any(take_spare)
+    pub(crate) fn take_locked(&self, pool: Option<usize>) -> bool {
+        match pool.and_then(|pool| self.pool(pool)) {
+            Some(own) => take_own_spare(own) || self.take_batch(own),
+            None => self.take_from_global(1) == 1 || self.pools.iter().any(take_spare),
+        }
     }
 
     /// Takes a batch from the global count into `own` and one of it for

@@ -125,7 +125,7 @@ impl Scheduler {
         }
         // Taken here, the last check: an admitted waiter is sent at once
         // (`Verdict::Admit` means its permit is taken).
-        if self.older_global_waiter_elsewhere(order) || !self.global.take_locked() {
+        if self.older_global_waiter_elsewhere(order) || !self.global.take_locked(self.permit_pool) {
             return Verdict::Global;
         }
         Verdict::Admit
