@@ -71,13 +71,16 @@
 //! hot scope no longer write the counter's line on every request. Permits
 //! spare in a pool are anyone's: a caller whose pool and the counter are
 //! out takes them, and they count as room when requests wait (see
-//! [`Permits`](word::Permits)). Requests through a shard's lock use the
-//! same pools, the shard's number standing for the thread's: a request
-//! admitted under shard `s`'s lock takes its permit from pool `s` (round
-//! the pools) and gives it back there, so two threads on many scopes stop
-//! writing the counter's line on every admission and every end; the pool's
-//! line passes between cores with the shard's lock, as the shard's own
-//! lines do.
+//! [`Permits`](word::Permits)). Requests through a home shard's lock use
+//! the same pools, the shard's number standing for the thread's: a request
+//! admitted under home shard `s`'s lock takes its permit from pool `s`
+//! (round the pools) and gives it back there, so two threads on many
+//! scopes stop writing the counter's line on every admission and every
+//! end; the pool's line passes between cores with the shard's lock, as the
+//! shard's own lines do. The joint shard, which every request of several
+//! scopes locks, and a registry of one shard keep the counter: their pool
+//! would pass between cores with the one lock exactly as the counter does,
+//! and the `scaling` bench's `multi_scope_2` measured slower with it.
 //!
 //! # Checked by loom
 //!
