@@ -77,8 +77,8 @@
 //! only state: nothing of this runs and a request costs what it did.
 //! [`MemoryStore`] is a store kept in the process, shared by registries that
 //! hold clones of it: the same protocol without a network, useful to test a
-//! fleet under paused time. [`RedisStore`] (feature `redis`) is the store
-//! for a real fleet.
+//! fleet under paused time. `RedisStore` (with the `redis` feature) is
+//! the store for a real fleet.
 //!
 //! # What the fleet learns
 //!
