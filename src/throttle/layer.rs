@@ -1,8 +1,10 @@
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use tower_layer::Layer;
 
 use super::errors::{InnerErrors, StoreErrors};
+use super::handles::Handles;
 use super::Throttle;
 use crate::registry::Registry;
 use crate::scope::Scopes;
@@ -32,7 +34,9 @@ use crate::scope::Scopes;
 /// store's error.
 #[derive(Debug, Clone)]
 pub struct ThrottleLayer<M = InnerErrors> {
-    registry: Registry,
+    /// The registry, and the handles the requests of every service the
+    /// layer makes keep (see `handles.rs`): made once, shared by them all.
+    handles: Arc<Handles>,
     fixed: Option<Scopes>,
     record_scopes: bool,
     mode: PhantomData<fn() -> M>,
@@ -42,7 +46,7 @@ impl ThrottleLayer {
     /// A layer that throttles through `registry`.
     pub fn new(registry: Registry) -> Self {
         ThrottleLayer {
-            registry,
+            handles: Handles::new(registry),
             fixed: None,
             record_scopes: false,
             mode: PhantomData,
@@ -56,7 +60,7 @@ impl ThrottleLayer {
     /// inner service's error must convert into `tower::BoxError`.
     pub fn store_errors(self) -> ThrottleLayer<StoreErrors> {
         ThrottleLayer {
-            registry: self.registry,
+            handles: self.handles,
             fixed: self.fixed,
             record_scopes: self.record_scopes,
             mode: PhantomData,
@@ -97,7 +101,7 @@ impl<S, M> Layer<S> for ThrottleLayer<M> {
     type Service = Throttle<S, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let mut throttle = Throttle::with_mode(inner, self.registry.clone(), self.fixed.clone());
+        let mut throttle = Throttle::with_mode(inner, self.handles.clone(), self.fixed.clone());
         throttle.record_scopes = self.record_scopes;
         throttle
     }

@@ -91,6 +91,7 @@
 
 mod errors;
 pub mod future;
+mod handles;
 mod layer;
 mod lease;
 mod service;

@@ -1,5 +1,6 @@
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::time::Instant;
@@ -8,6 +9,7 @@ use tower_service::Service;
 
 use super::errors::{ErrorMode, InnerErrors};
 use super::future::ResponseFuture;
+use super::handles::Handles;
 
 use super::ticket::Ticket;
 use crate::readiness::take_readied;
@@ -40,7 +42,8 @@ use crate::waited::WaitCause;
 /// this handle already reserved: each clone calls `poll_ready` for itself.
 pub struct Throttle<S, M = InnerErrors> {
     inner: S,
-    registry: Registry,
+    /// The registry, and the handles its requests keep (see `handles.rs`).
+    handles: Arc<Handles>,
     fixed: Option<Scopes>,
     pub(super) record_scopes: bool,
     /// Reserves queue places; each clone has its own (it keeps the state of
@@ -66,7 +69,7 @@ impl<S: fmt::Debug, M> fmt::Debug for Throttle<S, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Throttle")
             .field("inner", &self.inner)
-            .field("registry", &self.registry)
+            .field("registry", self.handles.registry())
             .field("fixed", &self.fixed)
             .finish_non_exhaustive()
     }
@@ -76,10 +79,10 @@ impl<S: Clone, M> Clone for Throttle<S, M> {
     fn clone(&self) -> Self {
         Throttle {
             inner: self.inner.clone(),
-            registry: self.registry.clone(),
+            handles: self.handles.clone(),
             fixed: self.fixed.clone(),
             record_scopes: self.record_scopes,
-            places: self.registry.queue_places(),
+            places: self.handles.registry().queue_places(),
             reserved: Reserved::Nothing,
             place_wait: None,
             mode: PhantomData,
@@ -88,18 +91,22 @@ impl<S: Clone, M> Clone for Throttle<S, M> {
 }
 
 impl<S> Throttle<S> {
-    /// Wraps `inner`, throttling through `registry`.
+    /// Wraps `inner`, throttling through `registry`. This makes the
+    /// handles its requests keep on the registry (a few small allocations,
+    /// four per core); its clones, and the services one
+    /// [`ThrottleLayer`](super::ThrottleLayer) makes, share them, so prefer
+    /// cloning or a layer to calling this per request.
     pub fn new(inner: S, registry: Registry) -> Self {
-        Self::with_mode(inner, registry, None)
+        Self::with_mode(inner, Handles::new(registry), None)
     }
 }
 
 impl<S, M> Throttle<S, M> {
-    pub(crate) fn with_mode(inner: S, registry: Registry, fixed: Option<Scopes>) -> Self {
-        let places = registry.queue_places();
+    pub(crate) fn with_mode(inner: S, handles: Arc<Handles>, fixed: Option<Scopes>) -> Self {
+        let places = handles.registry().queue_places();
         Throttle {
             inner,
-            registry,
+            handles,
             places,
             fixed,
             record_scopes: false,
@@ -111,7 +118,7 @@ impl<S, M> Throttle<S, M> {
 
     /// The registry this service throttles through.
     pub fn registry(&self) -> &Registry {
-        &self.registry
+        self.handles.registry()
     }
 
     /// The inner service.
@@ -152,7 +159,7 @@ impl<S, M> Throttle<S, M> {
             // recorded once the inner service has the request.
             let place = self.places.take_reserved().expect("a place was just reserved");
             let place = (place, self.place_wait.take());
-            self.reserved = Reserved::Ticket(Ticket::enqueue(&self.registry, place, &scopes, Priority(0)));
+            self.reserved = Reserved::Ticket(Ticket::enqueue(&self.handles, place, &scopes, Priority(0)));
         }
         match &mut self.reserved {
             Reserved::Ticket(ticket) => ticket.poll_send(cx),
@@ -201,7 +208,7 @@ where
                     .unwrap_or_default();
                 let place = self.places.take_reserved().expect("poll_ready reserved a place");
                 let place = (place, self.place_wait.take());
-                Ticket::enqueue_resolved(&self.registry, place, &request, priority)
+                Ticket::enqueue_resolved(&self.handles, place, &request, priority)
             }
             _ => panic!("poll_ready must be called first"),
         };

@@ -12,6 +12,7 @@ use tokio::time::{Instant, Sleep};
 
 use std::sync::Arc;
 
+use super::handles::{Handle, Handles};
 use super::lease::HeldLease;
 use crate::departure::stamp::WriteStamp;
 use crate::registry::{
@@ -44,11 +45,12 @@ pub(crate) struct Ticket {
 
 /// Who a request answers to.
 enum Owner {
-    /// A ticket of the registry's scheduler.
-    Scheduler(Registry),
+    /// A ticket of the registry's scheduler (the handle of the thread it
+    /// was admitted on: see `handles.rs`).
+    Scheduler(Arc<Handle>),
     /// Admitted at once on this lane of a plain scope (`id` is the
     /// scope's), without a ticket: its end frees the lane.
-    Plain(Registry, u32),
+    Plain(Arc<Handle>, u32),
     /// Admitted on its scope's lock-free word, where it ends too (see the
     /// registry's `fast_path`): the word reaches the registry when the
     /// lock is needed, so the request holds no `Registry`, whose count
@@ -183,11 +185,12 @@ impl Ticket {
     /// reported as soon as it happens.
     #[inline]
     fn new(
-        registry: &Registry,
+        handles: &Handles,
         admission: Admission,
         (place, place_wait): (Reserved<'_>, Option<Instant>),
         scopes: &Scopes,
     ) -> Self {
+        let registry = handles.registry();
         let fleet = registry.fleet().is_some();
         if let Admission::Fast(fast) = &admission {
             // The inner layers find the scopes being handed over by it.
@@ -196,9 +199,9 @@ impl Ticket {
         let (id, admitted, owner) = match admission {
             // No ticket of the scheduler's: an id it never gives.
             Admission::Fast(fast) => (TicketId::MAX, Some(false), Owner::Word(fast)),
-            Admission::Ticket(id, admitted) => (id, admitted, Owner::Scheduler(registry.clone())),
+            Admission::Ticket(id, admitted) => (id, admitted, Owner::Scheduler(handles.here())),
             // Nothing to report early: a plain scope has no gap.
-            Admission::Plain(scope, lane) => (scope, Some(false), Owner::Plain(registry.clone(), lane)),
+            Admission::Plain(scope, lane) => (scope, Some(false), Owner::Plain(handles.here(), lane)),
             // The registry queues such a request in the shard that holds
             // its scope instead.
             Admission::Elsewhere => unreachable!("a request admitted in a shard that gave its scope away"),
@@ -225,33 +228,33 @@ impl Ticket {
     /// limit allows. Whoever hands it to the inner service then reports that
     /// with [`depart`](Self::depart).
     pub(crate) fn enqueue(
-        registry: &Registry,
+        handles: &Handles,
         place: (Reserved<'_>, Option<Instant>),
         scopes: &Scopes,
         priority: Priority,
     ) -> Self {
-        let admission = registry.enqueue(scopes, priority);
-        Ticket::new(registry, admission, place, scopes)
+        let admission = handles.registry().enqueue(scopes, priority);
+        Ticket::new(handles, admission, place, scopes)
     }
 
     /// [`enqueue`](Self::enqueue) for `request`, its scopes resolved as the
     /// throttle does; also returns them.
     #[inline]
     pub(crate) fn enqueue_resolved<B>(
-        registry: &Registry,
+        handles: &Handles,
         place: (Reserved<'_>, Option<Instant>),
         request: &http::Request<B>,
         priority: Priority,
     ) -> (Self, Scopes) {
-        let (admission, scopes) = registry.enqueue_resolved(request, priority);
-        let ticket = Ticket::new(registry, admission, place, &scopes);
+        let (admission, scopes) = handles.registry().enqueue_resolved(request, priority);
+        let ticket = Ticket::new(handles, admission, place, &scopes);
         (ticket, scopes)
     }
 
     /// The identity of the registry the ticket is in.
     pub(crate) fn registry_id(&self) -> usize {
         match &self.owner {
-            Owner::Scheduler(registry) | Owner::Plain(registry, _) => registry.id(),
+            Owner::Scheduler(handle) | Owner::Plain(handle, _) => handle.registry().id(),
             Owner::Word(fast) => fast.registry_id(),
         }
     }
@@ -260,7 +263,7 @@ impl Ticket {
     /// or a plain lane never has a store, nor waits).
     fn registry(&self) -> Option<&Registry> {
         match &self.owner {
-            Owner::Scheduler(registry) => Some(registry),
+            Owner::Scheduler(handle) => Some(handle.registry()),
             Owner::Plain(..) | Owner::Word(_) => None,
         }
     }
@@ -315,11 +318,12 @@ impl Ticket {
         if self.is_sent() {
             return Poll::Ready(());
         }
-        let Owner::Scheduler(registry) = &self.owner else {
+        let Owner::Scheduler(handle) = &self.owner else {
             // On a word or a plain lane: admitted from the start.
             return Poll::Ready(());
         };
-        let registry = registry.clone();
+        let handle = handle.clone();
+        let registry = handle.registry();
         loop {
             let (polled, waited) = registry.poll_ticket(self.id, cx.waker());
             if let Some(waited) = waited {
@@ -548,14 +552,14 @@ impl Ticket {
         let ended = (ended, end.stamp);
         match &self.owner {
             Owner::Word(fast) => Registry::finish_on_word(fast, outcome, end.departed_at, ended, collected),
-            Owner::Scheduler(registry) => registry.finish(
+            Owner::Scheduler(handle) => handle.registry().finish(
                 Finishing::Ticket(self.id),
                 outcome,
                 end.departed_at,
                 ended,
                 collected,
             ),
-            Owner::Plain(registry, lane) => registry.finish(
+            Owner::Plain(handle, lane) => handle.registry().finish(
                 Finishing::Plain(self.id, *lane),
                 outcome,
                 end.departed_at,
@@ -596,7 +600,9 @@ impl Ticket {
     /// the throttle retried).
     pub(crate) fn apply_reports(&self, collected: &[Collected]) {
         match &self.owner {
-            Owner::Scheduler(registry) | Owner::Plain(registry, _) => registry.apply_collected_now(collected),
+            Owner::Scheduler(handle) | Owner::Plain(handle, _) => {
+                handle.registry().apply_collected_now(collected)
+            }
             Owner::Word(fast) => {
                 if let Some(registry) = fast.registry() {
                     registry.apply_collected_now(collected);
