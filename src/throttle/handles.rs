@@ -16,6 +16,7 @@
 //! [`ThrottleLayer`](super::ThrottleLayer) or [`Throttle::new`](super::Throttle::new),
 //! not per clone.
 
+use std::fmt;
 use std::sync::Arc;
 
 use crate::registry::shards::{four_per_core, thread_number};
@@ -25,7 +26,6 @@ use crate::registry::Registry;
 const MAX_HANDLES: usize = 64;
 
 /// A registry and the handles its requests keep, one per thread group.
-#[derive(Debug)]
 pub(crate) struct Handles {
     registry: Registry,
     /// A power of two of them.
@@ -61,6 +61,16 @@ impl Handles {
     pub(crate) fn here(&self) -> Arc<Handle> {
         let index = thread_number() & (self.stripes.len() - 1);
         self.stripes[index].clone()
+    }
+}
+
+impl fmt::Debug for Handles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The registry once, not once more per handle.
+        f.debug_struct("Handles")
+            .field("registry", &self.registry)
+            .field("handles", &self.stripes.len())
+            .finish()
     }
 }
 
