@@ -49,7 +49,7 @@
 //! scopes), so the other scope's cause (its delay, its hold, ...) is taken.
 //! What stays `OtherScope` is time when every one of its scopes was ready
 //! for it but it waited behind another request that another scope held
-//! (FIFO order; a waiter is passed at most 16 times).
+//! (the waiters with its scopes ahead of it, in FIFO order).
 //!
 //! The causes add up to [`total`](Waited::total). The first and last
 //! causes, [`Queue`](WaitCause::Queue) and

@@ -37,11 +37,24 @@
 //!    error), within a virtual deadline far past any delay in the run.
 //! 6. **Order**: among requests of one scope with the same priority, a
 //!    later request sent at an earlier instant than an earlier one
-//!    "overtakes" it. A request with one scope is never overtaken (only a
-//!    waiter another of its scopes holds back may be passed); one with
-//!    several is overtaken at most `MAX_BYPASS` (16) times in all (the
-//!    documented pass-over bound of `scheduler.rs`). Sends at the same
-//!    instant are not ordered: their admission order is not observable.
+//!    "overtakes" it (sends at the same instant are not ordered: their
+//!    admission order is not observable).
+//!    - A request with one scope is never overtaken: first come, first
+//!      served within a scope.
+//!    - A request with several may be overtaken in a scope where it stands
+//!      while another of its scopes holds it back (it could not go
+//!      anyway), as often as others come. Once every other scope of it
+//!      would admit it, it is a candidate of the scope still holding it,
+//!      and a candidate is never overtaken (`scheduler/groups.rs`; the
+//!      documented bound of `MAX_NEAR_MISSES` passes covers the near
+//!      misses of two busy scopes, which its unit test pins down). The
+//!      test counts such a pass only where the log proves the other
+//!      scopes would admit it: a scope with nothing in flight,
+//!      whose last send and last end are further back than its longest
+//!      jittered delay, with no earlier request of its own still waiting,
+//!      and no quota, config change or backoff feedback in the run. The
+//!      shared-server tests (`tests/shared_server.rs`) check the other
+//!      side: that the passes happen (no head-of-line blocking).
 //! 7. **Nothing held at the end**: `Registry::stats` shows nothing in
 //!    flight or waiting (no global permit held), every scope's stats
 //!    nothing in flight (no lane held) or queued, and exactly `max_queued`
@@ -66,9 +79,6 @@ use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_throttle::{BackoffLayer, Priority, Registry, ScopeConfig, Scopes, ThrottleLayer};
 
-/// `MAX_BYPASS` of `src/registry/scheduler.rs`: how many times a waiter
-/// may be passed while another of its scopes holds it back.
-const MAX_BYPASS: usize = 16;
 /// The backoff jitter range's lower side (`BackoffConfig` default ±0.1).
 const BACKOFF_JITTER_BELOW: f64 = 0.1;
 /// Float rounding in the jitter's scaling of a delay: the registry and this
@@ -270,6 +280,9 @@ struct ScopeLog {
     /// in force (see invariant 2); 0 when none.
     grace: u32,
     sends: Vec<(Instant, usize)>,
+    /// When each call of the scope left the inner service (answered,
+    /// failed or dropped).
+    ends: Vec<Instant>,
     /// `(instant, spec)`: the initial config at the start, then every change.
     configs: Vec<(Instant, ScopeSpec)>,
 }
@@ -302,6 +315,8 @@ struct Log {
     scopes: HashMap<usize, ScopeLog>,
     /// Per request: the instant its call reached the inner service.
     sent_at: HashMap<usize, Instant>,
+    /// When the run started.
+    start: Option<Instant>,
 }
 
 #[derive(Clone)]
@@ -415,8 +430,11 @@ impl Drop for InInner {
     fn drop(&mut self) {
         let mut log = self.shared.log.lock().unwrap();
         log.global_in_inner -= 1;
+        let now = Instant::now();
         for scope in &self.scopes {
-            log.scopes.get_mut(scope).unwrap().in_inner -= 1;
+            let scope_log = log.scopes.get_mut(scope).unwrap();
+            scope_log.in_inner -= 1;
+            scope_log.ends.push(now);
         }
     }
 }
@@ -554,6 +572,7 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
     let log = Arc::new(Mutex::new(Log::default()));
     {
         let mut log = log.lock().unwrap();
+        log.start = Some(start);
         for (index, spec) in scenario.scopes.iter().enumerate() {
             log.scopes
                 .entry(index)
@@ -700,27 +719,137 @@ fn check_completion(log: &Log, fates: &[Fate], violations: &mut Vec<String>) {
 
 /// Invariant 6.
 fn check_order(scenario: &Scenario, log: &Log, violations: &mut Vec<String>) {
+    let judge = PassJudge::new(scenario, log);
     for (id, spec) in scenario.requests.iter().enumerate() {
         let Some(&sent) = log.sent_at.get(&id) else {
             continue;
         };
-        // Distinct requests: the registry counts passes, and one request
-        // passes a waiter at most once however many scopes they share.
-        let overtaken = scenario.requests[id + 1..]
+        let overtakes: Vec<(usize, Instant)> = scenario.requests[id + 1..]
             .iter()
             .enumerate()
             .map(|(offset, later)| (id + 1 + offset, later))
             .filter(|(_, later)| later.priority == spec.priority)
             .filter(|(_, later)| shares_a_scope(spec, later))
-            .filter(|(later_id, _)| log.sent_at.get(later_id).is_some_and(|&at| at < sent))
+            .filter_map(|(later_id, _)| log.sent_at.get(&later_id).map(|&at| (later_id, at)))
+            .filter(|&(_, at)| at < sent)
+            .collect();
+        if spec.scopes.len() == 1 {
+            if let Some((later, at)) = overtakes.first() {
+                violations.push(format!(
+                    "request {id} (one scope {:?}) overtaken by request {later} at {at:?}",
+                    spec.scopes
+                ));
+            }
+            continue;
+        }
+        let unfair = overtakes
+            .iter()
+            .filter(|&&(later, at)| judge.free_but_in_a_shared_scope(id, later, at))
             .count();
-        let bound = if spec.scopes.len() == 1 { 0 } else { MAX_BYPASS };
-        if overtaken > bound {
+        if unfair > 0 {
             violations.push(format!(
-                "request {id} (scopes {:?}, priority {}) overtaken {overtaken} times, bound {bound}",
+                "request {id} (scopes {:?}, priority {}) overtaken {unfair} times while every \
+                 other scope of it would admit it",
                 spec.scopes, spec.priority
             ));
         }
+    }
+}
+
+/// Judges, from the log alone, whether a scope would have admitted a
+/// waiting request at an instant (conservatively: "no" when unsure).
+struct PassJudge<'a> {
+    scenario: &'a Scenario,
+    log: &'a Log,
+    arrivals: Vec<Instant>,
+}
+
+impl<'a> PassJudge<'a> {
+    fn new(scenario: &'a Scenario, log: &'a Log) -> Self {
+        let mut at = log.start.expect("the run notes its start");
+        let arrivals = scenario
+            .requests
+            .iter()
+            .map(|request| {
+                at += Duration::from_millis(request.gap_ms);
+                at
+            })
+            .collect();
+        PassJudge {
+            scenario,
+            log,
+            arrivals,
+        }
+    }
+
+    /// Whether request `later`, sent at `at`, passed request `id` in a
+    /// scope they share while every other scope of `id` would have
+    /// admitted it.
+    fn free_but_in_a_shared_scope(&self, id: usize, later: usize, at: Instant) -> bool {
+        let spec = &self.scenario.requests[id];
+        let theirs = &self.scenario.requests[later].scopes;
+        spec.scopes
+            .iter()
+            .filter(|(shared, _)| theirs.iter().any(|(scope, _)| scope == shared))
+            .any(|(shared, _)| {
+                spec.scopes
+                    .iter()
+                    .filter(|(scope, _)| scope != shared)
+                    .all(|&(scope, _)| self.clearly_admits(scope, id, at))
+            })
+    }
+
+    /// Whether `scope` would surely have admitted request `id` at `at`.
+    fn clearly_admits(&self, scope: usize, id: usize, at: Instant) -> bool {
+        let scenario = self.scenario;
+        // Backoff feedback reaches the scopes of the request that got it.
+        let backoff_possible = scenario.requests.iter().any(|request| {
+            matches!(request.ending, Ending::Error | Ending::Status(429 | 503))
+                && request.scopes.iter().any(|(theirs, _)| *theirs == scope)
+        });
+        let spec = &scenario.scopes[scope];
+        if backoff_possible
+            || spec.quota.is_some()
+            || scenario.changes.iter().any(|change| change.scope == scope)
+        {
+            return false;
+        }
+        let Some(scope_log) = self.log.scopes.get(&scope) else {
+            return false;
+        };
+        let longest = Duration::from_secs_f64(
+            spec.delay_ms.max(spec.per_slot_ms) as f64 / 1000.0 * (1.0 + spec.jitter.1),
+        ) + Duration::from_millis(1);
+        let sends = scope_log.sends.iter().filter(|&&(sent, _)| sent <= at).count();
+        let ends = scope_log
+            .ends
+            .iter()
+            .filter(|&&end| end + Duration::from_millis(1) <= at)
+            .count();
+        let quiet_since = scope_log
+            .sends
+            .iter()
+            .map(|&(sent, _)| sent)
+            .chain(scope_log.ends.iter().copied())
+            .filter(|&instant| instant <= at)
+            .max();
+        let rested = quiet_since.is_none_or(|quiet| quiet + longest <= at);
+        sends == ends && rested && !self.earlier_waiter_of(scope, id, at)
+    }
+
+    /// Whether a request of `scope` ahead of request `id` in its order
+    /// still waited at `at`.
+    fn earlier_waiter_of(&self, scope: usize, id: usize, at: Instant) -> bool {
+        let requests = &self.scenario.requests;
+        let priority = requests[id].priority;
+        requests.iter().enumerate().any(|(other, request)| {
+            let ahead = request.priority > priority || (request.priority == priority && other < id);
+            ahead
+                && other != id
+                && request.scopes.iter().any(|(theirs, _)| *theirs == scope)
+                && self.arrivals[other] <= at
+                && self.log.sent_at.get(&other).is_none_or(|&sent| sent >= at)
+        })
     }
 }
 
@@ -787,8 +916,8 @@ proptest! {
 }
 
 proptest! {
-    // Long streams reach what short ones rarely do: more waiters in a scope
-    // than a dispatch scans (`MAX_SCAN`, 32), waiters passed to the bound.
+    // Long streams reach what short ones rarely do: long queues in shared
+    // scopes, groups of many waiters, waiters passed many times.
     #![proptest_config(ProptestConfig { cases: (cases() / 8).max(1), .. ProptestConfig::default() })]
 
     #[test]

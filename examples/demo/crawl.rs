@@ -162,6 +162,23 @@ impl Run {
     }
 }
 
+/// The order the crawl queues its pages in, as `(site, page)`: the `shared`
+/// names site by site (a crawler that found each site's links at once, so
+/// a name's next page stands first in its server's queue while the name's
+/// own delay holds it), then every other site's pages round robin.
+fn queue_order(sites: &[Site], requests: usize) -> Vec<(usize, usize)> {
+    let shared = |site: &Site| site.kind == crate::sites::Kind::Shared;
+    let site_by_site = (0..sites.len())
+        .filter(|&index| shared(&sites[index]))
+        .flat_map(|index| (0..requests).map(move |page| (index, page)));
+    let round_robin = (0..requests).flat_map(|page| {
+        (0..sites.len())
+            .filter(|&index| !shared(&sites[index]))
+            .map(move |index| (index, page))
+    });
+    site_by_site.chain(round_robin).collect()
+}
+
 /// Crawls `requests` pages of each site, on a loopback server started for
 /// them, reporting progress to `reporter`.
 ///
@@ -188,8 +205,9 @@ pub async fn crawl(sites: Vec<Site>, requests: usize, reporter: Reporter) -> Res
     ));
 
     let mut pages = Vec::with_capacity(sites.len() * requests);
-    for page in 0..requests {
-        for (index, (site, address)) in sites.iter().zip(&addresses).enumerate() {
+    for (index, page) in queue_order(&sites, requests) {
+        {
+            let (site, address) = (&sites[index], &addresses[index]);
             let uri = format!("http://{}:{}/page/{page}", site.host, address.port());
             let mut request = http::Request::get(uri).body(Full::new(Bytes::new()))?;
             let sends = PageSends::default();

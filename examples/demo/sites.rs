@@ -26,10 +26,15 @@ pub const SHARED_NAMES: usize = 20;
 
 /// What the crawler allows one `shared` server, whatever the name: its IP
 /// scope's lanes and the gap between its sends (40 a second in all, where
-/// the names' own scopes would let 20 × 4 lanes go at once).
+/// the names' own scopes, 4 a second each, would send 80).
 pub const SHARED_SERVER_LANES: u32 = 2;
 /// See [`SHARED_SERVER_LANES`].
 pub const SHARED_SERVER_DELAY: Duration = Duration::from_millis(25);
+
+/// A `shared` server's allowance, in requests per second.
+pub fn shared_server_allowance() -> f64 {
+    1.0 / SHARED_SERVER_DELAY.as_secs_f64()
+}
 
 /// What a site does; the demo runs `--sites N` of each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +52,8 @@ pub enum Kind {
     /// A site the crawler has its own config for: 4 lanes, no delay.
     Tuned,
     /// One of [`SHARED_NAMES`] names on one server (shared hosting): each
-    /// name free (4 lanes, no delay), the server held to its IP scope.
+    /// name paced as a real host is (one lane, 250 ms), the server held to
+    /// its IP scope, which their pages, queued site by site, keep busy.
     Shared,
 }
 
@@ -85,7 +91,7 @@ impl Kind {
             Kind::Polite => "robots.txt Crawl-delay: 0.5",
             Kind::Api => "RateLimit headers, 10 per 5 s: paced",
             Kind::Tuned => "own config: 4 lanes, no delay",
-            Kind::Shared => "20 names (4 lanes each), 1 server: 2 lanes, 25 ms in all",
+            Kind::Shared => "20 names (1 lane, 250 ms each), 1 server: 2 lanes, 25 ms in all",
         }
     }
 
@@ -137,13 +143,15 @@ impl Kind {
                     .delay(Duration::ZERO)
                     .delay_per_slot(Duration::ZERO),
             ),
-            // Each name alone could go at will: the server's IP scope is
+            // Each name paced as a real host (4 a second, steady): twenty of
+            // them ask twice what the server's IP scope allows, which is
             // what holds them back, together.
             Kind::Shared => Some(
                 ScopeConfig::default()
-                    .concurrency(4)
-                    .delay(Duration::ZERO)
-                    .delay_per_slot(Duration::ZERO),
+                    .concurrency(1)
+                    .delay(DEFAULT_DELAY)
+                    .delay_per_slot(Duration::ZERO)
+                    .jitter(0.0),
             ),
             Kind::Fast | Kind::Slow | Kind::Polite => None,
         }

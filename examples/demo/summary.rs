@@ -89,8 +89,8 @@ fn push_row<'a>(table: &mut String, widths: &[usize], cells: impl Iterator<Item 
 }
 
 /// One line per server that several names share: its IP scope's sends in
-/// all and their rate, which the names' own scopes alone would let go
-/// faster.
+/// all, their rate, and the share of the server's allowance it is (the
+/// names' own scopes together would ask for twice as much).
 pub fn shared_servers(run: &Run) -> String {
     let mut lines = String::new();
     let mut servers: Vec<usize> = run.sites.iter().map(|site| site.server).collect();
@@ -108,13 +108,18 @@ pub fn shared_servers(run: &Run) -> String {
             .flat_map(|&site| run.sends_of(site).map(|send| send.at))
             .collect();
         sends.sort_unstable();
+        let allowance = crate::sites::shared_server_allowance();
         let _ = writeln!(
             lines,
-            "{} ({} names, one server): {} sends at {} per second in all",
+            "{} ({} names, one server): {} sends at {} per second in all, {} of its {allowance:.0}/s allowance",
             crate::sites::ip_scope(&run.addresses[names[0]]),
             names.len(),
             sends.len(),
             achieved_rate(&sends).map_or_else(|| "-".to_owned(), |rate| format!("{rate:.1}")),
+            achieved_rate(&sends).map_or_else(
+                || "-".to_owned(),
+                |rate| format!("{:.0} %", 100.0 * rate / allowance)
+            ),
         );
     }
     lines

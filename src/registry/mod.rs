@@ -68,9 +68,18 @@
 //! ordered by [`Priority`](crate::Priority), then arrival, with one global
 //! sequence, so any two requests are in the same order in every scope they
 //! share; that is what rules out deadlocks. Within a scope the order is
-//! first-come first-served; a waiter that another of its scopes holds back
-//! may be passed by later waiters of this scope, but only a bounded number
-//! of times, after which it keeps its place and cannot be starved.
+//! first-come first-served, with one exception that keeps a shared scope
+//! (a server behind an IP scope, many hosts' pages) busy: a waiter that
+//! another of its scopes holds back (that scope's delay, lanes, hold,
+//! quota or pacing) does not block a scope where it merely stands first.
+//! Later waiters go past it there, as often as they come, while it could
+//! not go anyway. Once every other scope of it would admit it, it waits
+//! among the scope's candidates and is passed no more, so it cannot be
+//! starved; a waiter of two busy shared scopes, refused by each just as
+//! the other let it go, is passed at most 16 times in all before both keep
+//! their turn for it. Waiters with the same scopes (a site's pages) stand
+//! in their scopes' queues as one entry, so choosing the next waiter costs
+//! the same with ten pages queued per site or ten thousand.
 //!
 //! # Send instants: departure, not admission
 //!

@@ -37,15 +37,6 @@ pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(3600);
 /// The longest `max_hold` may be set to: a day.
 pub const MAX_MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
 
-/// How many waiters behind the head of a scope a dispatch looks at when the
-/// head is held back by another of its scopes. Bounds the work per event.
-const MAX_SCAN: usize = 32;
-
-/// How many times a waiter may be passed in a scope while another of its
-/// scopes holds it back. After that it keeps its place: later waiters wait
-/// behind it, so a multi-scope request cannot be starved.
-const MAX_BYPASS: u32 = 16;
-
 /// How a plain admission may use a scope's lock-free word (see
 /// [`fast_path`](super::fast_path)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +113,8 @@ pub(crate) struct Scheduler {
     global_queue: BTreeMap<OrderKey, TicketId>,
     rng: fastrand::Rng,
     dirty: Vec<ScopeId>,
-    passed: Vec<TicketId>,
+    /// Waiters of several scopes, by their scopes (see [`groups`]).
+    groups: groups::Groups,
     eviction: Eviction,
     /// The longest a hold may last (`RegistryBuilder::max_hold`).
     max_hold: Duration,
@@ -198,7 +190,7 @@ impl Scheduler {
             global_queue: BTreeMap::new(),
             rng,
             dirty: Vec::new(),
-            passed: Vec::new(),
+            groups: groups::Groups::default(),
             eviction: Eviction::new(DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES),
             max_hold: DEFAULT_MAX_HOLD,
             fleet_learns: false,
@@ -740,7 +732,8 @@ impl Scheduler {
             seats,
             status,
             waker: None,
-            bypassed: 0,
+            near_misses: 0,
+            group: groups::NO_GROUP,
             held_by: None,
             in_global_queue: false,
             waiting: false,
@@ -759,11 +752,7 @@ impl Scheduler {
             // sent at once needs none).
             ticket.order.seq = across.next_seq();
         }
-        let order = ticket.order;
-        for seat in &ticket.seats {
-            self.scopes[seat.scope].add_waiter(order, id);
-            self.dirty.push(seat.scope);
-        }
+        self.start_waiting(id);
         self.count_waiter();
         self.run_dispatch(now, wake);
         let admitted = self.report_departure(id);
@@ -896,6 +885,9 @@ impl Scheduler {
         (now, now_stamp): (Instant, Option<Stamp>),
         wake: &mut WakeList,
     ) {
+        if self.tickets[id].status == Status::Queued {
+            self.leave_queues(id, now, wake);
+        }
         let ticket = self.tickets.remove(id);
         if !self.waited.is_empty() {
             // Ended before its future took the record.
@@ -905,7 +897,7 @@ impl Scheduler {
         // when the caller has it).
         let now_stamp = now_stamp.unwrap_or_else(|| Stamp::of(now));
         match ticket.status {
-            Status::Queued => self.leave_queues(id, &ticket, now, wake),
+            Status::Queued => {}
             status => {
                 // A departure the scheduler has yet to apply. Admitted but
                 // never handed over (dropped, or the inner service failed
@@ -1049,15 +1041,11 @@ impl Scheduler {
         self.run_dispatch(now, wake);
     }
 
-    fn leave_queues(&mut self, id: TicketId, ticket: &TicketState, now: Instant, wake: &mut WakeList) {
-        for seat in &ticket.seats {
-            let scope = &mut self.scopes[seat.scope];
-            scope.remove_waiter(&ticket.order);
-            if matches!(scope.timer_owner(), Some((owner, _)) if owner == id) {
-                scope.set_timer_owner(None);
-            }
-            self.dirty.push(seat.scope);
-        }
+    /// Takes waiting ticket `id` out of its scopes' queues and the global
+    /// queue (it is gone), and lets the next waiters go.
+    fn leave_queues(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) {
+        self.stop_waiting(id);
+        let ticket = &self.tickets[id];
         if ticket.in_global_queue {
             self.global_queue.remove(&ticket.order);
             if let Some(across) = &self.across {
@@ -1095,9 +1083,7 @@ impl Scheduler {
                 across.remove_global_waiter(&order);
             }
             self.tickets[id].in_global_queue = false;
-            self.passed.clear();
             if self.evaluate(id, None, now) == Verdict::Admit {
-                self.count_passes();
                 self.send(id, now, wake);
             } else {
                 // Its scopes note their own causes when they look again.
@@ -1122,8 +1108,10 @@ impl Scheduler {
     fn dispatch(&mut self, scope_id: ScopeId, now: Instant, wake: &mut WakeList) {
         loop {
             let scope = &self.scopes[scope_id];
-            if !scope.has_waiters() {
-                self.scopes[scope_id].note_wait(now, None);
+            if !scope.has_candidates() {
+                // Its waiters, if any, are parked: other scopes hold them.
+                let cause = scope.has_waiters().then_some(choice::OTHER_SCOPE);
+                self.scopes[scope_id].note_wait(now, cause);
                 self.set_timer(scope_id, None, wake);
                 return;
             }
@@ -1229,12 +1217,7 @@ impl Scheduler {
         if !entry.wait_log().is_some_and(|log| log.needs_trim()) {
             return;
         }
-        let oldest = entry
-            .queue()
-            .values()
-            .filter(|&&waiter| waiter != leaving)
-            .map(|&waiter| self.tickets[waiter].enqueued_at)
-            .min();
+        let oldest = self.oldest_waiter_since(scope, leaving);
         if let (Some(oldest), Some(log)) = (oldest, self.scopes[scope].wait_log_mut()) {
             log.trim(oldest);
         }
@@ -1283,10 +1266,11 @@ impl Scheduler {
             seat.lane = taken.lane;
             report_departure |= taken.others_may_follow;
             self.metrics.sent(&scope.state.key);
-            if scope.remove_waiter(&ticket.order) {
-                self.dirty.push(seat.scope);
-            }
         }
+        if ticket.waiting {
+            self.stop_waiting(id);
+        }
+        let ticket = &mut self.tickets[id];
         if ticket.in_global_queue {
             ticket.in_global_queue = false;
             self.global_queue.remove(&ticket.order);
@@ -1311,6 +1295,7 @@ impl Scheduler {
 mod choice;
 mod entry;
 mod eviction;
+mod groups;
 mod index;
 mod learning;
 mod placement;

@@ -103,9 +103,12 @@ pub(crate) struct TicketState {
     pub(crate) seats: Seats,
     pub(crate) status: Status,
     pub(crate) waker: Option<Waker>,
-    /// Times a later waiter was sent before this one in a scope while
-    /// another scope held this one back.
-    pub(crate) bypassed: u32,
+    /// Times another of its scopes refused it just as the scope that held
+    /// it let it go (see `scheduler/groups.rs`).
+    pub(crate) near_misses: u32,
+    /// Its group of waiters with the same scopes, while it waits with
+    /// several (`NO_GROUP` otherwise).
+    pub(crate) group: u32,
     /// The scope that held this waiter back at its last evaluation.
     pub(crate) held_by: Option<ScopeId>,
     pub(crate) in_global_queue: bool,

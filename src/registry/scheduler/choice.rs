@@ -1,53 +1,34 @@
-//! Which waiter of a ready scope goes: the first one every one of its
-//! scopes allows, passing (a bounded number of) waiters another scope holds
-//! back, with each waiter's own quota cost checked.
-
-use std::ops::Bound::{Excluded, Unbounded};
+//! Which waiter of a ready scope goes: the first of its candidates that
+//! every one of its scopes allows, parking on the way the leaders another
+//! scope holds back (see `groups.rs`), with each waiter's own quota cost
+//! checked.
 
 use tokio::time::Instant;
 
-use super::{OrderKey, Scheduler, ScopeCheck, ScopeId, TicketId, Verdict, WakeList, MAX_BYPASS, MAX_SCAN};
+use super::{OrderKey, Scheduler, ScopeCheck, ScopeId, TicketId, Verdict, WakeList};
 use crate::registry::LimitSource;
 use crate::waited::{CauseKey, WaitCause};
 
 /// What holds a ready scope's queue when its head waits for another scope.
-const OTHER_SCOPE: CauseKey = (WaitCause::OtherScope, None);
+pub(super) const OTHER_SCOPE: CauseKey = (WaitCause::OtherScope, None);
 
 impl Scheduler {
-    /// The first waiter of a ready scope that every one of its scopes
-    /// allows now, passing over (a bounded number of) waiters that another
-    /// scope holds back; or what holds the queue.
+    /// The first candidate of a ready scope that every one of its scopes
+    /// allows now; the candidates another scope holds back are parked on
+    /// the way (they could not go, so the ones behind them may). Or what
+    /// holds the queue.
     pub(super) fn pick_waiter(
         &mut self,
         scope_id: ScopeId,
         now: Instant,
         wake: &mut WakeList,
     ) -> Result<TicketId, CauseKey> {
-        // The candidates are walked in the queue, one after the other (the
-        // walk changes no queue), so the common case, the head going, looks
-        // at the head alone and gathers nothing.
-        let mut skipped_here = 0;
-        let mut after = None;
-        for _ in 0..MAX_SCAN {
-            let queue = self.scopes[scope_id].queue();
-            let next = match after {
-                None => queue.iter().next(),
-                Some(key) => queue.range((Excluded(key), Unbounded)).next(),
-            };
-            let Some((&key, &id)) = next else {
-                break;
-            };
-            after = Some(key);
-            self.passed.clear();
+        // Each candidate found held back elsewhere leaves the queue, so the
+        // walk always looks at the first one left, and a waiter is looked
+        // at here once per change of what holds it.
+        while let Some((_, &id)) = self.scopes[scope_id].queue().first_key_value() {
             match self.evaluate(id, Some(scope_id), now) {
-                Verdict::Admit => {
-                    // The waiters skipped here are the first ones in the queue.
-                    for &passed in self.scopes[scope_id].queue().values().take(skipped_here) {
-                        self.tickets[passed].bypassed += 1;
-                    }
-                    self.count_passes();
-                    return Ok(id);
-                }
+                Verdict::Admit => return Ok(id),
                 Verdict::Global => {
                     let ticket = &mut self.tickets[id];
                     if !ticket.in_global_queue {
@@ -59,36 +40,24 @@ impl Scheduler {
                     }
                     return Err((WaitCause::GlobalConcurrency, Some(LimitSource::MaxConcurrency)));
                 }
+                Verdict::HeldBy(other) if other == scope_id => {
+                    // Only a quota stops a waiter this scope allows: look
+                    // again when its window ends.
+                    let frees = self.scopes[scope_id]
+                        .state
+                        .quota_frees_at(self.cost_in(id, scope_id), now);
+                    self.set_timer(scope_id, frees, wake);
+                    return Err((WaitCause::Quota, Some(LimitSource::Quota)));
+                }
                 Verdict::HeldBy(other) => {
-                    if other == scope_id {
-                        // Only a quota stops a waiter behind a head this
-                        // scope allows: look again when its window ends.
-                        let frees = self.scopes[scope_id]
-                            .state
-                            .quota_frees_at(self.cost_in(id, scope_id), now);
-                        self.set_timer(scope_id, frees, wake);
-                        return Err((WaitCause::Quota, Some(LimitSource::Quota)));
-                    }
-                    let ticket = &mut self.tickets[id];
-                    ticket.held_by = Some(other);
-                    if ticket.bypassed >= MAX_BYPASS {
+                    if !self.hold_back(id, other, scope_id) {
+                        // This scope keeps its turn for it.
                         return Err(OTHER_SCOPE);
                     }
-                    skipped_here += 1;
                 }
             }
         }
         Err(OTHER_SCOPE)
-    }
-
-    /// Counts a pass for each waiter the last [`evaluate`](Self::evaluate)
-    /// that admitted a ticket went past in another scope: every admission
-    /// that passes waiters must call it, or the `MAX_BYPASS` bound does not
-    /// hold.
-    pub(super) fn count_passes(&mut self) {
-        for passed in self.passed.drain(..) {
-            self.tickets[passed].bypassed += 1;
-        }
     }
 
     /// Whether every scope of ticket `id` lets it go now. `known_ready` is
@@ -113,14 +82,10 @@ impl Scheduler {
             ) {
                 return Verdict::HeldBy(seat.scope);
             }
-            for &ahead in scope.queue().range(..order).map(|(_, id)| id).take(MAX_SCAN + 1) {
-                let ahead_ticket = &self.tickets[ahead];
-                let passable = matches!(ahead_ticket.held_by, Some(other) if other != seat.scope)
-                    && ahead_ticket.bypassed < MAX_BYPASS;
-                if !passable || self.passed.len() > MAX_SCAN {
-                    return Verdict::HeldBy(seat.scope);
-                }
-                self.passed.push(ahead);
+            // A candidate ahead of it there goes first (one that scope
+            // holds for itself, or one it has not looked at yet).
+            if scope.queue().range(..order).next().is_some() {
+                return Verdict::HeldBy(seat.scope);
             }
         }
         // Taken here, the last check: an admitted waiter is sent at once

@@ -33,10 +33,25 @@ pub(crate) struct ScopeEntry {
 }
 
 /// The requests waiting for a scope, and its timer.
+///
+/// A waiter of several scopes stands here only while it leads its group
+/// (the waiters with the same scopes, see `scheduler/groups.rs`). While
+/// another of its scopes holds it back it is *parked* here: this scope's
+/// dispatch does not look at it, and later waiters go past it, because it
+/// could not go anyway. The scope that holds it has it among its
+/// candidates, and puts it back here when it lets it go and this scope
+/// does not.
 #[derive(Debug, Default)]
 pub(super) struct Waiters {
-    /// The waiters, in order.
+    /// The candidates, in order: the waiters this scope's dispatch looks
+    /// at (its one-scope waiters, and the groups' leaders no other scope
+    /// is known to hold back).
     pub(super) queue: BTreeMap<OrderKey, TicketId>,
+    /// Groups' leaders that another of their scopes holds back.
+    pub(super) parked: BTreeMap<OrderKey, TicketId>,
+    /// Every request waiting for this scope: candidates, parked leaders,
+    /// and the members of its groups behind their leaders.
+    pub(super) count: usize,
     /// The waiter told to keep the scope's timer, and the instant the
     /// scope's own time limits next let its head go.
     pub(super) timer_owner: Option<(TicketId, Instant)>,
@@ -64,32 +79,66 @@ impl ScopeEntry {
 
     /// Requests waiting for this scope.
     pub(crate) fn queued(&self) -> usize {
-        self.queue().len()
+        self.waiters.as_ref().map_or(0, |waiters| waiters.count)
     }
 
-    /// The waiters, in order.
+    /// The candidates, in order (see [`Waiters`]).
     pub(super) fn queue(&self) -> &BTreeMap<OrderKey, TicketId> {
         self.waiters
             .as_ref()
             .map_or(&NO_WAITERS, |waiters| &waiters.queue)
     }
 
+    /// The parked leaders, in order (see [`Waiters`]).
+    pub(super) fn parked(&self) -> &BTreeMap<OrderKey, TicketId> {
+        self.waiters
+            .as_ref()
+            .map_or(&NO_WAITERS, |waiters| &waiters.parked)
+    }
+
+    /// Whether any request waits for this scope, parked or not.
     pub(super) fn has_waiters(&self) -> bool {
+        self.queued() > 0
+    }
+
+    /// Whether a waiter stands among this scope's candidates.
+    pub(super) fn has_candidates(&self) -> bool {
         !self.queue().is_empty()
     }
 
-    pub(super) fn add_waiter(&mut self, order: OrderKey, id: TicketId) {
-        self.waiters
-            .get_or_insert_with(Box::default)
-            .queue
-            .insert(order, id);
+    /// One more request waits for this scope.
+    pub(super) fn count_waiter(&mut self) {
+        self.waiters.get_or_insert_with(Box::default).count += 1;
     }
 
-    /// Takes waiter `order` out of the queue; whether it was there.
+    /// One request fewer waits for this scope.
+    pub(super) fn uncount_waiter(&mut self) {
+        if let Some(waiters) = self.waiters.as_mut() {
+            waiters.count -= 1;
+        }
+    }
+
+    /// Makes waiter `order` a candidate (out of the parked, if there).
+    pub(super) fn add_candidate(&mut self, order: OrderKey, id: TicketId) {
+        let waiters = self.waiters.get_or_insert_with(Box::default);
+        waiters.parked.remove(&order);
+        waiters.queue.insert(order, id);
+    }
+
+    /// Parks waiter `order` (out of the candidates, if there).
+    pub(super) fn park(&mut self, order: OrderKey, id: TicketId) {
+        let waiters = self.waiters.get_or_insert_with(Box::default);
+        waiters.queue.remove(&order);
+        waiters.parked.insert(order, id);
+    }
+
+    /// Takes waiter `order` out of the candidates and the parked; whether
+    /// it was a candidate.
     pub(super) fn remove_waiter(&mut self, order: &OrderKey) -> bool {
-        self.waiters
-            .as_mut()
-            .is_some_and(|waiters| waiters.queue.remove(order).is_some())
+        self.waiters.as_mut().is_some_and(|waiters| {
+            waiters.parked.remove(order);
+            waiters.queue.remove(order).is_some()
+        })
     }
 
     /// Notes that `key` holds the queue from `now` on; forgets the log
@@ -99,7 +148,7 @@ impl ScopeEntry {
             return;
         };
         match key {
-            Some(key) if !waiters.queue.is_empty() => waiters.log.note(now, key),
+            Some(key) if waiters.count > 0 => waiters.log.note(now, key),
             _ => waiters.log.clear(),
         }
     }
