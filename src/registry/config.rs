@@ -38,6 +38,7 @@ fn default_backoff() -> &'static BackoffConfig {
 /// # drop(fast);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ScopeConfig {
     pub(crate) concurrency: u32,
     pub(crate) delay: Duration,
