@@ -405,19 +405,16 @@ impl RegistryBuilder {
 
     fn build_checked(self) -> Result<Registry, ConfigError> {
         self.default_scope.validate("default scope")?;
+        let default = &self.default_scope;
         if let Some(config) = &self.ip_scopes {
             config.validate("ip scopes")?;
-            config::warn_about_settings_without_effect("ip scopes", config, self.max_concurrency);
+            config::warn_about_settings_without_effect("ip scopes", config, default, self.max_concurrency);
         }
         for (key, config) in &self.scopes {
             config.validate(&format!("scope {:?}", key.as_str()))?;
-            config::warn_about_settings_without_effect(key.as_str(), config, self.max_concurrency);
+            config::warn_about_settings_without_effect(key.as_str(), config, default, self.max_concurrency);
         }
-        config::warn_about_settings_without_effect(
-            "default scope",
-            &self.default_scope,
-            self.max_concurrency,
-        );
+        config::warn_about_settings_without_effect("default scope", default, default, self.max_concurrency);
         let settings = self.global_settings();
         let every_config = || {
             std::iter::once(&self.default_scope)

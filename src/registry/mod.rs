@@ -701,8 +701,14 @@ impl Registry {
         // skip the lock.
         self.shared.backoff_statuses.add(&config);
         let name = key.clone();
+        let default = self.shared.configs.default_config();
         self.with_scope_at(name.as_str(), false, None, |scheduler, now, wake| {
-            config::warn_about_settings_without_effect(key.as_str(), &config, scheduler.max_concurrency());
+            config::warn_about_settings_without_effect(
+                key.as_str(),
+                &config,
+                &default,
+                scheduler.max_concurrency(),
+            );
             scheduler.set_scope(key, config, now, wake);
         });
         Ok(())
