@@ -245,6 +245,7 @@ impl fmt::Display for Error {
 /// A reqwest error (a request reqwest could not build) is an inner
 /// service's error.
 #[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 impl From<reqwest::Error> for Error {
     fn from(err: reqwest::Error) -> Self {
         Error::inner(err)

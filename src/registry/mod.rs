@@ -834,8 +834,8 @@ impl Registry {
     /// A snapshot of scope `key`, or `None` if the registry does not hold
     /// it (never seen, or evicted while idle).
     ///
-    /// With shards, a scope leaving its home for the joint shard (see
-    /// [`shards`]) is counted whole: what its home holds, and the requests
+    /// With shards (the scope state split across several locks), a scope
+    /// leaving its home shard for the joint one is counted whole: what its home holds, and the requests
     /// that wait for it in the joint shard meanwhile.
     pub fn scope_stats(&self, key: &str) -> Option<ScopeStats> {
         if self.is_sharded() {

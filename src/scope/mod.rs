@@ -32,6 +32,7 @@ mod resolver;
 
 pub use ready_made::{EndpointResolver, ScrapingApiResolver};
 #[cfg(feature = "public-suffix")]
+#[cfg_attr(docsrs, doc(cfg(feature = "public-suffix")))]
 pub use ready_made::{HostAndParentsResolver, RegistrableDomainResolver};
 pub(crate) use resolver::host_scope_name;
 #[cfg(feature = "robots")]

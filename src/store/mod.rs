@@ -64,7 +64,7 @@
 //! A worker's first request to a scope sets up its connection (TCP, TLS)
 //! after it leaves, so the site sees it late by that setup. As the local
 //! [cold start](crate::registry#cold-start) rule does for one process, such
-//! a request ([`ScopeTerms::first`]) keeps every other reservation of the
+//! a request ([`ScopeTerms::first`](backend::ScopeTerms::first)) keeps every other reservation of the
 //! scope waiting until it ends, and the fleet's next send comes the scope's
 //! delay after that end. Each worker pays this once per scope (again after
 //! the scope is evicted); a worker that crashes mid-way holds the scope
@@ -174,7 +174,7 @@
 //! - a granted waiter leaves the lines of its scopes, so its next wait
 //!   starts at the back: the lanes go round the waiting workers;
 //! - a place lasts until the waiter's next ask is due plus
-//!   [`LINE_GRACE`]; a worker that stopped asking (its requests were
+//!   [`LINE_GRACE`](backend::LINE_GRACE); a worker that stopped asking (its requests were
 //!   dropped, or it crashed) loses it, and the lanes it was owed go on.
 //!
 //! A worker with ten times the requests of the others then gets the same

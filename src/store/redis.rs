@@ -353,6 +353,7 @@ return 1
 ///
 /// Clones share the connection (and the settings given before cloning).
 #[derive(Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub struct RedisStore {
     client: redis::Client,
     connection: Arc<Mutex<Option<ConnectionManager>>>,
