@@ -9,7 +9,7 @@ use std::time::Duration;
 use support::{get, Recorder};
 #[cfg(feature = "robots")]
 use support::{robots_txt, RobotsSite};
-use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 use tower_throttle::registry::{AutoThrottleConfig, Feedback};
 #[cfg(feature = "robots")]
 use tower_throttle::RobotsDelayLayer;
@@ -145,7 +145,7 @@ async fn an_evicted_scopes_robots_crawl_delay_applies_when_it_comes_back() {
         .unwrap();
     let site = RobotsSite::new();
     let layer = RobotsDelayLayer::new(registry.clone()).cache_ttl(secs(120));
-    let client = ServiceBuilder::new()
+    let client = tower::ServiceBuilder::new()
         .layer(layer)
         .layer(ThrottleLayer::new(registry.clone()))
         .service(site.service(|_, _| robots_txt("User-agent: *\nCrawl-delay: 5\n")));
