@@ -18,7 +18,7 @@
 //! ```
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use tower_throttle::store::{MemoryStore, RedisStore, ScopeStore};
+use tower_throttle::store::{backend::ScopeStore, MemoryStore, RedisStore};
 use tower_throttle::{Registry, ThrottleLayer};
 
 #[path = "variants/mod.rs"]

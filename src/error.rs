@@ -19,6 +19,7 @@ use crate::store::StoreError;
 /// assert_eq!(err.to_string(), "invalid scope \"api\" concurrency = 0: must be at least 1");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConfigError {
     field: String,
     value: String,
@@ -95,6 +96,7 @@ pub struct Error {
 enum Failure {
     /// robots.txt disallows the request (or is unreachable while rules are
     /// obeyed, which RFC 9309 treats as a complete disallow).
+    #[cfg_attr(not(feature = "robots"), allow(dead_code))]
     RobotsDisallowed {
         origin: String,
         path: String,
@@ -108,6 +110,7 @@ enum Failure {
 }
 
 impl Error {
+    #[cfg_attr(not(feature = "robots"), allow(dead_code))]
     pub(crate) fn robots_disallowed(origin: String, path: String, unreachable: bool) -> Self {
         Error {
             kind: Failure::RobotsDisallowed {
@@ -242,6 +245,7 @@ impl fmt::Display for Error {
 /// A reqwest error (a request reqwest could not build) is an inner
 /// service's error.
 #[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 impl From<reqwest::Error> for Error {
     fn from(err: reqwest::Error) -> Self {
         Error::inner(err)

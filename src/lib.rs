@@ -112,6 +112,8 @@ pub mod registry;
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
 pub mod retry_after;
+#[cfg(feature = "robots")]
+#[cfg_attr(docsrs, doc(cfg(feature = "robots")))]
 pub mod robots;
 pub mod scope;
 pub mod store;
@@ -123,6 +125,8 @@ pub use backoff::{Backoff, BackoffLayer};
 pub use error::{ConfigError, Error};
 pub use registry::{Registry, ScopeConfig, ScopeStats};
 pub use retry_after::{RetryAfter, RetryAfterLayer};
+#[cfg(feature = "robots")]
+#[cfg_attr(docsrs, doc(cfg(feature = "robots")))]
 pub use robots::{RobotsDelay, RobotsDelayLayer};
 pub use scope::{Priority, Scope, Scopes};
 pub use throttle::{Throttle, ThrottleLayer};

@@ -146,6 +146,7 @@ pub(crate) type CauseKey = (WaitCause, Option<LimitSource>);
 
 /// How long a request waited, and on what. See the [module docs](self).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Waited {
     /// In the order each cause first held the request.
     parts: Vec<WaitPart>,

@@ -234,6 +234,7 @@ async fn a_request_without_a_server_address_is_resolved_as_usual_and_loses_its_u
 
 /// RobotsDelay's own fetch of robots.txt goes where the pages go: it
 /// carries the server address of the page that asked for it.
+#[cfg(feature = "robots")]
 #[tokio::test]
 async fn the_robots_txt_fetch_connects_to_the_pages_server() {
     let paths = Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -32,9 +32,10 @@ use tokio_test::{assert_pending, assert_ready_err, assert_ready_ok};
 use tower::retry::RetryLayer;
 use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_test::mock::{self, Handle};
+#[cfg(feature = "robots")]
+use tower_throttle::RobotsDelayLayer;
 use tower_throttle::{
-    backoff::BackoffRetry, BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ScopeConfig, Scopes,
-    ThrottleLayer,
+    backoff::BackoffRetry, BackoffLayer, Registry, RetryAfterLayer, ScopeConfig, Scopes, ThrottleLayer,
 };
 
 type Request = http::Request<()>;
@@ -188,6 +189,7 @@ contract_tests!(retry_after, |registry: &Registry| RetryAfterLayer::new(
 
 /// robots.txt answers are served by the test, so its checks are written
 /// out: the fetch is one more request the inner service must see readied.
+#[cfg(feature = "robots")]
 mod robots {
     use super::*;
 

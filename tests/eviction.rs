@@ -6,10 +6,14 @@ mod support;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use support::{get, robots_txt, Recorder, RobotsSite};
-use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+use support::{get, Recorder};
+#[cfg(feature = "robots")]
+use support::{robots_txt, RobotsSite};
+use tower::{Layer, Service, ServiceExt};
 use tower_throttle::registry::{AutoThrottleConfig, Feedback};
-use tower_throttle::{Registry, RobotsDelayLayer, ScopeConfig, Scopes, ThrottleLayer};
+#[cfg(feature = "robots")]
+use tower_throttle::RobotsDelayLayer;
+use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
 
 fn secs(secs: u64) -> Duration {
     Duration::from_secs(secs)
@@ -131,6 +135,7 @@ async fn a_scope_created_again_starts_from_its_configured_limits() {
     assert!(again.autothrottle_delay.unwrap() <= secs(5), "{again:?}");
 }
 
+#[cfg(feature = "robots")]
 #[tokio::test(start_paused = true)]
 async fn an_evicted_scopes_robots_crawl_delay_applies_when_it_comes_back() {
     let registry = Registry::builder()
@@ -140,7 +145,7 @@ async fn an_evicted_scopes_robots_crawl_delay_applies_when_it_comes_back() {
         .unwrap();
     let site = RobotsSite::new();
     let layer = RobotsDelayLayer::new(registry.clone()).cache_ttl(secs(120));
-    let client = ServiceBuilder::new()
+    let client = tower::ServiceBuilder::new()
         .layer(layer)
         .layer(ThrottleLayer::new(registry.clone()))
         .service(site.service(|_, _| robots_txt("User-agent: *\nCrawl-delay: 5\n")));

@@ -153,7 +153,7 @@ crate::memory_store_but!(LearningFails {
     fn learnt(
         &self,
         _scope: tower_throttle::Scope,
-    ) -> tower_throttle::store::StoreFuture<Option<tower_throttle::store::Learnt>> {
+    ) -> tower_throttle::store::backend::StoreFuture<Option<tower_throttle::store::backend::Learnt>> {
         Box::pin(async {
             Err(tower_throttle::store::StoreError::unexpected(
                 "learnt: unreachable",
@@ -358,7 +358,7 @@ crate::memory_store_but!(NoBackoffLevel {
     fn learnt(
         &self,
         scope: tower_throttle::Scope,
-    ) -> tower_throttle::store::StoreFuture<Option<tower_throttle::store::Learnt>> {
+    ) -> tower_throttle::store::backend::StoreFuture<Option<tower_throttle::store::backend::Learnt>> {
         self.0.learnt(scope)
     }
 
@@ -368,7 +368,7 @@ crate::memory_store_but!(NoBackoffLevel {
         version: u64,
         state: String,
         ttl: Duration,
-    ) -> tower_throttle::store::StoreFuture<Option<u64>> {
+    ) -> tower_throttle::store::backend::StoreFuture<Option<u64>> {
         self.0.swap_learnt(scope, version, state, ttl)
     }
 

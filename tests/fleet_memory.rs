@@ -269,7 +269,7 @@ struct NoRenewal(MemoryStore);
 crate::memory_store_but!(NoRenewal {});
 
 /// A worker of one lane and no delay on `store`.
-fn one_lane_worker(store: &(impl tower_throttle::store::ScopeStore + Clone)) -> Registry {
+fn one_lane_worker(store: &(impl tower_throttle::store::backend::ScopeStore + Clone)) -> Registry {
     Registry::builder()
         .default_scope(one_lane_every(Duration::ZERO))
         .store(store.clone())
@@ -301,7 +301,7 @@ async fn next_after_a_long_request(registry: &Registry, latency: Duration, other
 
 /// [`next_after_a_long_request`] with two fresh workers on `store`.
 async fn long_request_and_the_next(
-    store: impl tower_throttle::store::ScopeStore + Clone,
+    store: impl tower_throttle::store::backend::ScopeStore + Clone,
     latency: Duration,
 ) -> u64 {
     next_after_a_long_request(&one_lane_worker(&store), latency, &one_lane_worker(&store)).await

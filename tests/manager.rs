@@ -53,7 +53,7 @@ impl ScopeManager for Steps {
     }
 
     fn on_feedback(&mut self, feedback: &ManagerFeedback) {
-        if feedback.is_backoff() {
+        if feedback.feedback().is_backoff() {
             self.backoffs += 1;
         }
     }
@@ -239,7 +239,7 @@ impl ScopeManager for Numbered {
     }
 
     fn on_feedback(&mut self, feedback: &ManagerFeedback) {
-        if feedback.is_backoff() {
+        if feedback.feedback().is_backoff() {
             self.hold_until = Some(feedback.now() + secs(600));
         }
     }
@@ -373,9 +373,9 @@ async fn a_manager_is_told_every_response_with_status_latency_and_instant() {
         .iter()
         .map(|feedback| {
             (
-                feedback.is_backoff(),
-                feedback.status().map(|status| status.as_u16()),
-                feedback.latency(),
+                feedback.feedback().is_backoff(),
+                feedback.feedback().status().map(|status| status.as_u16()),
+                feedback.feedback().latency(),
                 feedback.now() - start,
                 feedback.base().concurrency(),
             )
@@ -411,9 +411,9 @@ async fn a_manager_is_told_the_kind_of_an_error() {
     service.oneshot(get("https://api.example/")).await.unwrap_err();
     let told = told.lock().unwrap();
     assert_eq!(told.len(), 1);
-    assert!(told[0].is_backoff());
-    assert_eq!(told[0].error_kind(), Some(ErrorKind::Timeout));
-    assert_eq!(told[0].status(), None);
+    assert!(told[0].feedback().is_backoff());
+    assert_eq!(told[0].feedback().error_kind(), Some(ErrorKind::Timeout));
+    assert_eq!(told[0].feedback().status(), None);
 }
 
 /// A 100 s delay until 10 s after the last backoff, then nothing.
@@ -428,7 +428,7 @@ impl ScopeManager for ShortPenalty {
     }
 
     fn on_feedback(&mut self, feedback: &ManagerFeedback) {
-        if feedback.is_backoff() {
+        if feedback.feedback().is_backoff() {
             self.until = Some(feedback.now() + secs(10));
         }
     }

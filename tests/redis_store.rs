@@ -854,7 +854,7 @@ async fn a_store_that_stops_mid_run_falls_back_then_recovers_when_it_returns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rampup_backoff_seen_by_one_worker_moves_the_fleets_search() {
     use tower_throttle::registry::{Feedback, RampupConfig};
-    use tower_throttle::store::ScopeStore;
+    use tower_throttle::store::backend::ScopeStore;
     use tower_throttle::{ScopeConfig, Scopes};
     let _alone = ONE_AT_A_TIME.lock().await;
     if !redis_is_there() {

@@ -282,8 +282,8 @@ async fn the_request_behind_a_429_waits_for_its_hold_not_for_the_completion() {
     assert_eq!(second, Duration::from_millis(5_200));
 }
 
-/// [`Registry::report`] applies at once, also inside a throttle's call: a
-/// layer that reports and then reads the stats sees its report.
+/// [`Registry::feedback`] applies at once, also inside a throttle's call:
+/// a layer that reports and then reads the stats sees its report.
 #[tokio::test(start_paused = true)]
 async fn a_report_made_through_the_public_call_inside_a_throttle_applies_at_once() {
     let registry = registry();
@@ -291,17 +291,18 @@ async fn a_report_made_through_the_public_call_inside_a_throttle_applies_at_once
     let inner = tower::service_fn(move |_request: http::Request<()>| {
         let registry = seen.clone();
         async move {
-            registry.report(&Scopes::from("example.com"), |_, _| {
-                tower_throttle::registry::ScopeReport::new().hold(Duration::from_secs(7))
-            });
-            let held = registry.scope_stats("example.com").unwrap().held_for;
-            Ok::<_, Infallible>(http::Response::new(held))
+            registry.feedback(
+                &Scopes::from("example.com"),
+                tower_throttle::registry::Feedback::backoff(),
+            );
+            let level = registry.scope_stats("example.com").unwrap().backoff_level;
+            Ok::<_, Infallible>(http::Response::new(level))
         }
     });
     let client = ServiceBuilder::new()
         .layer(ThrottleLayer::new(registry.clone()))
         .service(inner);
     let request = http::Request::get("https://example.com/").body(()).unwrap();
-    let held = client.oneshot(request).await.unwrap().into_body();
-    assert_eq!(held, Some(Duration::from_secs(7)));
+    let level = client.oneshot(request).await.unwrap().into_body();
+    assert_eq!(level, 1);
 }

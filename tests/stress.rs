@@ -392,6 +392,7 @@ impl LayerOn for ThrottleLayer {
     }
 }
 
+#[cfg(feature = "robots")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn parallel_first_requests_with_cancellations_fetch_each_robots_txt_exactly_once() {
     use http_body_util::Full;

@@ -607,20 +607,6 @@ async fn registry_defaults_and_errors_name_the_field() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn waiters_go_when_a_pacing_ends_rather_than_when_its_delay_would() {
-    let registry = registry_with(exact(1, Duration::ZERO, Duration::ZERO));
-    let recorder = Recorder::new();
-    let mut service = ThrottleLayer::new(registry.clone()).layer(recorder.service(Duration::ZERO));
-    registry.set_pacing(
-        "example.com",
-        Some((Duration::from_secs(10), Instant::now() + Duration::from_secs(3))),
-    );
-    let requests = (0..3).map(|i| get(&format!("https://example.com/{i}"))).collect();
-    finish_all(launch(&mut service, requests).await).await;
-    assert_eq!(recorder.millis(), vec![0, 3000, 3000]);
-}
-
-#[tokio::test(start_paused = true)]
 async fn jitter_never_shortens_a_gap_below_the_robots_crawl_delay() {
     let registry = Registry::builder()
         .default_scope(ScopeConfig::default().delay_per_slot(Duration::ZERO).jitter(0.5))

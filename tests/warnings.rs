@@ -141,3 +141,99 @@ async fn a_robots_crawl_delay_overridden_by_an_explicit_config_warns_once_per_sc
     ]);
     assert_eq!(warned.len(), 1, "{warned:?}");
 }
+
+#[test]
+fn a_short_delay_on_one_lane_warns_that_delay_per_slot_paces_the_scope() {
+    events();
+    let _registry = Registry::builder()
+        // The trap: delay_per_slot keeps its 1 s default.
+        .scope(
+            "one-lane.example",
+            ScopeConfig::default().delay(Duration::from_millis(200)),
+        )
+        // Both set: five requests a second, no warning.
+        .scope(
+            "both-set.example",
+            ScopeConfig::default()
+                .delay(Duration::from_millis(200))
+                .delay_per_slot(Duration::from_millis(200)),
+        )
+        // Several lanes and the default per-lane delay: 1 s / 4 > 100 ms.
+        .scope(
+            "four-lanes.example",
+            ScopeConfig::default()
+                .concurrency(4)
+                .delay(Duration::from_millis(100)),
+        )
+        // Several lanes with a per-lane delay set on purpose (the seeds'
+        // staggered example): no warning.
+        .scope(
+            "staggered.example",
+            ScopeConfig::default()
+                .concurrency(2)
+                .delay(Duration::from_millis(300))
+                .delay_per_slot(Duration::from_secs(1)),
+        )
+        .build()
+        .unwrap();
+    let warned = warnings_with(&["scope=\"one-lane.example\"", "delay_per_slot paces it"]);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].contains("delay_ms=200") && warned[0].contains("delay_per_slot_ms=1000"),
+        "{}",
+        warned[0]
+    );
+    let warned = warnings_with(&["scope=\"four-lanes.example\"", "delay_per_slot paces it"]);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("lanes=4"), "{}", warned[0]);
+    assert!(warnings_with(&["both-set.example", "delay_per_slot paces it"]).is_empty());
+    assert!(warnings_with(&["staggered.example", "delay_per_slot paces it"]).is_empty());
+}
+
+#[test]
+fn the_default_scope_and_the_ip_scopes_are_checked_for_the_same_trap() {
+    events();
+    let short = ScopeConfig::default().delay(Duration::from_millis(250));
+    let _registry = Registry::builder()
+        .default_scope(short.clone())
+        .ip_scopes(short)
+        .scope("checked-defaults.example", ScopeConfig::default())
+        .build()
+        .unwrap();
+    // Other tests of this binary build default scopes too: look for this
+    // test's delay.
+    let warned = warnings_with(&[
+        "scope=\"default scope\"",
+        "delay_ms=250",
+        "delay_per_slot paces it",
+    ]);
+    assert!(!warned.is_empty(), "{warned:?}");
+    let warned = warnings_with(&["scope=\"ip scopes\"", "delay_ms=250", "delay_per_slot paces it"]);
+    assert!(!warned.is_empty(), "{warned:?}");
+}
+
+#[cfg(feature = "serde")]
+#[test]
+fn a_config_file_scope_with_a_short_delay_on_one_lane_warns_too() {
+    events();
+    let config = tower_throttle::config_file::RegistryConfig::from_toml_str(
+        r#"
+[scopes."file-one-lane.example"]
+delay = "300ms"
+
+[scopes."file-both-set.example"]
+delay = "300ms"
+delay_per_slot = "300ms"
+"#,
+    )
+    .unwrap();
+    let _registry = config.build().unwrap();
+    let warned = warnings_with(&["scope=\"file-one-lane.example\"", "delay_per_slot paces it"]);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].contains("delay_ms=300") && warned[0].contains("delay_per_slot_ms=1000"),
+        "{}",
+        warned[0]
+    );
+    assert!(warnings_with(&["file-both-set.example", "delay_per_slot paces it"]).is_empty());
+}

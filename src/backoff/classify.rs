@@ -72,11 +72,6 @@ impl<'a> ErrorView<'a> {
         self.any.downcast_ref::<T>()
     }
 
-    /// The error as a `std::error::Error`, when its type is known.
-    pub fn as_error(&self) -> Option<&'a (dyn StdError + 'static)> {
-        self.error
-    }
-
     /// The error and its sources, outermost first (empty when the type is
     /// not known).
     pub fn chain(&self) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {

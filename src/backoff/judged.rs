@@ -30,6 +30,7 @@ use crate::registry::Feedback;
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Judged {
     feedback: Feedback,
 }

@@ -21,7 +21,7 @@
 //! *inside* Throttle; used alone, it resolves them through the registry.
 //! Whatever a response says is judged against the scopes' configs as soon
 //! as it comes and reaches the registry as one report for all of the
-//! request's scopes ([`Registry::report`](crate::Registry::report)); inside
+//! request's scopes, under one lock of the registry; inside
 //! a Throttle of the same registry, the report is applied under the lock
 //! the throttle takes when the request ends (before it frees the request's
 //! lanes), so the response costs no lock of its own.

@@ -15,6 +15,7 @@ use crate::error::ConfigError;
 /// Scope names that are not bare TOML keys (`api.example`) are quoted in
 /// the path, as a TOML file writes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConfigFileError {
     key_path: String,
     message: String,

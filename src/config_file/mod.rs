@@ -174,6 +174,7 @@ use tables::FileTable;
 /// keys and types but checks no range: [`build`](Self::build) and
 /// [`into_builder`](Self::into_builder) do.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RegistryConfig {
     settings: GlobalSettings,
     default_scope: ScopeConfig,

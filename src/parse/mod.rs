@@ -8,4 +8,5 @@
 #![cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
 
 pub mod rate_limit_headers;
+#[cfg(feature = "robots")]
 pub mod robots_txt;

@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::store::AutoThrottleSample;
+use crate::store::backend::AutoThrottleSample;
 use crate::time::validate_delay;
 
 /// AutoThrottle settings (Scrapy's `AUTOTHROTTLE_*`). Enable it per scope
@@ -45,6 +45,7 @@ use crate::time::validate_delay;
 /// [`Registry::set_scope`](crate::Registry::set_scope) is called): a bad
 /// value is a [`ConfigError`] naming the field.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct AutoThrottleConfig {
     target_concurrency: f64,
     start_delay: Duration,

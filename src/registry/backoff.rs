@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::ConfigError;
-use crate::store::{BackoffStep, FleetBackoff};
+use crate::store::backend::{BackoffStep, FleetBackoff};
 use crate::time::{saturating_add, validate_delay, Jitter};
 
 /// Status codes that are backoff feedback by default: 429, 502, 503, 504
@@ -49,6 +49,7 @@ pub const DEFAULT_BACKOFF_CODES: [u16; 9] = [429, 502, 503, 504, 520, 521, 522, 
 /// # drop(patient);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct BackoffConfig {
     pub(crate) http_codes: Vec<u16>,
     pub(crate) delay_factor: f64,

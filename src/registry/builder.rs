@@ -18,7 +18,7 @@ use super::scheduler::{
 use super::{Registry, RegistryShared, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_QUEUED};
 use crate::error::ConfigError;
 use crate::scope::{HostResolver, Scope, ScopeResolver};
-use crate::store::{ScopeStore, StoreFailure, StoreHandle};
+use crate::store::{backend::ScopeStore, StoreFailure, StoreHandle};
 
 /// The builder settings that are plain values (not scope configs, not the
 /// resolver), as given: a registry keeps them so that its config can be
@@ -247,7 +247,7 @@ impl RegistryBuilder {
 
     /// With the `metrics` feature, labels the counters with the scope
     /// (default off: a broad crawl has millions of scopes, more label
-    /// values than most metrics back ends hold). See [`metrics`].
+    /// values than most metrics back ends hold). See [Metrics](super#metrics).
     #[must_use]
     pub fn metrics_per_scope(mut self, per_scope: bool) -> Self {
         self.metrics_per_scope = per_scope;
@@ -301,89 +301,22 @@ impl RegistryBuilder {
     /// Whether a busy *plain* scope (lanes its only limit: delay 0, no
     /// per-lane delay, quota, manager or feedback in force) admits and
     /// ends its requests by atomics, without the registry's lock (default
-    /// `true`). An API client sending to one host from every core then
-    /// scales with the cores instead of queuing on the lock; the limits,
-    /// the order of waiters and every stat stay the same. The scope goes
-    /// back under the lock as soon as anything else touches it (a waiter,
-    /// feedback, a hold, a config change), and its requests in flight go
-    /// with it. With a [store](crate::store) every send reserves through
-    /// it, so this changes nothing. `false` keeps every admission under the
-    /// lock (to compare, or to debug). The README's Performance section
-    /// ("Two threads") has the measures.
-    ///
-    /// ```
-    /// use tower::ServiceBuilder;
-    /// use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
-    ///
-    /// let registry = Registry::builder()
-    ///     .max_concurrency(256)
-    ///     .default_scope(ScopeConfig::default().concurrency(64).delay(std::time::Duration::ZERO))
-    ///     .lock_free_plain_scopes(true)
-    ///     .build()?;
-    /// let client = ServiceBuilder::new()
-    ///     .layer(ThrottleLayer::new(registry))
-    ///     .service_fn(|_request: http::Request<()>| async {
-    ///         Ok::<_, std::convert::Infallible>(http::Response::new(()))
-    ///     });
-    /// # drop(client);
-    /// # Ok::<(), tower_throttle::ConfigError>(())
-    /// ```
+    /// `true`; no effect with a store). The limits, the order of waiters
+    /// and every stat are the same either way: `false` is for tests and
+    /// benches that compare the two paths. Not a stable API.
+    #[doc(hidden)]
     #[must_use]
     pub fn lock_free_plain_scopes(mut self, enabled: bool) -> Self {
         self.lock_free_plain_scopes = enabled;
         self
     }
 
-    /// How many locks the scope state is split across (default: four per
-    /// core the machine has, as a power of two, at most
-    /// [`MAX_SHARDS`](super::shards::MAX_SHARDS); one with a
-    /// [store](crate::store)). Each scope lives behind the lock its name's
-    /// hash picks, so threads working on different scopes do not wait for
-    /// each other: a crawler or an API gateway that sends from several
-    /// cores over many scopes scales with the cores instead of queuing on
-    /// one lock. A power of two from 1 to `MAX_SHARDS`. `shards(1)` gives
-    /// the single lock of earlier releases (a client driven from one
-    /// thread gains nothing from more: see "Shards" in the README for what
-    /// a request costs either way).
-    ///
-    /// What stays the same: every limit, and the order of waiters within
-    /// a scope. Requests of several scopes (IP scopes, a scope shared by
-    /// many hosts) and their scopes live in one shard, the *joint* one,
-    /// whatever their names, so they stay all-or-nothing; a scope moves
-    /// there the first time such a request names it (see the
-    /// [`shards`](super::shards) module for how, without ever applying a
-    /// scope's limits twice). Eviction works across shards: scopes idle
-    /// past `idle_ttl` go as requests of any shard arrive, and
-    /// `max_scopes` bounds the scopes of every shard, the least recently
-    /// used idle ones going first (across shards, to the nanosecond at
-    /// which each shard's oldest became idle: see the
-    /// [`shards`](super::shards) module). What changes: across scopes of
-    /// different shards the order of waiters is each shard's own (the
-    /// oldest request waiting for a global permit still goes first); a
-    /// request's feedback reports ride with its completion when its shard
-    /// takes every scope they name (the usual case), and otherwise take
-    /// those scopes' locks first. A scope that moved to the joint shard
-    /// costs its home the copy of its name (about 40 bytes). A registry
-    /// with a [store](crate::store) has one shard: every send reserves
-    /// through the store (asking for more is an error).
-    ///
-    /// ```
-    /// use tower::ServiceBuilder;
-    /// use tower_throttle::{Registry, ThrottleLayer};
-    ///
-    /// // One lock: a client driven from one thread.
-    /// let registry = Registry::builder()
-    ///     .max_concurrency(512)
-    ///     .shards(1)
-    ///     .build()?;
-    /// let client = ServiceBuilder::new()
-    ///     .layer(ThrottleLayer::new(registry))
-    ///     .service_fn(|_request: http::Request<()>| async {
-    ///         Ok::<_, std::convert::Infallible>(http::Response::new(()))
-    ///     });
-    /// # drop(client);
-    /// # Ok::<(), tower_throttle::ConfigError>(())
-    /// ```
+    /// How many locks the scope state is split across: a power of two
+    /// from 1 to 256 (default: four per core, as a power of two; one with a
+    /// store, where asking for more is an error). Every limit and the order
+    /// of waiters within a scope are the same whatever the count: tests and
+    /// benches set it to compare one lock with several. Not a stable API.
+    #[doc(hidden)]
     #[must_use]
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = Some(shards);
@@ -472,19 +405,16 @@ impl RegistryBuilder {
 
     fn build_checked(self) -> Result<Registry, ConfigError> {
         self.default_scope.validate("default scope")?;
+        let default = &self.default_scope;
         if let Some(config) = &self.ip_scopes {
             config.validate("ip scopes")?;
-            config::warn_about_settings_without_effect("ip scopes", config, self.max_concurrency);
+            config::warn_about_settings_without_effect("ip scopes", config, default, self.max_concurrency);
         }
         for (key, config) in &self.scopes {
             config.validate(&format!("scope {:?}", key.as_str()))?;
-            config::warn_about_settings_without_effect(key.as_str(), config, self.max_concurrency);
+            config::warn_about_settings_without_effect(key.as_str(), config, default, self.max_concurrency);
         }
-        config::warn_about_settings_without_effect(
-            "default scope",
-            &self.default_scope,
-            self.max_concurrency,
-        );
+        config::warn_about_settings_without_effect("default scope", default, default, self.max_concurrency);
         let settings = self.global_settings();
         let every_config = || {
             std::iter::once(&self.default_scope)

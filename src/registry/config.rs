@@ -38,6 +38,7 @@ fn default_backoff() -> &'static BackoffConfig {
 /// # drop(fast);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ScopeConfig {
     pub(crate) concurrency: u32,
     pub(crate) delay: Duration,
@@ -123,6 +124,21 @@ impl ScopeConfig {
     }
 
     /// Minimum time between the sends of any two requests of the scope.
+    ///
+    /// The per-lane delay ([`delay_per_slot`](Self::delay_per_slot), 1 s
+    /// by default) applies as well: on one lane a `delay` shorter than it
+    /// has no effect, so set both to go faster than one request a second:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::ScopeConfig;
+    ///
+    /// // Five requests a second on one lane.
+    /// let config = ScopeConfig::default()
+    ///     .delay(Duration::from_millis(200))
+    ///     .delay_per_slot(Duration::from_millis(200));
+    /// # drop(config);
+    /// ```
     #[must_use]
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
@@ -132,6 +148,15 @@ impl ScopeConfig {
 
     /// Minimum time between two sends on the same lane, measured from the
     /// previous send on that lane.
+    ///
+    /// With `c` lanes the scope sends at most `c / delay_per_slot` requests
+    /// a second, so when `delay_per_slot / c` is longer than the
+    /// [`delay`](Self::delay), this per-lane delay sets the pace. The
+    /// registry warns once (target `tower_throttle`, when it is built or
+    /// the config is set) when that happens on a single lane, and on
+    /// several lanes when `delay_per_slot` was left at its default; a
+    /// per-lane delay set on purpose across several lanes (the staggered
+    /// pattern: 2 lanes, delay 0.3 s, per slot 1 s) is left alone.
     #[must_use]
     pub fn delay_per_slot(mut self, delay: Duration) -> Self {
         self.delay_per_slot = delay;
@@ -397,10 +422,19 @@ impl ScopeConfig {
 
 /// Logs a warning for each setting of `config` (for scope `name`) that can
 /// never take effect, so a user does not wait for a limit that will not
-/// come: a concurrency above the registry's `max_concurrency`, or a
+/// come: a concurrency above the registry's `max_concurrency`, a
 /// `delay_per_slot` set explicitly that the scope's own `delay` always
-/// outlasts (each lane's sends are at least one scope gap apart).
-pub(crate) fn warn_about_settings_without_effect(name: &str, config: &ScopeConfig, max_concurrency: u32) {
+/// outlasts (each lane's sends are at least one scope gap apart), or a
+/// `delay` that the per-lane delay outlasts (see [`warn_if_delay_per_slot_paces`]).
+/// `default` is the default scope's config, which `config` inherits
+/// rampup from.
+pub(crate) fn warn_about_settings_without_effect(
+    name: &str,
+    config: &ScopeConfig,
+    default: &ScopeConfig,
+    max_concurrency: u32,
+) {
+    warn_if_delay_per_slot_paces(name, config, default, max_concurrency);
     if config.concurrency > max_concurrency {
         tracing::warn!(
             target: "tower_throttle",
@@ -425,6 +459,49 @@ pub(crate) fn warn_about_settings_without_effect(name: &str, config: &ScopeConfi
             "delay_per_slot can never take effect: the scope's delay between any two sends is always longer"
         );
     }
+}
+
+/// The trap of a short `delay` with the default `delay_per_slot`:
+/// `ScopeConfig::default().delay(200 ms)` on one lane still sends one
+/// request a second, because each lane waits `delay_per_slot` (1 s) after
+/// its own last send. With `lanes` lanes (the scope's concurrency capped at
+/// `max_concurrency`) the lanes together send at most `lanes /
+/// delay_per_slot` requests a second, so the scope runs slower than its
+/// `delay` says whenever `delay_per_slot / lanes > delay`.
+///
+/// It warns when that holds on **one lane** (there the `delay` has no
+/// effect at all, whoever set the per-lane delay), and on **several lanes
+/// when `delay_per_slot` was left at its default** (a per-lane delay set
+/// on purpose with several lanes is the seeds' staggered pattern, such as
+/// concurrency 2, delay 0.3 s, per slot 1 s, where the delay does shape the
+/// sends). A scope paced by rampup or a custom manager (which replace the
+/// configured pace) is not checked.
+fn warn_if_delay_per_slot_paces(
+    name: &str,
+    config: &ScopeConfig,
+    default: &ScopeConfig,
+    max_concurrency: u32,
+) {
+    if config.manager.is_some() || config.rampup.or_inherit(&default.rampup).get().is_some() {
+        return;
+    }
+    let lanes = config.concurrency.clamp(1, max_concurrency.max(1));
+    if lanes > 1 && config.set_by_user.delay_per_slot {
+        return;
+    }
+    if config.delay_per_slot / lanes <= config.delay {
+        return;
+    }
+    tracing::warn!(
+        target: "tower_throttle",
+        scope = name,
+        delay_ms = config.delay.as_millis() as u64,
+        delay_per_slot_ms = config.delay_per_slot.as_millis() as u64,
+        lanes,
+        "the scope's delay_per_slot paces it, not its delay: each lane waits delay_per_slot after its own last send, \
+         so the scope sends at most lanes / delay_per_slot requests a second; set delay_per_slot too \
+         (for example to the delay times the lanes) for the delay to take effect"
+    );
 }
 
 pub(crate) fn validate_window(field: &str, window: Duration) -> Result<(), ConfigError> {

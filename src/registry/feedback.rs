@@ -35,6 +35,7 @@ use tokio::time::Instant;
 /// # assert!(classify(&response).is_backoff());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Feedback {
     kind: FeedbackKind,
     actual_cost: Option<f64>,
@@ -104,19 +105,18 @@ impl Feedback {
         self
     }
 
-    /// Adds what kind of error the feedback is about (the backoff layer
-    /// adds it), for the scope's [`ScopeManager`](crate::registry::manager::ScopeManager).
+    /// Adds what kind of error the feedback is about: the backoff layer
+    /// adds it, for the scope's manager.
     #[must_use]
-    pub fn with_error_kind(mut self, kind: ErrorKind) -> Self {
+    pub(crate) fn with_error_kind(mut self, kind: ErrorKind) -> Self {
         self.error_kind = Some(kind);
         self
     }
 
-    /// Adds the request's latency, from its send to its response or error
-    /// (the backoff layer measures it), for the scope's
-    /// [`ScopeManager`](crate::registry::manager::ScopeManager).
+    /// Adds the request's latency, from its send to its response or error:
+    /// the backoff layer measures it, for the scope's manager.
     #[must_use]
-    pub fn with_latency(mut self, latency: Duration) -> Self {
+    pub(crate) fn with_latency(mut self, latency: Duration) -> Self {
         self.latency = Some(latency);
         self
     }

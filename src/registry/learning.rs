@@ -10,7 +10,10 @@ use tokio::time::Instant;
 use super::rampup::RampupState;
 use super::Registry;
 use crate::scope::Scope;
-use crate::store::{AutoThrottleSample, BackoffStep, StoreError, StoreHandle, LEARNT_TTL};
+use crate::store::{
+    backend::{AutoThrottleSample, BackoffStep, LEARNT_TTL},
+    StoreError, StoreHandle,
+};
 
 /// How many times a backoff is written again after other workers wrote
 /// first, before it is given up (it stays in this worker's copy).

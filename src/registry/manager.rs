@@ -106,7 +106,7 @@
 //!     }
 //!
 //!     fn on_feedback(&mut self, feedback: &ManagerFeedback) {
-//!         if feedback.is_backoff() {
+//!         if feedback.feedback().is_backoff() {
 //!             self.seconds = self.at(feedback.now()).0 + 1;
 //!             self.last_backoff = Some(feedback.now());
 //!         }
@@ -194,7 +194,7 @@
 //!     }
 //!
 //!     fn on_feedback(&mut self, feedback: &ManagerFeedback) {
-//!         if feedback.is_backoff() && feedback.status() == Some(http::StatusCode::FORBIDDEN) {
+//!         if feedback.feedback().is_backoff() && feedback.feedback().status() == Some(http::StatusCode::FORBIDDEN) {
 //!             self.banned_until = Some(feedback.now() + BAN);
 //!         }
 //!     }
@@ -262,7 +262,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::feedback::{ErrorKind, Feedback};
+use super::feedback::Feedback;
 use crate::scope::Scope;
 
 mod exponential;
@@ -308,6 +308,7 @@ pub trait ScopeManager: Send + Sync + 'static {
 /// by `max_concurrency`, with robots.txt and AutoThrottle folded in.
 /// A multiplicative policy (such as the built-in backoff) scales these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BaseLimits {
     delay: Duration,
     concurrency: u32,
@@ -342,6 +343,7 @@ impl BaseLimits {
 
 /// One feedback, as a [`ScopeManager`] is told it.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct ManagerFeedback {
     feedback: Feedback,
     now: Instant,
@@ -356,33 +358,6 @@ impl ManagerFeedback {
     /// The feedback as reported.
     pub fn feedback(&self) -> &Feedback {
         &self.feedback
-    }
-
-    /// Whether the server pushed back.
-    pub fn is_backoff(&self) -> bool {
-        self.feedback.is_backoff()
-    }
-
-    /// The response status, when the feedback is about a response and the
-    /// reporter said (the backoff layer always does).
-    pub fn status(&self) -> Option<http::StatusCode> {
-        self.feedback.status()
-    }
-
-    /// What kind of error, when the feedback is about an error.
-    pub fn error_kind(&self) -> Option<ErrorKind> {
-        self.feedback.error_kind()
-    }
-
-    /// What the request actually cost, when reported.
-    pub fn actual_cost(&self) -> Option<f64> {
-        self.feedback.actual_cost()
-    }
-
-    /// Time from the request's send to its response or error, when known
-    /// (the backoff layer measures it).
-    pub fn latency(&self) -> Option<Duration> {
-        self.feedback.latency()
     }
 
     /// When the feedback arrived.
@@ -404,10 +379,12 @@ impl ManagerFeedback {
 /// use tower_throttle::registry::manager::ManagerLimits;
 ///
 /// let slower = ManagerLimits::none().delay(Duration::from_secs(2)).concurrency(1);
-/// assert_eq!(slower.get_delay(), Some(Duration::from_secs(2)));
-/// assert_eq!(ManagerLimits::none().get_concurrency(), None);
+/// // The order of the calls does not matter.
+/// assert_eq!(slower, ManagerLimits::none().concurrency(1).delay(Duration::from_secs(2)));
+/// assert_ne!(slower, ManagerLimits::none());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct ManagerLimits {
     pace: Option<(Duration, u32)>,
     delay: Option<Duration>,
@@ -471,27 +448,27 @@ impl ManagerLimits {
     }
 
     /// The pace set: delay and lanes.
-    pub fn get_pace(&self) -> Option<(Duration, u32)> {
+    pub(crate) fn get_pace(&self) -> Option<(Duration, u32)> {
         self.pace
     }
 
     /// The delay contributed.
-    pub fn get_delay(&self) -> Option<Duration> {
+    pub(crate) fn get_delay(&self) -> Option<Duration> {
         self.delay
     }
 
     /// The concurrency contributed.
-    pub fn get_concurrency(&self) -> Option<u32> {
+    pub(crate) fn get_concurrency(&self) -> Option<u32> {
         self.concurrency
     }
 
     /// The hold.
-    pub fn get_hold_until(&self) -> Option<Instant> {
+    pub(crate) fn get_hold_until(&self) -> Option<Instant> {
         self.hold_until
     }
 
     /// When the answer changes by itself.
-    pub fn get_review_at(&self) -> Option<Instant> {
+    pub(crate) fn get_review_at(&self) -> Option<Instant> {
         self.review_at
     }
 

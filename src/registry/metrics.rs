@@ -2,25 +2,8 @@
 //! facade, with the `metrics` feature; without it every function here is
 //! empty and compiles away.
 //!
-//! | name | kind | what |
-//! |---|---|---|
-//! | `tower_throttle_requests_sent_total` | counter | requests handed to the inner service |
-//! | `tower_throttle_backoffs_total` | counter | backoff feedbacks received |
-//! | `tower_throttle_holds_total` | counter | holds set (Retry-After, rate-limit resets, `Registry::hold`) |
-//! | `tower_throttle_evictions_total` | counter | idle scopes evicted |
-//! | `tower_throttle_requests_waiting` | gauge | requests waiting for their scopes |
-//! | `tower_throttle_requests_in_flight` | gauge | requests sent and not answered |
-//! | `tower_throttle_scopes_tracked` | gauge | scopes the registry holds |
-//! | `tower_throttle_wait_seconds` | histogram | each part of a request's wait, labelled `cause` and `source` (see [`crate::waited`]; `source` is `none` for causes without one) |
-//!
-//! The wait histogram is recorded for requests that waited, once each when
-//! handed to the inner service (and by `RobotsDelay` for its own wait); its
-//! labels are bounded: 12 causes by 12 sources at most.
-//!
-//! The counters carry a `scope` label only with
-//! [`RegistryBuilder::metrics_per_scope`](super::RegistryBuilder::metrics_per_scope):
-//! a broad crawl has millions of scopes, which most metrics back ends
-//! cannot hold as label values.
+//! The names, kinds and labels are listed in the [registry](super#metrics)
+//! docs.
 
 use crate::scope::Scope;
 

@@ -141,6 +141,32 @@
 //! hold, a timer). Each scope has at most one timer, kept by its first
 //! waiter.
 //!
+//! # Metrics
+//!
+//! With the `metrics` feature, the registry reports counters and gauges
+//! through the [`metrics`](https://docs.rs/metrics) facade (without it
+//! nothing is recorded and the calls compile away):
+//!
+//! | name | kind | what |
+//! |---|---|---|
+//! | `tower_throttle_requests_sent_total` | counter | requests handed to the inner service |
+//! | `tower_throttle_backoffs_total` | counter | backoff feedbacks received |
+//! | `tower_throttle_holds_total` | counter | holds set (Retry-After, rate-limit resets, `Registry::hold`) |
+//! | `tower_throttle_evictions_total` | counter | idle scopes evicted |
+//! | `tower_throttle_requests_waiting` | gauge | requests waiting for their scopes |
+//! | `tower_throttle_requests_in_flight` | gauge | requests sent and not answered |
+//! | `tower_throttle_scopes_tracked` | gauge | scopes the registry holds |
+//! | `tower_throttle_wait_seconds` | histogram | each part of a request's wait, labelled `cause` and `source` (see [`crate::waited`]; `source` is `none` for causes without one) |
+//!
+//! The wait histogram is recorded for requests that waited, once each when
+//! handed to the inner service (and by `RobotsDelay` for its own wait); its
+//! labels are bounded: 12 causes by 12 sources at most.
+//!
+//! The counters carry a `scope` label only with
+//! [`RegistryBuilder::metrics_per_scope`]:
+//! a broad crawl has millions of scopes, which most metrics back ends
+//! cannot hold as label values.
+//!
 //! # Layout
 //!
 //! One scope at an instant (its config, contributions, lanes, and what
@@ -148,7 +174,7 @@
 //! dispatch and the timers are the `scheduler`, pure (every call is given
 //! `now`) and unit-tested at fixed instants; this file is the [`Registry`]
 //! handle around the locked scheduler (one, or one per shard: see
-//! [`shards`]), and `seam.rs` the few calls through
+//! `shards.rs`), and `seam.rs` the few calls through
 //! which a throttled request's ticket (in [`throttle`](crate::throttle))
 //! queues, polls, departs and finishes. What a response says reaches the
 //! scopes through `report.rs`. Each file's own docs say what it holds.
@@ -162,14 +188,14 @@ mod fast_path;
 mod feedback;
 mod learning;
 pub mod manager;
-pub mod metrics;
+mod metrics;
 mod places;
 mod rampup;
 mod report;
 mod scheduler;
 mod scope_state;
 mod seam;
-pub mod shards;
+pub(crate) mod shards;
 mod stats;
 mod ticket;
 
@@ -183,7 +209,7 @@ pub(crate) use config::Setting;
 pub use config::{ScopeConfig, DEFAULT_QUOTA_WINDOW};
 pub use feedback::{AnnouncedLimits, ErrorKind, Feedback, FeedbackKind};
 pub use rampup::RampupConfig;
-pub use report::ScopeReport;
+pub(crate) use report::ScopeReport;
 pub use scope_state::LimitSource;
 pub use stats::{QuotaStats, ScopeStats, Stats};
 
@@ -684,8 +710,14 @@ impl Registry {
         // skip the lock.
         self.shared.backoff_statuses.add(&config);
         let name = key.clone();
+        let default = self.shared.configs.default_config();
         self.with_scope_at(name.as_str(), false, None, |scheduler, now, wake| {
-            config::warn_about_settings_without_effect(key.as_str(), &config, scheduler.max_concurrency());
+            config::warn_about_settings_without_effect(
+                key.as_str(),
+                &config,
+                &default,
+                scheduler.max_concurrency(),
+            );
             scheduler.set_scope(key, config, now, wake);
         });
         Ok(())
@@ -731,23 +763,20 @@ impl Registry {
         self.report(scopes, |_, _| ScopeReport::new().feedback(feedback));
     }
 
-    /// Like [`feedback`](Self::feedback), with the feedback decided per
-    /// scope from that scope's backoff settings (its `http_codes` may
-    /// differ). `decide` runs before the registry's lock is taken (it may
-    /// call the registry); what it said is applied under one lock, as
-    /// [`report`](Self::report) does.
-    pub fn feedback_each(&self, scopes: &Scopes, mut decide: impl FnMut(&BackoffConfig) -> Feedback) {
-        self.report(scopes, |_, config| {
-            ScopeReport::new().feedback(decide(config.get_backoff()))
-        });
+    /// Whether `status` is backoff feedback for scope `key` (its backoff
+    /// `http_codes`). Cheaper than [`scope_config`](Self::scope_config):
+    /// nothing is copied.
+    pub(crate) fn is_backoff_status(&self, key: &str, status: u16) -> bool {
+        self.with_scope_at(key, false, None, |scheduler, _, _| scheduler.config_arc(key))
+            .get_backoff()
+            .is_backoff_status(status)
     }
 
     /// Records the robots.txt Crawl-delay that applies to scope `key`
     /// (`None`: none known). The scope then sends one request at a time, at
     /// least `crawl_delay` apart, unless it has an explicit config, which
     /// keeps precedence (with a warning unless it sets `ignore_robots_txt`).
-    /// An idle scope may be evicted with it; see
-    /// [`set_robots_delay_until`](Self::set_robots_delay_until).
+    /// An idle scope may be evicted with it.
     pub fn set_robots_delay(&self, key: impl Into<Scope>, crawl_delay: Option<Duration>) {
         let key = key.into();
         self.with_scope_at(key.as_str(), false, None, |scheduler, now, wake| {
@@ -760,7 +789,8 @@ impl Registry {
     /// robots.txt it comes from expires): a cache that tells each scope its
     /// Crawl-delay once must not have it forgotten meanwhile. This is the
     /// call the robots.txt layer makes.
-    pub fn set_robots_delay_until(
+    #[cfg(feature = "robots")]
+    pub(crate) fn set_robots_delay_until(
         &self,
         key: impl Into<Scope>,
         crawl_delay: Option<Duration>,
@@ -775,30 +805,14 @@ impl Registry {
     /// Paces scope `key`: at least `delay` between sends until `until`;
     /// `None` stops it. The delay is capped at the scope's backoff
     /// `max_delay`, the span at 7 days. The
-    /// rate-limit header layer uses it to spread an announced quota.
-    pub fn set_pacing(&self, key: impl Into<Scope>, pacing: Option<(Duration, Instant)>) {
+    /// rate-limit header layer reports it (through a scope report) to
+    /// spread an announced quota; tests set it directly.
+    #[cfg(test)]
+    pub(crate) fn set_pacing(&self, key: impl Into<Scope>, pacing: Option<(Duration, Instant)>) {
         let key = key.into();
         self.with_scope_at(key.as_str(), false, None, |scheduler, now, wake| {
             scheduler.set_pacing(&key, pacing, now, wake)
         });
-    }
-
-    /// Records what the server announced about scope `key`'s limits, for
-    /// [`ScopeStats::announced`].
-    pub fn set_announced_limits(&self, key: impl Into<Scope>, limits: AnnouncedLimits) {
-        let key = key.into();
-        self.with_scope_at(key.as_str(), false, None, |scheduler, now, _| {
-            scheduler.set_announced_limits(&key, limits, now)
-        });
-    }
-
-    /// Whether `status` is backoff feedback for scope `key` (its backoff
-    /// `http_codes`). Cheaper than [`scope_config`](Self::scope_config):
-    /// nothing is copied.
-    pub fn is_backoff_status(&self, key: &str, status: u16) -> bool {
-        self.with_scope_at(key, false, None, |scheduler, _, _| scheduler.config_arc(key))
-            .get_backoff()
-            .is_backoff_status(status)
     }
 
     /// The config scope `key` uses (its own, or the default one), with the
@@ -829,8 +843,8 @@ impl Registry {
     /// A snapshot of scope `key`, or `None` if the registry does not hold
     /// it (never seen, or evicted while idle).
     ///
-    /// With shards, a scope leaving its home for the joint shard (see
-    /// [`shards`]) is counted whole: what its home holds, and the requests
+    /// With shards (the scope state split across several locks), a scope
+    /// leaving its home shard for the joint one is counted whole: what its home holds, and the requests
     /// that wait for it in the joint shard meanwhile.
     pub fn scope_stats(&self, key: &str) -> Option<ScopeStats> {
         if self.is_sharded() {
@@ -944,5 +958,49 @@ impl Registry {
     /// clone: it keeps the state of a pending reservation).
     pub(crate) fn queue_places(&self) -> PlaceHandle {
         PlaceHandle::new(self.shared.queue_places.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+    use tower::{Layer, Service, ServiceExt};
+
+    use crate::{Registry, ScopeConfig, ThrottleLayer};
+
+    #[tokio::test(start_paused = true)]
+    async fn waiters_go_when_a_pacing_ends_rather_than_when_its_delay_would() {
+        let free = ScopeConfig::default()
+            .delay(Duration::ZERO)
+            .delay_per_slot(Duration::ZERO)
+            .jitter(0.0);
+        let registry = Registry::builder().default_scope(free).build().unwrap();
+        let start = Instant::now();
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let seen = sent.clone();
+        let inner = tower::service_fn(move |_request: http::Request<()>| {
+            seen.lock().unwrap().push(start.elapsed().as_millis());
+            std::future::ready(Ok::<_, std::convert::Infallible>(http::Response::new(())))
+        });
+        let mut service = ThrottleLayer::new(registry.clone()).layer(inner);
+        registry.set_pacing(
+            "example.com",
+            Some((Duration::from_secs(10), start + Duration::from_secs(3))),
+        );
+        let mut responses = Vec::new();
+        for i in 0..3 {
+            service.ready().await.unwrap();
+            let request = http::Request::get(format!("https://example.com/{i}"))
+                .body(())
+                .unwrap();
+            responses.push(tokio::spawn(service.call(request)));
+        }
+        for response in responses {
+            response.await.unwrap().unwrap();
+        }
+        assert_eq!(*sent.lock().unwrap(), vec![0, 3000, 3000]);
     }
 }

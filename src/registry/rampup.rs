@@ -55,6 +55,7 @@ use crate::time::validate_delay;
 /// [`Registry::set_scope`](crate::Registry::set_scope) is called): a bad
 /// value is a [`ConfigError`] naming the field.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RampupConfig {
     backoff_target: RangeInclusive<u32>,
     window: Duration,

@@ -14,7 +14,7 @@ use super::feedback::{AnnouncedLimits, Feedback};
 use super::scheduler::{Scheduler, WakeList};
 use super::{Registry, ScopeConfig};
 use crate::scope::{Scope, Scopes};
-use crate::store::BackoffStep;
+use crate::store::backend::BackoffStep;
 use crate::time::saturating_add;
 
 pub(crate) mod collect;
@@ -24,20 +24,8 @@ pub(crate) use collect::{Collected, ScopeReports};
 /// What one response says about one of its request's scopes: the answer of
 /// a [`Registry::report`] judge for that scope. Everything is optional; an
 /// empty report changes nothing.
-///
-/// ```
-/// use std::time::Duration;
-/// use tower_throttle::registry::ScopeReport;
-/// use tower_throttle::registry::Feedback;
-///
-/// let report = ScopeReport::new()
-///     .feedback(Feedback::backoff())
-///     .hold(Duration::from_secs(30));
-/// assert!(!report.is_empty());
-/// ```
 #[derive(Debug, Clone, Default, PartialEq)]
-#[non_exhaustive]
-pub struct ScopeReport {
+pub(crate) struct ScopeReport {
     feedback: Option<Feedback>,
     hold: Option<Duration>,
     pacing: Option<(Duration, Instant)>,
@@ -46,14 +34,14 @@ pub struct ScopeReport {
 
 impl ScopeReport {
     /// A report that says nothing yet.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         ScopeReport::default()
     }
 
     /// Backoff, success or quota feedback, as [`Registry::feedback`]
     /// applies it.
     #[must_use]
-    pub fn feedback(mut self, feedback: Feedback) -> Self {
+    pub(crate) fn feedback(mut self, feedback: Feedback) -> Self {
         self.feedback = Some(feedback);
         self
     }
@@ -61,15 +49,15 @@ impl ScopeReport {
     /// A hold from now, as [`Registry::hold`] applies it (capped at the
     /// registry's `max_hold`, never shortening a longer hold).
     #[must_use]
-    pub fn hold(mut self, duration: Duration) -> Self {
+    pub(crate) fn hold(mut self, duration: Duration) -> Self {
         self.hold = Some(duration);
         self
     }
 
-    /// At least `delay` between sends until `until`, as
-    /// [`Registry::set_pacing`] applies it.
+    /// At least `delay` between sends until `until` (the rate-limit
+    /// header layer spreading an announced quota).
     #[must_use]
-    pub fn pacing(mut self, delay: Duration, until: Instant) -> Self {
+    pub(crate) fn pacing(mut self, delay: Duration, until: Instant) -> Self {
         self.pacing = Some((delay, until));
         self
     }
@@ -77,13 +65,13 @@ impl ScopeReport {
     /// What the server announced about the scope's limits, for
     /// [`ScopeStats::announced`](super::ScopeStats::announced).
     #[must_use]
-    pub fn announced(mut self, limits: AnnouncedLimits) -> Self {
+    pub(crate) fn announced(mut self, limits: AnnouncedLimits) -> Self {
         self.announced = Some(limits);
         self
     }
 
     /// Whether the report says nothing.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         *self == ScopeReport::default()
     }
 }
@@ -168,33 +156,10 @@ impl Registry {
     /// The crate's backoff and rate-limit layers make the same report, but
     /// when they sit inside a [`Throttle`](crate::Throttle) of this
     /// registry they leave it for the lock the throttle takes when the
-    /// request ends, so a response costs one lock however many layers have
-    /// something to say. This method applies at once: what you report is
-    /// in [`scope_stats`](Self::scope_stats) when it returns.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_throttle::registry::ScopeReport;
-    /// use tower_throttle::{Registry, Scopes};
-    /// use tower_throttle::registry::Feedback;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let registry = Registry::default();
-    /// let status = http::StatusCode::SERVICE_UNAVAILABLE;
-    /// registry.report(&Scopes::from(["api", "users"]), |_scope, config| {
-    ///     if config.get_backoff().is_backoff_status(status.as_u16()) {
-    ///         ScopeReport::new()
-    ///             .feedback(Feedback::backoff().with_status(status))
-    ///             .hold(Duration::from_secs(5))
-    ///     } else {
-    ///         ScopeReport::new()
-    ///     }
-    /// });
-    /// assert_eq!(registry.scope_stats("api").unwrap().backoff_level, 1);
-    /// # }
-    /// ```
-    pub fn report(&self, scopes: &Scopes, judge: impl FnMut(&Scope, &ScopeConfig) -> ScopeReport) {
+    /// request ends ([`report_on_completion`](Self::report_on_completion)),
+    /// so a response costs one lock however many layers have something to
+    /// say. This method applies at once.
+    pub(crate) fn report(&self, scopes: &Scopes, judge: impl FnMut(&Scope, &ScopeConfig) -> ScopeReport) {
         let reports = self.judge(scopes, judge);
         if let Some(reports) = reports {
             self.apply_now(scopes, &reports);

@@ -26,7 +26,7 @@ use super::shards::{Across, Placement, JOINT};
 use super::ticket::{OrderKey, Seat, Seats, Status, TicketState, WaitedInScheduler};
 pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
 use crate::scope::{Scope, Scopes, DEFAULT_COST};
-use crate::store::AutoThrottleSample;
+use crate::store::backend::AutoThrottleSample;
 use crate::time::Stamp;
 use crate::waited::WaitCause;
 pub(crate) use entry::ScopeEntry;

@@ -18,7 +18,7 @@ use super::backoff::BackoffNow;
 use super::config::ScopeConfig;
 use super::fast_path::Adopted;
 use crate::scope::Scope;
-use crate::store::AutoThrottleSample;
+use crate::store::backend::AutoThrottleSample;
 use crate::time::{scale, Jitter, Stamp};
 use crate::waited::{CauseKey, WaitCause};
 use contributions::NO_CONTRIBUTIONS;

@@ -15,7 +15,7 @@ use super::shards;
 use super::ticket::WaitedInScheduler;
 use super::Registry;
 use crate::scope::{Priority, Scope, Scopes};
-use crate::store::{ScopeTerms, SharedFacts};
+use crate::store::backend::{ScopeTerms, SharedFacts};
 use crate::time::Stamp;
 
 impl Registry {

@@ -94,7 +94,7 @@ use super::ticket::OrderKey;
 
 /// The most shards a registry may have (the shard rides in the top bits of
 /// the ids a throttled request keeps).
-pub const MAX_SHARDS: usize = 1 << SHARD_BITS;
+pub(crate) const MAX_SHARDS: usize = 1 << SHARD_BITS;
 
 thread_local! {
     /// This thread's number (see [`thread_number`]); `usize::MAX` until

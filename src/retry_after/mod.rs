@@ -52,7 +52,7 @@
 //! scopes Throttle is handing over), and reports the response before
 //! Throttle frees the request's lane, so the next waiter of the scope
 //! already sees the hold: holds, pacing and announced limits of every scope
-//! as one report ([`Registry::report`](crate::Registry::report)), applied
+//! as one report, applied
 //! under the lock Throttle takes when the request ends anyway. Without a
 //! Throttle outside it, it resolves the scopes itself with the registry's
 //! resolver and applies its report under a lock of its own.

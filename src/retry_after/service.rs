@@ -39,11 +39,6 @@ impl<S> RetryAfter<S> {
         }
     }
 
-    /// The registry this service reports to.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner

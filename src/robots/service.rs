@@ -76,11 +76,6 @@ impl<S> RobotsDelay<S> {
         RobotsDelay { inner, shared }
     }
 
-    /// The registry Crawl-delays are reported to.
-    pub fn registry(&self) -> &Registry {
-        &self.shared.registry
-    }
-
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner

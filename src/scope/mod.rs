@@ -17,9 +17,14 @@
 //! request.extensions_mut().insert(Scopes::from(["api", "users"]));
 //! ```
 //!
-//! [`Throttle`](crate::Throttle) inserts the scopes it used into the request
-//! extensions, so layers inside it (backoff, rate-limit headers) report their
-//! feedback to the same scopes.
+//! Layers inside a [`Throttle`](crate::Throttle) (backoff, rate-limit
+//! headers) report their feedback to the scopes the throttle used: in their
+//! `call`, [`Registry::scopes_of`](crate::Registry::scopes_of) returns the
+//! scopes the throttle is handing the request over with, without the
+//! request carrying them. The throttle writes them into the request's
+//! extensions as a [`Scopes`] value only when asked to, with
+//! [`ThrottleLayer::record_scopes`](crate::ThrottleLayer::record_scopes)
+//! (off by default), for inner code that reads the extension itself.
 
 pub(crate) mod handover;
 mod ready_made;
@@ -27,8 +32,11 @@ mod resolver;
 
 pub use ready_made::{EndpointResolver, ScrapingApiResolver};
 #[cfg(feature = "public-suffix")]
+#[cfg_attr(docsrs, doc(cfg(feature = "public-suffix")))]
 pub use ready_made::{HostAndParentsResolver, RegistrableDomainResolver};
-pub(crate) use resolver::{host_scope_name, lower_cased};
+pub(crate) use resolver::host_scope_name;
+#[cfg(feature = "robots")]
+pub(crate) use resolver::lower_cased;
 pub use resolver::{HostResolver, RequestHead, ScopeResolver};
 
 use std::borrow::Borrow;

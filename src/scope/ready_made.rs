@@ -256,6 +256,7 @@ mod public_suffix {
     /// assert!(scopes.contains("toscrape.com"));
     /// ```
     #[derive(Debug, Clone, Copy, Default)]
+    #[cfg_attr(docsrs, doc(cfg(feature = "public-suffix")))]
     pub struct RegistrableDomainResolver;
 
     impl ScopeResolver for RegistrableDomainResolver {
@@ -292,6 +293,7 @@ mod public_suffix {
     /// # Ok::<(), tower_throttle::ConfigError>(())
     /// ```
     #[derive(Debug, Clone, Copy, Default)]
+    #[cfg_attr(docsrs, doc(cfg(feature = "public-suffix")))]
     pub struct HostAndParentsResolver;
 
     impl ScopeResolver for HostAndParentsResolver {

@@ -19,7 +19,7 @@ pub const LINE_GRACE: Duration = Duration::from_millis(500);
 /// at most one place in a scope's line, however many of its requests wait,
 /// so lanes go round the workers, not round their requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct WaiterId(pub u64);
+pub struct WaiterId(pub(crate) u64);
 
 impl WaiterId {
     /// The waiter of `worker` asking for `scopes` together: FNV-1a over

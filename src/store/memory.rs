@@ -412,7 +412,7 @@ impl ScopeStore for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::ScopeTerms;
+    use crate::store::backend::ScopeTerms;
 
     fn ask(lease: u64, scopes: &[(&str, u32, u64)]) -> Reservation {
         Reservation {
@@ -427,7 +427,7 @@ mod tests {
                     first: false,
                 })
                 .collect(),
-            waiter: crate::store::WaiterId(lease),
+            waiter: crate::store::backend::WaiterId(lease),
         }
     }
 

@@ -11,11 +11,12 @@ use redis::Script;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::memory::{DEFAULT_LEASE_TTL, MIN_RETRY};
-use super::{
+use super::backend::{
     Answer, AutoThrottleSample, BackoffStep, FleetBackoff, Grant, Learnt, Lease, Reservation, ScopeStore,
-    SharedFacts, StoreError, StoreFuture, LEARNT_TTL, LINE_GRACE,
+    SharedFacts, StoreFuture, LEARNT_TTL, LINE_GRACE,
 };
+use super::memory::{DEFAULT_LEASE_TTL, MIN_RETRY};
+use super::StoreError;
 use crate::scope::Scope;
 
 /// Default prefix of every key the store writes.
@@ -352,6 +353,7 @@ return 1
 ///
 /// Clones share the connection (and the settings given before cloning).
 #[derive(Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub struct RedisStore {
     client: redis::Client,
     connection: Arc<Mutex<Option<ConnectionManager>>>,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::scope::Scope;
-use crate::store::{Lease, LeaseId};
+use crate::store::backend::{Lease, LeaseId};
 
 /// The lanes a request holds in the store, from the grant to its end.
 #[derive(Debug)]

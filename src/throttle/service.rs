@@ -116,11 +116,6 @@ impl<S, M> Throttle<S, M> {
         }
     }
 
-    /// The registry this service throttles through.
-    pub fn registry(&self) -> &Registry {
-        self.handles.registry()
-    }
-
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner

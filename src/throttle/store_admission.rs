@@ -12,7 +12,10 @@ use tokio::time::Instant;
 use super::lease::HeldLease;
 use super::ticket::{Ticket, WakeTimer};
 use crate::scope::Scope;
-use crate::store::{Answer, Grant, LeaseId, StoreError, StoreFailure, StoreFuture};
+use crate::store::{
+    backend::{Answer, Grant, LeaseId, StoreFuture},
+    StoreError, StoreFailure,
+};
 
 /// How long a request that cannot report a store failure waits before it
 /// asks the store again.

@@ -20,7 +20,10 @@ use crate::registry::{
     TicketId, TicketPoll, WaitedInScheduler,
 };
 use crate::scope::{Priority, Scopes};
-use crate::store::{LeaseId, Reservation, SharedFacts, StoreHandle, WaiterId};
+use crate::store::{
+    backend::{LeaseId, Reservation, SharedFacts, WaiterId},
+    StoreHandle,
+};
 use crate::time::Stamp;
 use crate::waited::{WaitCause, Waited};
 

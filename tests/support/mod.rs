@@ -457,15 +457,15 @@ pub fn one_lane_every(delay: Duration) -> tower_throttle::ScopeConfig {
 #[macro_export]
 macro_rules! memory_store_but {
     ($name:ident { $($changed:item)* }) => {
-        impl tower_throttle::store::ScopeStore for $name {
+        impl tower_throttle::store::backend::ScopeStore for $name {
             fn reserve(
                 &self,
-                reservation: tower_throttle::store::Reservation,
-            ) -> tower_throttle::store::StoreFuture<tower_throttle::store::Grant> {
+                reservation: tower_throttle::store::backend::Reservation,
+            ) -> tower_throttle::store::backend::StoreFuture<tower_throttle::store::backend::Grant> {
                 self.0.reserve(reservation)
             }
 
-            fn release(&self, lease: tower_throttle::store::Lease) -> tower_throttle::store::StoreFuture<()> {
+            fn release(&self, lease: tower_throttle::store::backend::Lease) -> tower_throttle::store::backend::StoreFuture<()> {
                 self.0.release(lease)
             }
 
@@ -473,7 +473,7 @@ macro_rules! memory_store_but {
                 &self,
                 scope: tower_throttle::Scope,
                 duration: std::time::Duration,
-            ) -> tower_throttle::store::StoreFuture<()> {
+            ) -> tower_throttle::store::backend::StoreFuture<()> {
                 self.0.hold(scope, duration)
             }
 
@@ -482,7 +482,7 @@ macro_rules! memory_store_but {
                 scope: tower_throttle::Scope,
                 delay: std::time::Duration,
                 ttl: std::time::Duration,
-            ) -> tower_throttle::store::StoreFuture<()> {
+            ) -> tower_throttle::store::backend::StoreFuture<()> {
                 self.0.backoff(scope, delay, ttl)
             }
 

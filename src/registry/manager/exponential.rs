@@ -69,7 +69,7 @@ impl ScopeManager for ExponentialBackoff {
     }
 
     fn on_feedback(&mut self, feedback: &ManagerFeedback) {
-        if !feedback.is_backoff() {
+        if !feedback.feedback().is_backoff() {
             return;
         }
         let (now, base) = (feedback.now(), feedback.base());

@@ -90,8 +90,11 @@ impl ScopeManager for Rampup {
         let state = self
             .state
             .get_or_insert_with(|| RampupState::new(feedback.base().delay(), now));
-        if feedback.is_backoff() {
-            let sent = feedback.latency().and_then(|latency| now.checked_sub(latency));
+        if feedback.feedback().is_backoff() {
+            let sent = feedback
+                .feedback()
+                .latency()
+                .and_then(|latency| now.checked_sub(latency));
             state.on_backoff_sent(now, sent, &self.config);
         }
     }

@@ -10,7 +10,7 @@ use super::{Scheduler, TicketId, WakeList};
 use crate::registry::rampup::{RampupConfig, RampupState};
 use crate::registry::scope_state::{Manager, ScopeState};
 use crate::scope::Scope;
-use crate::store::{AutoThrottleSample, BackoffStep, FleetBackoff, SharedFacts};
+use crate::store::backend::{AutoThrottleSample, BackoffStep, FleetBackoff, SharedFacts};
 
 impl Scheduler {
     /// The scopes of ticket `id` (in its order, beside `facts`) that run

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::{Scheduler, WakeList};
 use crate::registry::ticket::TicketId;
 use crate::scope::Scope;
-use crate::store::{FleetBackoff, QuotaTerms, ScopeTerms, SharedFacts};
+use crate::store::backend::{FleetBackoff, QuotaTerms, ScopeTerms, SharedFacts};
 use crate::time::{saturating_add, scale};
 
 impl Scheduler {

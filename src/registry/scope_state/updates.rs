@@ -12,7 +12,7 @@ use crate::registry::config::ScopeConfig;
 use crate::registry::feedback::{AnnouncedLimits, Feedback};
 use crate::registry::manager::{BaseLimits, ManagerFactory, ManagerFeedback};
 use crate::registry::rampup::{RampupConfig, RampupState};
-use crate::store::{BackoffStep, FleetBackoff};
+use crate::store::backend::{BackoffStep, FleetBackoff};
 use crate::time::{saturating_add, MAX_CONFIG_DELAY};
 
 impl ScopeState {
