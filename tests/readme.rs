@@ -50,10 +50,19 @@ fn code_blocks(markdown: &str) -> Vec<(String, String)> {
 fn the_quick_start_is_the_text_of_examples_quick_start_rs() {
     let readme = read(&root().join("README.md"));
     let section = &readme[readme.find("\n## Quick start\n").expect("a Quick start section")..];
-    let (info, block) = code_blocks(section).into_iter().next().expect("a code block in it");
-    assert_eq!(info, "rust,ignore", "built and run as an example, not as a doc test");
+    let (info, block) = code_blocks(section)
+        .into_iter()
+        .next()
+        .expect("a code block in it");
+    assert_eq!(
+        info, "rust,ignore",
+        "built and run as an example, not as a doc test"
+    );
     let example = read(&root().join("examples/quick_start.rs"));
-    assert!(block == example, "README's quick start and examples/quick_start.rs differ:\n{block}");
+    assert!(
+        block == example,
+        "README's quick start and examples/quick_start.rs differ:\n{block}"
+    );
 }
 
 #[test]
@@ -90,11 +99,19 @@ fn links_into_the_repository_lead_to_files() {
                 continue;
             }
             let file = directory.join(target);
-            let from_root = file.strip_prefix(root()).unwrap_or(&file).to_string_lossy().into_owned();
+            let from_root = file
+                .strip_prefix(root())
+                .unwrap_or(&file)
+                .to_string_lossy()
+                .into_owned();
             if COMING.contains(&from_root.as_str()) {
                 continue;
             }
-            assert!(file.exists(), "{}: the link to {target} leads nowhere", page.display());
+            assert!(
+                file.exists(),
+                "{}: the link to {target} leads nowhere",
+                page.display()
+            );
         }
     }
 }
@@ -103,7 +120,11 @@ fn links_into_the_repository_lead_to_files() {
 fn every_page_is_compiled_as_doc_tests() {
     let lib = read(&root().join("src/lib.rs"));
     for page in pages() {
-        let name = page.strip_prefix(root()).unwrap().to_string_lossy().replace('\\', "/");
+        let name = page
+            .strip_prefix(root())
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
         assert!(
             lib.contains(&format!("include_str!(\"../{name}\")")),
             "src/lib.rs does not compile the examples of {name}"
