@@ -308,8 +308,8 @@ impl RegistryBuilder {
     /// feedback, a hold, a config change), and its requests in flight go
     /// with it. With a [store](crate::store) every send reserves through
     /// it, so this changes nothing. `false` keeps every admission under the
-    /// lock (to compare, or to debug). The README's Performance section
-    /// ("Two threads") has the measures.
+    /// lock (to compare, or to debug). The scaling bench compares the two
+    /// (`cargo bench --bench overhead -- scaling`, `one_scope_locked`).
     ///
     /// ```
     /// use tower::ServiceBuilder;
@@ -343,8 +343,8 @@ impl RegistryBuilder {
     /// cores over many scopes scales with the cores instead of queuing on
     /// one lock. A power of two from 1 to `MAX_SHARDS`. `shards(1)` gives
     /// the single lock of earlier releases (a client driven from one
-    /// thread gains nothing from more: see "Shards" in the README for what
-    /// a request costs either way).
+    /// thread gains nothing from more; `docs/performance.md` has what a
+    /// request costs).
     ///
     /// What stays the same: every limit, and the order of waiters within
     /// a scope. Requests of several scopes (IP scopes, a scope shared by
