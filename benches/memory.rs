@@ -1,4 +1,4 @@
-//! The memory figures of DESIGN §5, measured with a counting global
+//! The memory figures of docs/performance.md, measured with a counting global
 //! allocator: bytes per idle scope, bytes per waiting request, the CPU time
 //! 100 000 waiting requests cost over 2 s, and the stack size of the public
 //! types a user stores. Prints a table against the budgets (≤ 256 bytes per

@@ -1,8 +1,8 @@
 //! Rampup against a real rate limiter: nginx `limit_req` at R requests/s
 //! with no burst, which answers 429 to anything faster. The crawler is not
 //! told R. Prints, per rampup window, what nginx accepted and rejected, and
-//! the settled figures DESIGN §5 asks for (≥ 90 % of R served, ≤ 2 %
-//! rejected).
+//! the settled figures the crate aims at (≥ 90 % of R served, ≤ 2 %
+//! rejected; docs/performance.md).
 //!
 //! ```text
 //! apt-get install -y nginx-light      # once; the bench skips without nginx

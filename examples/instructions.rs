@@ -1,5 +1,6 @@
 //! Instructions per request of `Throttle` and its peers, counted by
-//! callgrind: the reproducible form of the overhead figures of DESIGN §5.
+//! callgrind: the reproducible form of the overhead figures of
+//! docs/performance.md.
 //!
 //! # What it measures
 //!
@@ -48,7 +49,8 @@
 //!
 //! `Ir/request` is the whole cost of one request, `overhead` that minus the
 //! bare service's: the cost of the layer. The ratios below the table are the
-//! ones DESIGN §5 sets targets for, taken between overheads.
+//! ones the crate sets targets for (at most 2 × governor's keyed check),
+//! taken between overheads.
 //!
 //! # Caveat
 //!
@@ -261,7 +263,7 @@ fn measure(small: u64, large: u64) -> ExitCode {
         cost(name) - cost("bare")
     };
     println!();
-    println!("DESIGN §5 ratios (of overheads over bare):");
+    println!("target ratios (of overheads over bare):");
     // `None`: printed for reference, no target (ConcurrencyLimit does no
     // keyed work, so it is no peer for a keyed limiter).
     for (label, numerator, denominator, target) in [

@@ -12,7 +12,8 @@
 //! (here a configurable *handshake cost*, standing in for TCP + TLS), task
 //! scheduling on a loaded client and the kernel. So the server stamps every
 //! request where the site's host first knows of it, and the gaps between those
-//! stamps are what DESIGN §5 promises about.
+//! stamps are what the crate's accuracy targets are about
+//! (docs/performance.md).
 //!
 //! That earliest point is the kernel, not the server's code. On Linux every
 //! accepted socket has `SO_TIMESTAMPNS` set, and the server reads it through
@@ -174,7 +175,7 @@
 //!   cost plus scheduling).
 //! - CPU is seconds per 1 000 answered requests: `server` is the server
 //!   thread, `client` everything else in the process.
-//! - Then one PASS/FAIL line per criterion of DESIGN §5, judged on the
+//! - Then one PASS/FAIL line per target of docs/performance.md, judged on the
 //!   kernel stamps (rates and gaps alike), plus per throttled run with a
 //!   delay "client: no departure gap below the floor", which the scheduler
 //!   guarantees: it fails only for gaps below the floor even allowing for
@@ -227,7 +228,7 @@ const SOCKET_WRITE: u8 = 2;
 
 /// After this long a run stops, reports what it got, and fails.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
-/// Loopback and the server's own stamping are not exact: DESIGN §5 allows 2 ms.
+/// Loopback and the server's own stamping are not exact: the targets allow 2 ms.
 const GAP_TOLERANCE: Duration = Duration::from_millis(2);
 /// The registry's `max_queued`, and so the most requests a stream keeps
 /// admitted at once.
@@ -242,7 +243,7 @@ const SEQ_HEADER: &str = "x-seq";
 const STEADY_FROM: f64 = 0.1;
 const STEADY_TO: f64 = 0.9;
 
-/// What a scenario must show, from DESIGN §5 and the issue.
+/// What a scenario must show (the targets in docs/performance.md).
 #[derive(Clone, Copy, PartialEq)]
 enum Goal {
     /// ≥ 98 % of the politeness bound and no gap below the floor.

@@ -140,7 +140,28 @@ pub mod fuzzing {
     pub use crate::parse::{rate_limit_headers, robots_txt};
 }
 
-/// The README's examples, compiled and run as doc tests.
+/// The examples of the README and of the pages under `docs/`, compiled and
+/// run as doc tests (each page under the features its examples need).
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+mod doc_pages {
+    #[doc = include_str!("../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../docs/autothrottle.md")]
+    pub struct AutoThrottle;
+    #[cfg(feature = "serde")]
+    #[doc = include_str!("../docs/config-file.md")]
+    pub struct ConfigFile;
+    #[doc = include_str!("../docs/departures.md")]
+    pub struct Departures;
+    #[cfg(feature = "redis")]
+    #[doc = include_str!("../docs/fleets.md")]
+    pub struct Fleets;
+    #[doc = include_str!("../docs/ip-scopes.md")]
+    pub struct IpScopes;
+    #[doc = include_str!("../docs/performance.md")]
+    pub struct Performance;
+    #[doc = include_str!("../docs/quotas.md")]
+    pub struct Quotas;
+    #[doc = include_str!("../docs/why-waited.md")]
+    pub struct WhyWaited;
+}

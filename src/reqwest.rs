@@ -334,22 +334,6 @@ impl TryCloneBody for Body {
 mod tests {
     use super::*;
 
-    /// The README shows the quick start without compiling it (it needs the
-    /// feature); the module docs compile it. They must not drift apart.
-    #[test]
-    fn readme_quick_start_is_the_module_doc_test() {
-        let readme = include_str!("../README.md");
-        let section = &readme[readme.find("## reqwest").expect("README has a reqwest section")..];
-        let start = section.find("```rust,ignore\n").expect("the quick start block") + 15;
-        let block = &section[start..start + section[start..].find("```").unwrap()];
-        let module_docs: String = include_str!("reqwest.rs")
-            .lines()
-            .filter_map(|line| line.strip_prefix("//!"))
-            .map(|line| format!("{}\n", line.strip_prefix(' ').unwrap_or(line)))
-            .collect();
-        assert!(module_docs.contains(&format!("```no_run\n{block}```")), "{block}");
-    }
-
     #[test]
     fn responses_keep_their_url_through_both_conversions() {
         let url = ::reqwest::Url::parse("http://site.example/page").unwrap();

@@ -532,8 +532,8 @@ const FLEET_PAGES_PER_SITE: usize = 400;
 /// stamp and the write itself: on this 2-core machine with two busy loops
 /// beside the test, 1.8 ms at most in 2 runs (none in 3 unloaded runs;
 /// before the stamps, a clean CI run saw 13.5 ms). So at the server at
-/// most 1 % of the gaps may fall below the delay − 2 ms (DESIGN §5's
-/// allowance), and none below the delay − 8 ms. A fleet that did not share
+/// most 1 % of the gaps may fall below the delay − 2 ms (the loopback
+/// allowance of docs/performance.md), and none below the delay − 8 ms. A fleet that did not share
 /// its delay would put most gaps far below both.
 /// `examples/fleet.rs`, in release, holds every gap to the delay − 2 ms.
 async fn a_fleet_keeps_one_delay_per_host(workers: usize) {

@@ -32,7 +32,8 @@ pub fn governor_keyed() -> impl Service<http::Request<()>, Response = http::Resp
     let mut inner = bare();
     // The limiter in the closure, as in earlier releases (not a
     // `Governor`, whose clones share it through an `Arc`): its instruction
-    // count is the DESIGN §5 reference, and a different shape shifts it by
+    // count is the reference of the overhead target (docs/performance.md),
+    // and a different shape shifts it by
     // a few (1 025 to 1 046 in the trials).
     tower::service_fn(move |request: http::Request<()>| {
         let key = request.uri().host().unwrap_or_default().to_ascii_lowercase();

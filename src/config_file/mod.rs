@@ -84,7 +84,7 @@
 //! | `backoff.http_codes` | `[429, 502, 503, 504, 520, 521, 522, 523, 524]` | statuses that are backoff feedback |
 //! | `backoff.delay_factor` | 2.0 | each step multiplies the delay by this (≥ 1) |
 //! | `backoff.min_delay` | 1 s | the smallest delay while backing off |
-//! | `backoff.max_delay` | 300 s | the largest delay backoff sets; caps Retry-After holds |
+//! | `backoff.max_delay` | 300 s | the largest delay backoff sets (and the largest pacing delay); holds are capped by `max_hold` |
 //! | `backoff.jitter` | 0.1 | jitter while backing off |
 //! | `backoff.window` | 60 s | quiet time after which the scope takes one step back |
 //! | `backoff.concurrency_factor` | 0.5 | each step multiplies the lanes by this (in `(0, 1]`) |

@@ -335,7 +335,7 @@ mod tests {
     use super::*;
 
     /// A waiting request's memory is budgeted at 256 bytes beyond its
-    /// body (DESIGN §5, `cargo bench --bench memory`: 246.2). What the
+    /// body (docs/performance.md, `cargo bench --bench memory`: 246.2). What the
     /// parked request keeps beside the request and the inner service's
     /// handle is part of it: its scopes and the store pointer, nothing
     /// more (parking the whole hand-over, registry identity and record

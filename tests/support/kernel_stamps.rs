@@ -1,6 +1,6 @@
 //! The kernel's receive stamps of a loopback site's requests: the instant
 //! the site's kernel got a request's bytes, before any thread of the site
-//! ran (DESIGN: the site's view is the truth). Shared by the tests' sites
+//! ran (the site's view is the truth). Shared by the tests' sites
 //! (`tests/support`) and the load tool (`examples/loadtest.rs`, which
 //! includes this file by path).
 #![allow(dead_code, unreachable_pub)]

@@ -106,7 +106,8 @@ fn waiting(timer: Option<Instant>) -> TicketPoll {
     TicketPoll::Waiting { timer }
 }
 
-/// DESIGN §2 rule 2: concurrency 2, delay 0.3 s, per-slot 1.0 s, no
+/// Scrapy's worked example (lane choice: the free lane that becomes
+/// eligible soonest): concurrency 2, delay 0.3 s, per-slot 1.0 s, no
 /// jitter, instant responses, three requests at t=0 are sent at 0.0
 /// (lane 1), 0.3 (lane 2) and 1.0 (lane 1).
 #[test]
@@ -568,7 +569,7 @@ fn a_million_scopes_once_each_stay_within_max_scopes() {
     assert!(d.woken.is_empty());
 }
 
-/// DESIGN §5 allows 256 bytes per idle scope, key and index included; the
+/// The memory budget is 256 bytes per idle scope, key and index included; the
 /// slab slot is most of it and the slab's doubling adds up to 2× to it, so
 /// its size is pinned here (measured in full by `cargo bench --bench memory`).
 #[test]

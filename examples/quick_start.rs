@@ -1,0 +1,62 @@
+//! Crawl pages of several sites at once with reqwest, each site at its own
+//! polite pace. `cargo run --example quick_start --features reqwest -- URL...`
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_throttle::reqwest::{HttpClient, ReqwestLayer};
+use tower_throttle::{Registry, ScopeConfig, ThrottleLayer, Waited};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let mut urls: Vec<String> = std::env::args().skip(1).collect();
+    if urls.is_empty() {
+        for page in 1..=4 {
+            urls.push(format!("http://quotes.toscrape.com/page/{page}/"));
+            urls.push(format!("http://books.toscrape.com/catalogue/page-{page}.html"));
+        }
+    }
+    crawl(urls).await
+}
+
+/// Sends every request at once; the throttle decides when each one leaves.
+pub async fn crawl(urls: Vec<String>) -> Result<(), Error> {
+    // One scope per host, each: 1 lane, 500 ms between sends, ±50 % jitter.
+    // `delay_per_slot` is the gap between two sends on the same lane, 1 s by
+    // default: without the ZERO below, one lane still sends once a second.
+    let registry = Registry::builder()
+        .default_scope(
+            ScopeConfig::default()
+                .delay(Duration::from_millis(500))
+                .delay_per_slot(Duration::ZERO),
+        )
+        .build()?;
+    let http = reqwest::Client::new();
+    let mut client = ServiceBuilder::new()
+        .layer(ReqwestLayer::new()) // reqwest::Request in, reqwest::Response out
+        .layer(ThrottleLayer::new(registry.clone()))
+        .service(HttpClient::new(http.clone()));
+
+    let start = Instant::now();
+    let mut pages = JoinSet::new();
+    for url in urls {
+        let request = http.get(url).build()?;
+        // `ready` takes a place in the queue, so each site's pages go in order.
+        let response = client.ready().await?.call(request);
+        pages.spawn(response);
+    }
+    while let Some(response) = pages.join_next().await {
+        let response = response??;
+        let waited = Waited::from_extensions(response.extensions());
+        println!(
+            "{:5.2} s  {}  {}  (waited {:.2} s)",
+            start.elapsed().as_secs_f64(),
+            response.status(),
+            response.url(),
+            waited.total().as_secs_f64(),
+        );
+    }
+    Ok(())
+}
