@@ -23,7 +23,7 @@ use super::fast_path::{FastScope, GlobalFlight, WordOwner};
 use super::metrics::Metrics;
 use super::scope_state::{Effective, ScopeCheck, ScopeState, Sending};
 use super::shards::{Across, Placement, JOINT};
-use super::ticket::{OrderKey, Seat, Seats, Status, TicketState, WaitedInScheduler};
+use super::ticket::{HeldBy, OrderKey, Seat, Seats, Status, TicketState, WaitedInScheduler};
 pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
 use crate::scope::{Scope, Scopes, DEFAULT_COST};
 use crate::store::backend::AutoThrottleSample;
@@ -734,7 +734,7 @@ impl Scheduler {
             waker: None,
             near_misses: 0,
             group: groups::NO_GROUP,
-            held_by: None,
+            held_by: HeldBy::NONE,
             in_global_queue: false,
             waiting: false,
             enqueued_at: now,

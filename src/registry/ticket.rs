@@ -105,16 +105,39 @@ pub(crate) struct TicketState {
     pub(crate) waker: Option<Waker>,
     /// Times another of its scopes refused it just as the scope that held
     /// it let it go (see `scheduler/groups.rs`).
-    pub(crate) near_misses: u32,
+    pub(crate) near_misses: u8,
     /// Its group of waiters with the same scopes, while it waits with
     /// several (`NO_GROUP` otherwise).
     pub(crate) group: u32,
     /// The scope that held this waiter back at its last evaluation.
-    pub(crate) held_by: Option<ScopeId>,
+    pub(crate) held_by: HeldBy,
     pub(crate) in_global_queue: bool,
     /// Whether it is in its scopes' queues (counted among the waiting).
     pub(crate) waiting: bool,
     pub(crate) enqueued_at: Instant,
+}
+
+/// The scope that held a waiter back at its last evaluation, if any, in
+/// four bytes (a waiting request's memory is budgeted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeldBy(u32);
+
+impl HeldBy {
+    /// Held by no scope known (never looked at, or a candidate of all its
+    /// scopes).
+    pub(crate) const NONE: HeldBy = HeldBy(u32::MAX);
+
+    /// Held by `scope`; `None` for an id beyond four bytes' range (never:
+    /// that many scopes would not fit in memory), which the caller treats
+    /// as not knowing.
+    pub(crate) fn scope(scope: ScopeId) -> Option<HeldBy> {
+        u32::try_from(scope).ok().filter(|&id| id != u32::MAX).map(HeldBy)
+    }
+
+    /// The scope, if any.
+    pub(crate) fn get(self) -> Option<ScopeId> {
+        (self != HeldBy::NONE).then_some(self.0 as ScopeId)
+    }
 }
 
 /// What a request that waited learnt at its admission: why it waited,

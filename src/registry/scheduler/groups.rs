@@ -39,12 +39,12 @@ use std::collections::{BTreeMap, HashMap};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use super::{OrderKey, Scheduler, ScopeId, TicketId};
+use super::{HeldBy, OrderKey, Scheduler, ScopeId, TicketId};
 
 /// How many times a leader may be refused by another of its scopes just
 /// when the scope that held it let it go, before every scope of it keeps
 /// its turn for it (see the module docs).
-pub(super) const MAX_NEAR_MISSES: u32 = 16;
+pub(super) const MAX_NEAR_MISSES: u8 = 16;
 
 /// A ticket in no group (one scope, or not waiting).
 pub(crate) const NO_GROUP: u32 = u32::MAX;
@@ -157,7 +157,7 @@ impl Scheduler {
     /// which look at it.
     fn lead(&mut self, id: TicketId) {
         let ticket = &mut self.tickets[id];
-        ticket.held_by = None;
+        ticket.held_by = HeldBy::NONE;
         ticket.near_misses = 0;
         let order = ticket.order;
         for seat in &ticket.seats {
@@ -183,14 +183,14 @@ impl Scheduler {
     /// it was parked in `looking` (false: `looking` keeps its turn for it).
     pub(super) fn hold_back(&mut self, id: TicketId, holder: ScopeId, looking: ScopeId) -> bool {
         let ticket = &mut self.tickets[id];
-        if ticket.held_by == Some(looking) {
+        if ticket.held_by.get() == Some(looking) {
             ticket.near_misses = ticket.near_misses.saturating_add(1);
         }
-        if ticket.near_misses >= MAX_NEAR_MISSES {
+        let Some(held_by) = HeldBy::scope(holder).filter(|_| ticket.near_misses < MAX_NEAR_MISSES) else {
             self.stand_everywhere(id);
             return false;
-        }
-        let before = ticket.held_by.replace(holder);
+        };
+        let before = std::mem::replace(&mut ticket.held_by, held_by).get();
         let order = ticket.order;
         let scopes: SmallVec<[ScopeId; 2]> = ticket.seats.iter().map(|seat| seat.scope).collect();
         for scope in scopes {
@@ -211,7 +211,7 @@ impl Scheduler {
     /// (each keeps its turn for it).
     fn stand_everywhere(&mut self, id: TicketId) {
         let ticket = &mut self.tickets[id];
-        let Some(held) = ticket.held_by.take() else {
+        let Some(held) = std::mem::replace(&mut ticket.held_by, HeldBy::NONE).get() else {
             return;
         };
         let order = ticket.order;

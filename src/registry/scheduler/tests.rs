@@ -294,7 +294,7 @@ fn a_waiter_of_two_busy_scopes_goes_after_a_bounded_number_of_near_misses() {
             busy[freed] = next;
         }
     }
-    assert_eq!(passes, groups::MAX_NEAR_MISSES);
+    assert_eq!(passes, u32::from(groups::MAX_NEAR_MISSES));
     assert_eq!(went, Some(u64::from(groups::MAX_NEAR_MISSES) + 2));
 }
 
