@@ -151,6 +151,8 @@
 
 mod error;
 mod tables;
+#[cfg(test)]
+mod tests;
 mod values;
 
 use std::collections::BTreeMap;
