@@ -132,14 +132,6 @@ pub use scope::{Priority, Scope, Scopes};
 pub use throttle::{Throttle, ThrottleLayer};
 pub use waited::Waited;
 
-/// The parsers, for the fuzz targets only (feature `fuzzing`): not part of
-/// the API, and may change in any release.
-#[cfg(feature = "fuzzing")]
-#[doc(hidden)]
-pub mod fuzzing {
-    pub use crate::parse::{rate_limit_headers, robots_txt};
-}
-
 /// The examples of the README and of the pages under `docs/`, compiled and
 /// run as doc tests (each page under the features its examples need).
 #[cfg(doctest)]

@@ -178,17 +178,17 @@ impl Jitter {
     }
 
     /// How far below 1 the factor may go.
-    pub fn below(&self) -> f64 {
+    pub(crate) fn below(&self) -> f64 {
         self.below
     }
 
     /// How far above 1 the factor may go.
-    pub fn above(&self) -> f64 {
+    pub(crate) fn above(&self) -> f64 {
         self.above
     }
 
     /// Whether this jitter changes nothing.
-    pub fn is_none(&self) -> bool {
+    pub(crate) fn is_none(&self) -> bool {
         self.below == 0.0 && self.above == 0.0
     }
 

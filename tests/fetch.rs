@@ -215,7 +215,8 @@ async fn fetches_two_sites_with_one_json_line_per_url_and_their_delays_held() {
 fn config_files_are_read_as_toml_or_json_by_extension() {
     let json = write_config("c.json", r#"{"scopes": {"a.test": {"concurrency": 3}}}"#);
     let registry = tool::load_registry(&json).unwrap();
-    assert_eq!(registry.scope_config("a.test").get_concurrency(), 3);
+    let toml = "[scopes.\"a.test\"]\nconcurrency = 3\n";
+    assert_eq!(registry.config().to_toml_string().unwrap(), toml);
     std::fs::remove_file(&json).unwrap();
 
     let bad = write_config("bad.toml", "max_concurrency = 0");

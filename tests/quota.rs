@@ -254,7 +254,10 @@ async fn the_builder_window_is_the_default_for_scopes_with_a_quota() {
         .scope("api", free().quota(1.0))
         .build()
         .unwrap();
-    assert_eq!(registry.scope_config("api").get_window(), Duration::from_secs(10));
+    assert_eq!(
+        registry.scope_config("api"),
+        free().quota(1.0).window(Duration::from_secs(10))
+    );
     let recorder = Recorder::new();
     let mut service = ThrottleLayer::new(registry).layer(recorder.service(Duration::ZERO));
     let requests = vec![costing("/a", 1.0), costing("/b", 1.0)];

@@ -11,7 +11,14 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use tower_throttle::fuzzing::rate_limit_headers::{
+
+/// The crate's parser, compiled here from its source (it is private to the
+/// crate and depends on nothing of it).
+#[path = "../../src/parse/rate_limit_headers.rs"]
+#[allow(dead_code)]
+mod rate_limit_headers;
+
+use rate_limit_headers::{
     parse_delta_seconds, parse_ratelimit, parse_ratelimit_policy, parse_remaining, parse_retry_after,
     parse_x_ratelimit_reset, RateLimitHeaders, HEADER_NAMES, MAX_HEADER_VALUE_LEN,
 };

@@ -19,7 +19,14 @@ use std::time::Duration;
 
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
-use tower_throttle::fuzzing::robots_txt::{RobotsRules, MAX_ROBOTS_TXT_BYTES};
+
+/// The crate's parser, compiled here from its source (it is private to the
+/// crate and depends on nothing of it but `texting_robots`).
+#[path = "../../src/parse/robots_txt.rs"]
+#[allow(dead_code)]
+mod robots_txt;
+
+use robots_txt::{RobotsRules, MAX_ROBOTS_TXT_BYTES};
 
 #[derive(Debug, Arbitrary)]
 struct Input {

@@ -25,7 +25,7 @@ use crate::registry::Feedback;
 ///         Ok::<_, http::Error>(response)
 ///     }));
 /// let response = client.oneshot(http::Request::get("https://example.com/").body(())?).await?;
-/// assert!(response.extensions().get::<Judged>().unwrap().is_backoff());
+/// assert!(response.extensions().get::<Judged>().unwrap().feedback().is_backoff());
 /// # Ok(())
 /// # }
 /// ```
@@ -43,10 +43,5 @@ impl Judged {
     /// The feedback reported for the response.
     pub fn feedback(&self) -> Feedback {
         self.feedback
-    }
-
-    /// Whether the response was backoff feedback for one of its scopes.
-    pub fn is_backoff(&self) -> bool {
-        self.feedback.is_backoff()
     }
 }

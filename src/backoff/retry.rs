@@ -240,7 +240,7 @@ impl<C> BackoffRetry<C> {
         response: &http::Response<ResBody>,
     ) -> bool {
         if let Some(judged) = response.extensions().get::<Judged>() {
-            return judged.is_backoff();
+            return judged.feedback().is_backoff();
         }
         let status = response.status().as_u16();
         match request.extensions().get::<Scopes>() {

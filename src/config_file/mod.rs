@@ -151,6 +151,8 @@
 
 mod error;
 mod tables;
+#[cfg(test)]
+mod tests;
 mod values;
 
 use std::collections::BTreeMap;
@@ -238,13 +240,10 @@ impl RegistryConfig {
         serde_json::to_string_pretty(self).map_err(|err| ConfigFileError::new("", err.to_string()))
     }
 
-    /// Checks every value with the rules of [`RegistryBuilder::build`].
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigFileError`] naming the key path and the value of the first
+    /// Checks every value with the rules of [`RegistryBuilder::build`]:
+    /// a [`ConfigFileError`] naming the key path and the value of the first
     /// value out of range.
-    pub fn validate(&self) -> Result<(), ConfigFileError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigFileError> {
         self.builder_unchecked()
             .check_global_settings()
             .map_err(|err| ConfigFileError::invalid("", &err))?;
@@ -271,7 +270,8 @@ impl RegistryConfig {
     ///
     /// # Errors
     ///
-    /// As [`validate`](Self::validate).
+    /// A [`ConfigFileError`] naming the key path and the value of the first
+    /// value out of range.
     pub fn into_builder(self) -> Result<RegistryBuilder, ConfigFileError> {
         self.validate()?;
         Ok(self.builder_unchecked())
@@ -281,7 +281,8 @@ impl RegistryConfig {
     ///
     /// # Errors
     ///
-    /// As [`validate`](Self::validate).
+    /// A [`ConfigFileError`] naming the key path and the value of the first
+    /// value out of range.
     pub fn build(self) -> Result<Registry, ConfigFileError> {
         let builder = self.into_builder()?;
         // Every value was checked above, with the file's key paths.
@@ -413,7 +414,7 @@ impl Serialize for RegistryConfig {
 
 impl<'de> Deserialize<'de> for RegistryConfig {
     /// Reads the keys and their types; ranges are checked by
-    /// [`validate`](RegistryConfig::validate) and [`build`](RegistryConfig::build).
+    /// [`into_builder`](RegistryConfig::into_builder) and [`build`](RegistryConfig::build).
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         FileTable::deserialize(deserializer).map(|file| RegistryConfig::from_file(&file))
     }

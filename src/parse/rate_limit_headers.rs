@@ -30,7 +30,7 @@ use http::HeaderMap;
 ///
 /// Legitimate rate-limit headers are a few dozen bytes; the cap keeps the work
 /// and the allocations done for a hostile value small and predictable.
-pub const MAX_HEADER_VALUE_LEN: usize = 256;
+pub(crate) const MAX_HEADER_VALUE_LEN: usize = 256;
 
 /// Values of `X-RateLimit-Reset` at or above this many seconds (2001-09-09) are
 /// read as Unix timestamps even when they lie in the past: no server announces
@@ -47,8 +47,8 @@ const X_REMAINING: [&str; 2] = ["x-ratelimit-remaining", "x-rate-limit-remaining
 
 /// Every header [`RateLimitHeaders::from_headers`] reads, lower-case (for
 /// the tests and the fuzz targets).
-#[cfg_attr(not(any(test, feature = "fuzzing")), allow(dead_code))]
-pub const HEADER_NAMES: [&str; 9] = [
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const HEADER_NAMES: [&str; 9] = [
     RETRY_AFTER,
     RATELIMIT,
     RATELIMIT_POLICY,
@@ -77,7 +77,7 @@ pub const HEADER_NAMES: [&str; 9] = [
 /// (a hold that long is a broken header, not a real request), and any value
 /// longer than [`MAX_HEADER_VALUE_LEN`] bytes.
 #[must_use]
-pub fn parse_retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
+pub(crate) fn parse_retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
     if value.len() > MAX_HEADER_VALUE_LEN {
         return None;
     }
@@ -107,7 +107,7 @@ pub fn parse_retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
 /// and also for `0`: a reset "now" asks for no hold, so it is reported like an
 /// absent header instead of as `Some(Duration::ZERO)`.
 #[must_use]
-pub fn parse_delta_seconds(value: &[u8]) -> Option<Duration> {
+pub(crate) fn parse_delta_seconds(value: &[u8]) -> Option<Duration> {
     parse_digits(value)
         .filter(|&secs| secs > 0)
         .map(Duration::from_secs)
@@ -115,15 +115,15 @@ pub fn parse_delta_seconds(value: &[u8]) -> Option<Duration> {
 
 /// One item of the IETF `RateLimit` field: `"default";r=0;t=10`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RateLimitItem {
+pub(crate) struct RateLimitItem {
     /// The policy the item reports on: the sf-string (unescaped) or token naming it.
-    pub policy: String,
+    pub(crate) policy: String,
     /// The `r` parameter: quota units left, or `None` when absent or not an integer.
-    pub remaining: Option<u64>,
+    pub(crate) remaining: Option<u64>,
     /// The `t` parameter: seconds until the quota resets, or `None` when absent
     /// or not an integer. `t=0` is kept as `Some(Duration::ZERO)` here; the
     /// aggregate in [`RateLimitHeaders`] treats it as unknown.
-    pub reset: Option<Duration>,
+    pub(crate) reset: Option<Duration>,
 }
 
 /// Parses the `RateLimit` field (draft-ietf-httpapi-ratelimit-headers) into its items, in order.
@@ -145,7 +145,7 @@ pub struct RateLimitItem {
 /// `r` or `t` (the draft requires non-negative integers), an empty value, and
 /// any value longer than [`MAX_HEADER_VALUE_LEN`] bytes.
 #[must_use]
-pub fn parse_ratelimit(value: &[u8]) -> Option<Vec<RateLimitItem>> {
+pub(crate) fn parse_ratelimit(value: &[u8]) -> Option<Vec<RateLimitItem>> {
     parse_list(value, [b"r", b"t"])?
         .into_iter()
         .map(|(policy, [r, t])| {
@@ -160,13 +160,13 @@ pub fn parse_ratelimit(value: &[u8]) -> Option<Vec<RateLimitItem>> {
 
 /// One item of the IETF `RateLimit-Policy` field: `"default";q=100;w=60`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RateLimitPolicyItem {
+pub(crate) struct RateLimitPolicyItem {
     /// The policy's name: the sf-string (unescaped) or token of the item.
-    pub policy: String,
+    pub(crate) policy: String,
     /// The `q` parameter: quota units per window, or `None` when absent or not an integer.
-    pub quota: Option<u64>,
+    pub(crate) quota: Option<u64>,
     /// The `w` parameter: the window length in seconds, or `None` when absent or not an integer.
-    pub window: Option<Duration>,
+    pub(crate) window: Option<Duration>,
 }
 
 /// Parses the `RateLimit-Policy` field into its items, in order.
@@ -177,7 +177,7 @@ pub struct RateLimitPolicyItem {
 /// member that is not a string or token, a negative `q` or `w`, an empty
 /// value, or a value longer than [`MAX_HEADER_VALUE_LEN`] bytes.
 #[must_use]
-pub fn parse_ratelimit_policy(value: &[u8]) -> Option<Vec<RateLimitPolicyItem>> {
+pub(crate) fn parse_ratelimit_policy(value: &[u8]) -> Option<Vec<RateLimitPolicyItem>> {
     parse_list(value, [b"q", b"w"])?
         .into_iter()
         .map(|(policy, [q, w])| {
@@ -206,7 +206,7 @@ pub fn parse_ratelimit_policy(value: &[u8]) -> Option<Vec<RateLimitPolicyItem>> 
 /// Also `None` for `0`, for anything but digits, for `u64` overflow, for an
 /// empty value, and for values longer than [`MAX_HEADER_VALUE_LEN`] bytes.
 #[must_use]
-pub fn parse_x_ratelimit_reset(value: &[u8], now: SystemTime) -> Option<Duration> {
+pub(crate) fn parse_x_ratelimit_reset(value: &[u8], now: SystemTime) -> Option<Duration> {
     let n = parse_digits(value).filter(|&n| n > 0)?;
     let at = Duration::from_secs(n);
     // Durations rather than `SystemTime`, whose range is platform-dependent:
@@ -231,24 +231,24 @@ pub fn parse_x_ratelimit_reset(value: &[u8], now: SystemTime) -> Option<Duration
 /// non-ASCII digits, an empty value, `u64` overflow, and values longer than
 /// [`MAX_HEADER_VALUE_LEN`] bytes.
 #[must_use]
-pub fn parse_remaining(value: &[u8]) -> Option<u64> {
+pub(crate) fn parse_remaining(value: &[u8]) -> Option<u64> {
     parse_digits(value)
 }
 
 /// Everything a response's headers say about rate limits, each already validated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RateLimitHeaders {
+pub(crate) struct RateLimitHeaders {
     /// From `Retry-After`.
-    pub retry_after: Option<Duration>,
+    pub(crate) retry_after: Option<Duration>,
     /// Remaining quota: the smallest `r` of the `RateLimit` items, else
     /// `RateLimit-Remaining`, else `X-RateLimit-Remaining` / `X-Rate-Limit-Remaining`.
-    pub remaining: Option<u64>,
+    pub(crate) remaining: Option<u64>,
     /// When the quota resets: for `RateLimit`, the `t` of the item with the
     /// smallest `r` (ties: the largest `t`); else `RateLimit-Reset`; else
     /// `X-RateLimit-Reset` / `X-Rate-Limit-Reset`. Never `Some(Duration::ZERO)`.
-    pub reset: Option<Duration>,
+    pub(crate) reset: Option<Duration>,
     /// Policies announced by `RateLimit-Policy` (empty when absent or malformed).
-    pub policies: Vec<RateLimitPolicyItem>,
+    pub(crate) policies: Vec<RateLimitPolicyItem>,
 }
 
 impl RateLimitHeaders {
@@ -270,7 +270,7 @@ impl RateLimitHeaders {
     /// `t=0` there counts as "reset unknown" and lets the fallback headers
     /// supply the reset.
     #[must_use]
-    pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Self {
+    pub(crate) fn from_headers(headers: &HeaderMap, now: SystemTime) -> Self {
         let retry_after = first_valid(headers, &[RETRY_AFTER], |v| parse_retry_after(v, now));
 
         let items = combined_field(headers, RATELIMIT)
@@ -311,7 +311,7 @@ impl RateLimitHeaders {
     /// `Retry-After` precedence over the rate-limit fields, else `reset`; `None`
     /// when neither is known.
     #[must_use]
-    pub fn backoff_hold(&self) -> Option<Duration> {
+    pub(crate) fn backoff_hold(&self) -> Option<Duration> {
         self.retry_after.or(self.reset)
     }
 
@@ -321,7 +321,7 @@ impl RateLimitHeaders {
     /// and a reset is known; `None` otherwise, including when some quota is
     /// left or the remaining count is unknown.
     #[must_use]
-    pub fn exhausted_hold(&self) -> Option<Duration> {
+    pub(crate) fn exhausted_hold(&self) -> Option<Duration> {
         match self.remaining {
             Some(0) => self.reset,
             _ => None,

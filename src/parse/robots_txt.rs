@@ -37,7 +37,7 @@ pub const MAX_ROBOTS_TXT_BYTES: usize = 512 * 1024;
 /// cheap: the compiled rules are shared, not copied. The type is `Send` and
 /// `Sync`, so one value can be shared between tasks.
 #[derive(Debug, Clone)]
-pub struct RobotsRules {
+pub(crate) struct RobotsRules {
     access: Access,
     crawl_delay: Option<Duration>,
 }
@@ -119,7 +119,7 @@ impl RobotsRules {
     /// is so long and wildcard-heavy that its compiled form exceeds that
     /// crate's size limit), the result is [`RobotsRules::allow_all`]: the
     /// same answer RFC 9309 gives for a robots.txt that cannot be used.
-    pub fn parse(body: &[u8], user_agent: &str) -> Self {
+    pub(crate) fn parse(body: &[u8], user_agent: &str) -> Self {
         let Some(prepared) = prepare_body(body) else {
             // No group at all: nothing can apply to us.
             return Self::allow_all();
@@ -138,7 +138,7 @@ impl RobotsRules {
     ///
     /// RFC 9309 treats an unavailable robots.txt (a 4xx response) as "no
     /// restrictions". There is no crawl delay.
-    pub fn allow_all() -> Self {
+    pub(crate) fn allow_all() -> Self {
         Self {
             access: Access::AllowAll,
             crawl_delay: None,
@@ -153,7 +153,7 @@ impl RobotsRules {
     /// answer for `/robots.txt` is the same in every state, and a retry of
     /// the robots.txt fetch is never blocked by these rules. There is no
     /// crawl delay.
-    pub fn disallow_all() -> Self {
+    pub(crate) fn disallow_all() -> Self {
         Self {
             access: Access::DisallowAll,
             crawl_delay: None,
@@ -186,7 +186,7 @@ impl RobotsRules {
     ///
     /// [`RobotsRules::allow_all`] and [`RobotsRules::disallow_all`] have no
     /// crawl delay.
-    pub fn crawl_delay(&self) -> Option<Duration> {
+    pub(crate) fn crawl_delay(&self) -> Option<Duration> {
         self.crawl_delay
     }
 
@@ -209,7 +209,7 @@ impl RobotsRules {
     /// Each call tries every `Allow`/`Disallow` pattern of our group, so its
     /// cost grows with the number of patterns (see the cost note on
     /// [`RobotsRules::parse`]).
-    pub fn is_allowed(&self, path_and_query: &str) -> bool {
+    pub(crate) fn is_allowed(&self, path_and_query: &str) -> bool {
         let path = normalise_path(path_and_query);
         match &self.access {
             Access::AllowAll => true,

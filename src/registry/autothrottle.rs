@@ -87,17 +87,20 @@ impl AutoThrottleConfig {
     }
 
     /// Requests the scope should have in flight on average.
-    pub fn get_target_concurrency(&self) -> f64 {
+    #[cfg(feature = "serde")]
+    pub(crate) fn get_target_concurrency(&self) -> f64 {
         self.target_concurrency
     }
 
     /// The delay before the first response adjusts it.
-    pub fn get_start_delay(&self) -> Duration {
+    #[cfg(feature = "serde")]
+    pub(crate) fn get_start_delay(&self) -> Duration {
         self.start_delay
     }
 
     /// The largest delay AutoThrottle sets.
-    pub fn get_max_delay(&self) -> Duration {
+    #[cfg(feature = "serde")]
+    pub(crate) fn get_max_delay(&self) -> Duration {
         self.max_delay
     }
 

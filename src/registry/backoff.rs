@@ -152,16 +152,6 @@ impl BackoffConfig {
         &self.http_codes
     }
 
-    /// The largest delay backoff sets (and the cap of every hold).
-    pub fn get_max_delay(&self) -> Duration {
-        self.max_delay
-    }
-
-    /// The quiet time after which the scope takes one step back.
-    pub fn get_window(&self) -> Duration {
-        self.window
-    }
-
     pub(crate) fn validate(&self, name: &str) -> Result<(), ConfigError> {
         let field = |f: &str| format!("{name} backoff {f}");
         if !self.delay_factor.is_finite() || self.delay_factor < 1.0 {

@@ -151,12 +151,14 @@ impl RegistryBuilder {
     /// use tower_throttle::{Registry, ScopeConfig};
     ///
     /// # fn main() -> Result<(), tower_throttle::ConfigError> {
+    /// let servers = ScopeConfig::default().concurrency(4).delay(Duration::from_millis(250));
+    /// let one_server = ScopeConfig::default().concurrency(1);
     /// let registry = Registry::builder()
-    ///     .ip_scopes(ScopeConfig::default().concurrency(4).delay(Duration::from_millis(250)))
-    ///     .scope("ip:203.0.113.7", ScopeConfig::default().concurrency(1))
+    ///     .ip_scopes(servers.clone())
+    ///     .scope("ip:203.0.113.7", one_server.clone())
     ///     .build()?;
-    /// assert_eq!(registry.scope_config("ip:198.51.100.1").get_concurrency(), 4);
-    /// assert_eq!(registry.scope_config("ip:203.0.113.7").get_concurrency(), 1);
+    /// assert_eq!(registry.scope_config("ip:198.51.100.1"), servers);
+    /// assert_eq!(registry.scope_config("ip:203.0.113.7"), one_server);
     /// # Ok(())
     /// # }
     /// ```

@@ -216,7 +216,7 @@ impl ScopeConfig {
     }
 
     /// The rampup settings, when rampup is on.
-    pub fn get_rampup(&self) -> Option<&RampupConfig> {
+    pub(crate) fn get_rampup(&self) -> Option<&RampupConfig> {
         self.rampup.get()
     }
 
@@ -259,7 +259,7 @@ impl ScopeConfig {
     }
 
     /// The quota per window, if the scope has one.
-    pub fn get_quota(&self) -> Option<f64> {
+    pub(crate) fn get_quota(&self) -> Option<f64> {
         self.quota
     }
 
@@ -276,7 +276,7 @@ impl ScopeConfig {
     }
 
     /// The length of the scope's quota windows.
-    pub fn get_window(&self) -> Duration {
+    pub(crate) fn get_window(&self) -> Duration {
         self.window.unwrap_or(DEFAULT_QUOTA_WINDOW)
     }
 
@@ -321,12 +321,6 @@ impl ScopeConfig {
         self
     }
 
-    /// Whether the scope runs a custom [`ScopeManager`] (set on it or
-    /// inherited), rather than the built-in backoff and rampup.
-    pub fn has_custom_manager(&self) -> bool {
-        self.manager.is_some()
-    }
-
     /// Silences the warning logged when robots.txt asks for a Crawl-delay
     /// that this scope's own config overrides. (A scope config given with
     /// [`RegistryBuilder::scope`](crate::registry::RegistryBuilder::scope) or
@@ -340,12 +334,12 @@ impl ScopeConfig {
     }
 
     /// The backoff settings in force (the default ones when unset).
-    pub fn get_backoff(&self) -> &BackoffConfig {
+    pub(crate) fn get_backoff(&self) -> &BackoffConfig {
         self.backoff.as_ref().unwrap_or_else(|| default_backoff())
     }
 
     /// The AutoThrottle settings, when AutoThrottle is on.
-    pub fn get_autothrottle(&self) -> Option<&AutoThrottleConfig> {
+    pub(crate) fn get_autothrottle(&self) -> Option<&AutoThrottleConfig> {
         self.autothrottle.get()
     }
 
@@ -360,26 +354,6 @@ impl ScopeConfig {
             manager: self.manager.clone().or_else(|| default.manager.clone()),
             ..self.clone()
         }
-    }
-
-    /// The configured lanes.
-    pub fn get_concurrency(&self) -> u32 {
-        self.concurrency
-    }
-
-    /// The configured delay between sends.
-    pub fn get_delay(&self) -> Duration {
-        self.delay
-    }
-
-    /// The configured delay between sends on one lane.
-    pub fn get_delay_per_slot(&self) -> Duration {
-        self.delay_per_slot
-    }
-
-    /// The configured jitter.
-    pub fn get_jitter(&self) -> Jitter {
-        self.jitter
     }
 
     /// Checks every value; `name` says which scope config this is
@@ -518,10 +492,10 @@ mod tests {
     #[test]
     fn defaults_follow_the_seeds() {
         let config = ScopeConfig::default();
-        assert_eq!(config.get_concurrency(), 1);
-        assert_eq!(config.get_delay(), Duration::from_secs(1));
-        assert_eq!(config.get_delay_per_slot(), Duration::from_secs(1));
-        assert_eq!(config.get_jitter(), Jitter::symmetric(0.5));
+        assert_eq!(config.concurrency, 1);
+        assert_eq!(config.delay, Duration::from_secs(1));
+        assert_eq!(config.delay_per_slot, Duration::from_secs(1));
+        assert_eq!(config.jitter, Jitter::symmetric(0.5));
     }
 
     #[test]

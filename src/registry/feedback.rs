@@ -100,7 +100,7 @@ impl Feedback {
     /// Adds the status of the response the feedback is about (the backoff
     /// layer adds it), for the scope's [`ScopeManager`](crate::registry::manager::ScopeManager).
     #[must_use]
-    pub fn with_status(mut self, status: http::StatusCode) -> Self {
+    pub(crate) fn with_status(mut self, status: http::StatusCode) -> Self {
         self.status = Some(status);
         self
     }

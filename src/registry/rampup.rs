@@ -118,27 +118,32 @@ impl RampupConfig {
     }
 
     /// The backoff feedbacks per window aimed at.
-    pub fn get_backoff_target(&self) -> &RangeInclusive<u32> {
+    #[cfg(feature = "serde")]
+    pub(crate) fn get_backoff_target(&self) -> &RangeInclusive<u32> {
         &self.backoff_target
     }
 
     /// The window backoffs are counted over.
-    pub fn get_window(&self) -> Duration {
+    #[cfg(feature = "serde")]
+    pub(crate) fn get_window(&self) -> Duration {
         self.window
     }
 
     /// The smallest delay rampup sets.
-    pub fn get_min_delay(&self) -> Duration {
+    #[cfg(feature = "serde")]
+    pub(crate) fn get_min_delay(&self) -> Duration {
         self.min_delay
     }
 
     /// The largest delay rampup sets.
-    pub fn get_max_delay(&self) -> Duration {
+    #[cfg(feature = "serde")]
+    pub(crate) fn get_max_delay(&self) -> Duration {
         self.max_delay
     }
 
     /// The largest slow-down factor.
-    pub fn get_factor(&self) -> f64 {
+    #[cfg(feature = "serde")]
+    pub(crate) fn get_factor(&self) -> f64 {
         self.factor
     }
 

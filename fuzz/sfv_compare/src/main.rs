@@ -19,9 +19,14 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use sfv::{BareItem, ListEntry, Parser, Version};
-use tower_throttle::fuzzing::rate_limit_headers::{
-    parse_ratelimit, parse_ratelimit_policy, MAX_HEADER_VALUE_LEN,
-};
+
+/// The crate's parser, compiled here from its source (it is private to the
+/// crate and depends on nothing of it).
+#[path = "../../../src/parse/rate_limit_headers.rs"]
+#[allow(dead_code)]
+mod rate_limit_headers;
+
+use rate_limit_headers::{parse_ratelimit, parse_ratelimit_policy, MAX_HEADER_VALUE_LEN};
 
 mod rows;
 mod visit;

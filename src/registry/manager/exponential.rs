@@ -43,16 +43,11 @@ pub struct ExponentialBackoff {
 
 impl ExponentialBackoff {
     /// A manager stepping as `config` says. The config is not checked
-    /// here: build it from a [`BackoffConfig`] the registry accepted
-    /// (`Registry::scope_config(key).get_backoff()`), or keep to the ranges
-    /// its methods document.
+    /// here: use one the registry accepted in a
+    /// [`ScopeConfig`](crate::ScopeConfig), or keep to the ranges its
+    /// methods document.
     pub fn new(config: BackoffConfig) -> Self {
         ExponentialBackoff { config, state: None }
-    }
-
-    /// The backoff settings.
-    pub fn config(&self) -> &BackoffConfig {
-        &self.config
     }
 
     /// Steps in force at `now` (0: none).

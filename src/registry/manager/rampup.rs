@@ -61,11 +61,6 @@ impl Rampup {
         Rampup { config, state: None }
     }
 
-    /// The rampup settings.
-    pub fn config(&self) -> &RampupConfig {
-        &self.config
-    }
-
     /// The pace in force, once the first feedback came.
     pub fn delay(&self) -> Option<Duration> {
         self.state.as_ref().map(|state| state.delay)
