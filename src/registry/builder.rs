@@ -66,6 +66,9 @@ pub struct RegistryBuilder {
     fleet_learning: bool,
     lock_free_plain_scopes: bool,
     shards: Option<usize>,
+    permit_pools: bool,
+    place_stripes: bool,
+    thread_handles: bool,
     scope_manager: Option<ManagerFactory>,
 }
 
@@ -104,6 +107,9 @@ impl Default for RegistryBuilder {
             fleet_learning: true,
             lock_free_plain_scopes: true,
             shards: None,
+            permit_pools: true,
+            place_stripes: true,
+            thread_handles: true,
             scope_manager: None,
         }
     }
@@ -300,12 +306,11 @@ impl RegistryBuilder {
         self
     }
 
-    /// Whether a busy *plain* scope (lanes its only limit: delay 0, no
-    /// per-lane delay, quota, manager or feedback in force) admits and
-    /// ends its requests by atomics, without the registry's lock (default
-    /// `true`; no effect with a store). The limits, the order of waiters
-    /// and every stat are the same either way: `false` is for tests and
-    /// benches that compare the two paths. Not a stable API.
+    /// A hook for the project's benches and tests, hidden from the docs:
+    /// it may change or go in any release. Whether a busy *plain* scope
+    /// (lanes its only limit) admits and ends its requests on a lock-free
+    /// word (default `true`; no effect with a store). The limits, the order
+    /// of waiters and every stat are the same either way.
     #[doc(hidden)]
     #[must_use]
     pub fn lock_free_plain_scopes(mut self, enabled: bool) -> Self {
@@ -313,15 +318,51 @@ impl RegistryBuilder {
         self
     }
 
-    /// How many locks the scope state is split across: a power of two
-    /// from 1 to 256 (default: four per core, as a power of two; one with a
-    /// store, where asking for more is an error). Every limit and the order
-    /// of waiters within a scope are the same whatever the count: tests and
-    /// benches set it to compare one lock with several. Not a stable API.
+    /// A hook for the project's benches and tests, hidden from the docs:
+    /// it may change or go in any release. How many locks the scope state
+    /// is split across: a power of two from 1 to 256 (default: four per
+    /// core; one with a store, where asking for more is an error). Every
+    /// limit and the order of waiters within a scope are the same whatever
+    /// the count.
     #[doc(hidden)]
     #[must_use]
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = Some(shards);
+        self
+    }
+
+    /// A hook for the project's benches and tests, hidden from the docs:
+    /// it may change or go in any release. Whether global permits are
+    /// shared out over per-thread (and per-shard) pools when
+    /// `max_concurrency` is large enough (default `true`); `false` keeps
+    /// one count.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn permit_pools(mut self, enabled: bool) -> Self {
+        self.permit_pools = enabled;
+        self
+    }
+
+    /// A hook for the project's benches and tests, hidden from the docs:
+    /// it may change or go in any release. Whether the `max_queued` places
+    /// are spread over stripes, four per core (default `true`); `false`
+    /// keeps one count.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn queue_place_stripes(mut self, enabled: bool) -> Self {
+        self.place_stripes = enabled;
+        self
+    }
+
+    /// A hook for the project's benches and tests, hidden from the docs:
+    /// it may change or go in any release. Whether a throttle shares out
+    /// per-thread handles on the registry, so that requests of different
+    /// threads write different reference counts (default `true`); `false`
+    /// gives every request of a throttle one handle.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn thread_handles(mut self, enabled: bool) -> Self {
+        self.thread_handles = enabled;
         self
     }
 
@@ -448,6 +489,11 @@ impl RegistryBuilder {
         } else {
             scheduler.without_fast_path()
         };
+        let scheduler = if self.permit_pools {
+            scheduler
+        } else {
+            scheduler.without_permit_pools()
+        };
         // With a store, every send reserves through it: one shard.
         let shards = match self.store {
             Some(_) => 1,
@@ -466,7 +512,7 @@ impl RegistryBuilder {
             let global = schedulers[0].global().clone();
             let configs = schedulers[0].config_table();
             let schedulers = schedulers.into_iter();
-            let queue_places = places::QueuePlaces::new(self.max_queued);
+            let queue_places = places::QueuePlaces::new(self.max_queued, self.place_stripes);
             RegistryShared {
                 uid: next_registry_uid(),
                 global,
@@ -481,6 +527,7 @@ impl RegistryBuilder {
                     .collect(),
                 resolver: self.resolver,
                 resolves_hosts: self.resolves_hosts,
+                thread_handles: self.thread_handles,
                 max_queued: self.max_queued,
                 settings,
                 queue_places,

@@ -178,10 +178,11 @@ struct ShardSlots {
 
 impl GlobalFlight {
     /// `max` permits, for a registry of `shards` shards (at most
-    /// [`MAX_SHARDS`]), shared out over four pools per core when `max`
-    /// allows (see [`Permits::new`]).
-    pub(crate) fn new(max: u32, shards: usize) -> Self {
-        Self::with_permits(Permits::new(max, default_pool_count()), shards)
+    /// [`MAX_SHARDS`]), shared out over four pools per core when `pooled`
+    /// and `max` allows (see [`Permits::new`]).
+    pub(crate) fn new(max: u32, shards: usize, pooled: bool) -> Self {
+        let pools = if pooled { default_pool_count() } else { 1 };
+        Self::with_permits(Permits::new(max, pools), shards)
     }
 
     /// `permits`, for a registry of `shards` shards.
@@ -725,6 +726,13 @@ pub(crate) mod hot {
 #[cfg(test)]
 mod permit_pools {
     use super::word::Permits;
+    use super::GlobalFlight;
+
+    #[test]
+    fn the_bench_hook_keeps_one_count() {
+        assert!(GlobalFlight::new(1_000, 1, true).counts.permits.pool_count() > 0);
+        assert_eq!(GlobalFlight::new(1_000, 8, false).counts.permits.pool_count(), 0);
+    }
 
     #[test]
     fn a_small_limit_is_one_count_and_a_large_one_is_shared_out() {

@@ -302,6 +302,9 @@ struct RegistryShared {
     /// Whether the resolver is the built-in [`HostResolver`](crate::scope::HostResolver)
     /// (then the throttle finds a host's scope by name, without a key).
     resolves_hosts: bool,
+    /// Whether throttles share out per-thread handles on the registry
+    /// (`RegistryBuilder::thread_handles`, a bench hook).
+    thread_handles: bool,
     /// The scope configs, read without the lock to judge responses.
     configs: Arc<configs::ConfigTable>,
     /// The hash of scope names, the shards' indexes' own.
@@ -360,9 +363,10 @@ impl Registry {
         RegistryBuilder::default()
     }
 
-    /// How many times the registry's lock has been taken, in debug builds
-    /// (`None` in release builds, which do not count): how tests check the
-    /// locks a request costs. Not a stable API.
+    /// A hook for the project's tests, hidden from the docs: it may change
+    /// or go in any release. How many times the registry's locks have been
+    /// taken, in debug builds (`None` in release builds, which do not
+    /// count): how tests check the locks a request costs.
     #[doc(hidden)]
     pub fn debug_lock_count(&self) -> Option<u64> {
         #[cfg(debug_assertions)]
@@ -371,11 +375,18 @@ impl Registry {
         None
     }
 
-    /// The home shard of scope `name` (0, the joint shard, with one
-    /// shard): how tests pick scopes of other shards. Not a stable API.
+    /// A hook for the project's tests, hidden from the docs: it may change
+    /// or go in any release. The home shard of scope `name` (0, the joint
+    /// shard, with one shard): how tests pick scopes of other shards.
     #[doc(hidden)]
     pub fn debug_home_of(&self, name: &str) -> usize {
         self.home(name)
+    }
+
+    /// Whether throttles share out per-thread handles on this registry
+    /// (see `throttle::handles`).
+    pub(crate) fn thread_handles(&self) -> bool {
+        self.shared.thread_handles
     }
 
     /// Locks shard `shard`'s scheduler.

@@ -160,10 +160,11 @@ fn take_one(stripe: &Stripe) -> bool {
 }
 
 impl QueuePlaces {
-    /// `max` free places.
-    pub(crate) fn new(max: usize) -> Arc<Self> {
+    /// `max` free places, over stripes when `striped` (else one count).
+    pub(crate) fn new(max: usize, striped: bool) -> Arc<Self> {
+        let stripes = if striped { default_stripe_count() } else { 1 };
         Arc::new(QueuePlaces {
-            stripes: Stripes::new(max, default_stripe_count()),
+            stripes: Stripes::new(max, stripes),
             has_waiters: AtomicBool::new(false),
             waiters: Mutex::new(WaitList::default()),
         })
@@ -421,7 +422,14 @@ mod tests {
 
     /// `max` places.
     fn places(max: usize) -> Arc<QueuePlaces> {
-        QueuePlaces::new(max)
+        QueuePlaces::new(max, true)
+    }
+
+    #[test]
+    fn without_stripes_the_places_are_one_count() {
+        let places = QueuePlaces::new(100, false);
+        assert_eq!(places.stripes.0.len(), 1);
+        assert_eq!(places.free(), 100);
     }
 
     #[test]

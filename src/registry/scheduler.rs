@@ -136,6 +136,9 @@ pub(crate) struct Scheduler {
     /// Whether the warning for the current crossing was given.
     delayed_warned: bool,
     metrics: Metrics,
+    /// Whether the global permits are shared out over pools when the limit
+    /// allows (`RegistryBuilder::permit_pools`, a bench hook).
+    permit_pools: bool,
     /// This scheduler's shard of its registry (see [`shards`](super::shards)).
     shard: usize,
     /// The pool of global permits the requests admitted under this lock
@@ -183,7 +186,7 @@ impl Scheduler {
             tickets: Slab::new(),
             next_seq: 0,
             max_concurrency,
-            global: Arc::new(GlobalFlight::new(max_concurrency, 1)),
+            global: Arc::new(GlobalFlight::new(max_concurrency, 1, true)),
             fast_allowed: true,
             word_owner: None,
             last_one_scope: ScopeId::MAX,
@@ -200,6 +203,7 @@ impl Scheduler {
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
             delayed_warned: false,
             metrics: Metrics::default(),
+            permit_pools: true,
             shard: JOINT,
             permit_pool: None,
             id_tag: 0,
@@ -216,7 +220,7 @@ impl Scheduler {
     /// least 2) with its settings, which share its configs, a global count
     /// and an [`Across`] (with the count of scopes `max_scopes` bounds).
     pub(crate) fn into_shards(mut self, shards: usize) -> Vec<Scheduler> {
-        let global = Arc::new(GlobalFlight::new(self.max_concurrency, shards));
+        let global = Arc::new(GlobalFlight::new(self.max_concurrency, shards, self.permit_pools));
         let across = Arc::new(Across::new(shards));
         let max_scopes = self.eviction.max_scopes;
         (0..shards)
@@ -688,6 +692,14 @@ impl Scheduler {
             registry,
             metrics: self.metrics,
         });
+        self
+    }
+
+    /// Keeps the global permits in one count, never in pools (a bench
+    /// hook: `RegistryBuilder::permit_pools`).
+    pub(crate) fn without_permit_pools(mut self) -> Self {
+        self.permit_pools = false;
+        self.global = Arc::new(GlobalFlight::new(self.max_concurrency, 1, false));
         self
     }
 

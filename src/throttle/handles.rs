@@ -41,11 +41,15 @@ pub(crate) struct Handle(Registry);
 
 impl Handles {
     /// The handles of `registry`: four per core, a power of two, at most
-    /// [`MAX_HANDLES`].
+    /// [`MAX_HANDLES`] (one when the registry's builder turned them off, a
+    /// bench hook).
     pub(crate) fn new(registry: Registry) -> Arc<Self> {
-        let stripes = (0..four_per_core(MAX_HANDLES))
-            .map(|_| Arc::new(Handle(registry.clone())))
-            .collect();
+        let count = if registry.thread_handles() {
+            four_per_core(MAX_HANDLES)
+        } else {
+            1
+        };
+        let stripes = (0..count).map(|_| Arc::new(Handle(registry.clone()))).collect();
         Arc::new(Handles { registry, stripes })
     }
 
@@ -99,6 +103,18 @@ mod tests {
             other.registry().id(),
             handles.registry().id(),
             "every handle keeps the registry"
+        );
+    }
+
+    #[test]
+    fn without_thread_handles_a_throttle_has_one() {
+        let registry = Registry::builder().thread_handles(false).build().unwrap();
+        let handles = Handles::new(registry);
+        assert_eq!(handles.stripes.len(), 1);
+        let other = std::thread::scope(|scope| scope.spawn(|| handles.here()).join().unwrap());
+        assert!(
+            Arc::ptr_eq(&other, &handles.here()),
+            "every thread, the one handle"
         );
     }
 
