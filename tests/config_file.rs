@@ -23,12 +23,6 @@ fn a_full_file_sets_every_setting_and_scopes_inherit_what_they_leave_out() {
         assert_eq!(Some(&registry.scope_config(key)), config.scope(key), "{key}");
     }
 
-    // `shards = 8`: scopes spread over eight homes.
-    let homes: std::collections::BTreeSet<usize> = (0..256)
-        .map(|i| registry.debug_home_of(&format!("host{i}.example")))
-        .collect();
-    assert_eq!(homes, (0..8).collect());
-
     // The config the registry reports is the one it was built from.
     assert_eq!(registry.config(), config);
 }
@@ -80,8 +74,8 @@ fn bad_files_name_the_key_path_and_the_value() {
         (
             "max_concurency = 3",
             "max_concurency: unknown field `max_concurency`, expected one of `max_concurrency`, `max_queued`, \
-             `quota_window`, `idle_ttl`, `max_hold`, `max_scopes`, `shards`, `delayed_warn_threshold`, \
-             `metrics_per_scope`, `jitter_seed`, `default_scope`, `ip_scopes`, `scopes`",
+             `quota_window`, `idle_ttl`, `max_hold`, `max_scopes`, `delayed_warn_threshold`, `metrics_per_scope`, \
+             `jitter_seed`, `default_scope`, `ip_scopes`, `scopes`",
         ),
         (
             "[scopes.\"api.example\"]\ndelai = 1",
@@ -102,7 +96,6 @@ fn bad_files_name_the_key_path_and_the_value() {
             "scopes.a.delay: a duration must not be negative, got \"-1s\"",
         ),
         ("idle_ttl = -1", "idle_ttl: a duration must not be negative, got -1"),
-        ("shards = 12", "shards: must be a power of two from 1 to 256, got 12"),
         (
             "[default_scope]\ndelay = nan",
             "default_scope.delay: a duration must be a finite number of seconds, got NaN",
@@ -363,7 +356,6 @@ mod generated {
         "idle_ttl",
         "max_hold",
         "max_scopes",
-        "shards",
         "delayed_warn_threshold",
         "metrics_per_scope",
         "jitter_seed",

@@ -69,7 +69,6 @@
 //! | `idle_ttl` | 1 h | how long a scope with nothing in flight or queued is kept |
 //! | `max_hold` | 1 h | the longest a `Retry-After`, a RateLimit reset or `Registry::hold` may hold a scope (at most 24 h); longer is capped, with a warning |
 //! | `max_scopes` | 100 000 | past this many scopes, idle ones are evicted least recently used first |
-//! | `shards` | four per core | locks the scope state is split across (a power of two up to 256; 1 with a store): see `RegistryBuilder::shards` |
 //! | `delayed_warn_threshold` | 500 | warn when more requests than this wait for their scopes |
 //! | `metrics_per_scope` | false | label metrics with the scope (feature `metrics`) |
 //! | `jitter_seed` | random | seed of the jitter's random numbers, for reproducible runs |
@@ -356,12 +355,6 @@ impl RegistryConfig {
             .delayed_warn_threshold(settings.delayed_warn_threshold)
             .metrics_per_scope(settings.metrics_per_scope)
             .default_scope(self.default_scope.clone());
-        // The default shard count is the builder's own (four per core, and
-        // one with a store that code adds later): only a file's own count
-        // is passed on.
-        if settings.shards != GlobalSettings::default().shards {
-            builder = builder.shards(settings.shards);
-        }
         if let Some(config) = &self.ip_scopes {
             builder = builder.ip_scopes(config.clone());
         }

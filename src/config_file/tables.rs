@@ -30,8 +30,6 @@ pub(crate) struct FileTable {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_scopes: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) shards: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) delayed_warn_threshold: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) metrics_per_scope: Option<bool>,
@@ -144,7 +142,6 @@ pub(crate) fn global_settings(file: &FileTable) -> GlobalSettings {
         idle_ttl: file.idle_ttl.map_or(default.idle_ttl, |ttl| ttl.0),
         max_hold: file.max_hold.map_or(default.max_hold, |max| max.0),
         max_scopes: file.max_scopes.unwrap_or(default.max_scopes),
-        shards: file.shards.unwrap_or(default.shards),
         delayed_warn_threshold: file
             .delayed_warn_threshold
             .unwrap_or(default.delayed_warn_threshold),
@@ -308,7 +305,6 @@ pub(crate) fn canonical_file(
         idle_ttl: changed(settings.idle_ttl, built_in.idle_ttl, Seconds),
         max_hold: changed(settings.max_hold, built_in.max_hold, Seconds),
         max_scopes: changed(settings.max_scopes, built_in.max_scopes, |v| v),
-        shards: changed(settings.shards, built_in.shards, |v| v),
         delayed_warn_threshold: changed(
             settings.delayed_warn_threshold,
             built_in.delayed_warn_threshold,
