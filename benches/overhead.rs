@@ -12,7 +12,9 @@
 //! The `scaling` group drives the same requests from 1 and from 2 OS
 //! threads (each with its own current-thread runtime, all sharing one
 //! registry) for each workload of issue 26: `bare`, `one_scope`,
-//! `one_scope_delay0_c64`, `scopes_10k` and `multi_scope_2`, beside
+//! `one_scope_delay0_c64`, `scopes_10k` and `multi_scope_2` (and
+//! `ip_scoped_10k`, a crawl behind `IpScopeLayer`: 10 000 hosts on 1 000
+//! servers, every request its host's scope and its server's), beside
 //! `governor_1_key` (governor's keyed check on one host, one limiter
 //! shared by both threads: the lock-free peer of the hot scope, whose
 //! speedup is what one shared key allows on this machine),
@@ -26,7 +28,7 @@
 //! `scopes_10k_together` (both threads in the same order from the same
 //! start, so they meet on every scope),
 //! `scopes_10k_one_shard` and `multi_scope_2_one_shard` (a registry of one
-//! shard; the default is four per core: `RegistryBuilder::shards`) and
+//! shard; the default is four per core) and
 //! `scopes_10k_split` (each thread
 //! a registry of its own: the ceiling any split of the registry's state
 //! could reach here). After criterion's own
@@ -37,13 +39,21 @@
 //! ```
 //!
 //! (`ns`: the median time per request over 15 runs of 200 000 requests,
-//! taken round the workloads, and at 1 and at 2 threads in turn; `speedup`: the throughput
+//! taken round the workloads (in a new order each round), and at 1 and at
+//! 2 threads in turn; `speedup`: the throughput
 //! at 2 threads over 1 thread. The bare service's own speedup is the
 //! ceiling on this machine.)
 //!
 //! `SCALING_WORKLOADS=bare,scopes_10k` runs only the workloads it names.
 //! `SCALING_LINES_ONLY=1` skips criterion's own samples of the `scaling`
 //! group and prints the lines alone (a minute instead of three).
+//! `SCALING_OFF=words,shards,pools,stripes,handles` (any of them, or
+//! `all`) follows each throttle workload with itself with that performance
+//! mechanism off (`scopes_10k-no_pools`), through the registry builder's
+//! hidden bench hooks: the lock-free words of plain scopes, the shards
+//! (one lock instead), the per-thread permit pools, the queue places'
+//! stripes, the per-thread registry handles. Each mechanism's worth is
+//! then measured in one run, its samples taken in turn with the workload's.
 //!
 //! The `backlog` group measures requests that wait: 20 000 and 40 000
 //! requests spawned at once (tasks on one thread) against 64 lanes, half
@@ -64,14 +74,15 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use tower::{Service, ServiceExt};
+use tower_throttle::registry::RegistryBuilder;
 use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
 
 #[path = "variants/mod.rs"]
 mod variants;
 
 use variants::{
-    bare, drive, governor_keyed, unthrottled_builder, unthrottled_registry, uris, Governor, LockedShards,
-    Locks,
+    bare, drive, governor_keyed, unthrottled_builder, unthrottled_registry, unthrottled_scope, uris,
+    Governor, LockedShards, Locks, MECHANISMS,
 };
 
 const MANY_SCOPES: usize = 100_000;
@@ -180,7 +191,7 @@ where
 /// thread, but for the `_split` ceiling: one per thread) and the URIs its
 /// requests cycle over.
 struct Workload<B> {
-    name: &'static str,
+    name: String,
     services: Vec<ScalingService<B>>,
     uris: Vec<http::Uri>,
 }
@@ -200,145 +211,173 @@ type Peer<B> = tower::util::Either<Governor<B>, LockedShards<B>>;
 /// one scope with every admission under the registry's lock (for
 /// comparison); 10 000 scopes (the threads half the list apart, or
 /// together); two scopes per request (each host and a scope of its own
-/// beside it, over 10 000 hosts).
+/// beside it, over 10 000 hosts); and a crawl behind `IpScopeLayer`
+/// (`ip_scoped_10k`: 10 000 hosts on 1 000 servers, each request its
+/// host's scope and its server's).
 fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
     let peer = |peer: Peer<B>| tower::util::Either::Left(tower::util::Either::Right(peer));
-    let throttled =
-        |registry: Registry| tower::util::Either::Right(ThrottleLayer::new(registry).layer_service(bare()));
-    let two_scopes_builder = || {
+    let workload = |name: &str, service, uris| Workload {
+        name: name.to_string(),
+        services: vec![service],
+        uris,
+    };
+    let mut list = vec![
+        workload(
+            "bare",
+            tower::util::Either::Left(tower::util::Either::Left(bare())),
+            uris(1),
+        ),
+        // The peer of the hot scope: governor's keyed check on one host,
+        // one limiter for both threads.
+        workload(
+            "governor_1_key",
+            peer(tower::util::Either::Left(Governor::new(bare()))),
+            uris(1),
+        ),
+        // The peer of `scopes_10k`: governor's keyed check over the same
+        // 10 000 hosts, one limiter (its keys in a sharded map) for both
+        // threads.
+        workload(
+            "governor_10k_keys",
+            peer(tower::util::Either::Left(Governor::new(bare()))),
+            uris(SCALING_SCOPES),
+        ),
+        // The floor of any registry of locked shards over the same 10 000
+        // hosts: each request locks its host's shard (one of eight, the
+        // default on two cores) twice, as the throttle's lock path does,
+        // and counts itself in and out; nothing else.
+        workload(
+            "locked_shards_10k",
+            peer(tower::util::Either::Right(LockedShards::new(
+                bare(),
+                8,
+                Locks::Twice,
+            ))),
+            uris(SCALING_SCOPES),
+        ),
+        // `locked_shards_10k` locking once per request: the ceiling of a
+        // registry whose requests end without the lock.
+        workload(
+            "locked_once_10k",
+            peer(tower::util::Either::Right(LockedShards::new(
+                bare(),
+                8,
+                Locks::Once,
+            ))),
+            uris(SCALING_SCOPES),
+        ),
+    ];
+    list.extend(throttled_workloads(&bare, "", |builder| builder));
+    list
+}
+
+/// The throttle's workloads, each registry's builder passed through
+/// `tweak` and each name followed by `suffix`: the workloads as they are
+/// (`""`, no change), or with a mechanism off (see `variants::MECHANISMS`).
+fn throttled_workloads<B: Clone>(
+    bare: &impl Fn() -> B,
+    suffix: &str,
+    tweak: impl Fn(RegistryBuilder) -> RegistryBuilder,
+) -> Vec<Workload<B>> {
+    let throttled = |registry: RegistryBuilder| {
+        let registry = tweak(registry).build().unwrap();
+        tower::util::Either::Right(ThrottleLayer::new(registry).layer_service(bare()))
+    };
+    let workload = |name: &str, builders: Vec<RegistryBuilder>, uris| Workload {
+        name: format!("{name}{suffix}"),
+        services: builders.into_iter().map(throttled).collect(),
+        uris,
+    };
+    let two_scopes = || {
         unthrottled_builder().resolver(|head: &tower_throttle::scope::RequestHead<'_>| {
             let host = head.host().unwrap_or_default();
             Scopes::from([host.to_string(), format!("{host}#api")])
         })
     };
-    let two_scopes = two_scopes_builder().build().unwrap();
-    let c64 = Registry::builder()
-        .max_concurrency(1_000)
-        .default_scope(
+    // The scopes `IpScopeLayer` would give (see `ip_scopes`), the IP
+    // scopes made once, as its cache of lookups does.
+    let servers: std::sync::Arc<[tower_throttle::Scope]> = (0..SCALING_SERVERS)
+        .map(|server| format!("ip:10.0.{}.{}", server / 256, server % 256).into())
+        .collect();
+    let ip_scoped = || {
+        let servers = servers.clone();
+        unthrottled_builder().ip_scopes(unthrottled_scope()).resolver(
+            move |head: &tower_throttle::scope::RequestHead<'_>| {
+                let host = head.host().unwrap_or_default();
+                let server = &servers[host_number(&host) % servers.len()];
+                Scopes::from([tower_throttle::Scope::from(host), server.clone()])
+            },
+        )
+    };
+    let c64 = || {
+        Registry::builder().max_concurrency(1_000).default_scope(
             ScopeConfig::default()
                 .concurrency(64)
                 .delay(Duration::ZERO)
                 .delay_per_slot(Duration::ZERO)
                 .jitter(0.0),
         )
-        .build()
-        .unwrap();
+    };
     vec![
-        Workload {
-            name: "bare",
-            services: vec![tower::util::Either::Left(tower::util::Either::Left(bare()))],
-            uris: uris(1),
-        },
-        Workload {
-            // The peer of the hot scope: governor's keyed check on one
-            // host, one limiter for both threads.
-            name: "governor_1_key",
-            services: vec![peer(tower::util::Either::Left(Governor::new(bare())))],
-            uris: uris(1),
-        },
-        Workload {
-            // The peer of `scopes_10k`: governor's keyed check over the
-            // same 10 000 hosts, one limiter (its keys in a sharded map)
-            // for both threads.
-            name: "governor_10k_keys",
-            services: vec![peer(tower::util::Either::Left(Governor::new(bare())))],
-            uris: uris(SCALING_SCOPES),
-        },
-        Workload {
-            // The floor of any registry of locked shards over the same
-            // 10 000 hosts: each request locks its host's shard (one of
-            // eight, the default on two cores) twice, as the throttle's
-            // lock path does, and counts itself in and out; nothing else.
-            name: "locked_shards_10k",
-            services: vec![peer(tower::util::Either::Right(LockedShards::new(
-                bare(),
-                8,
-                Locks::Twice,
-            )))],
-            uris: uris(SCALING_SCOPES),
-        },
-        Workload {
-            // `locked_shards_10k` locking once per request: the ceiling
-            // of a registry whose requests end without the lock.
-            name: "locked_once_10k",
-            services: vec![peer(tower::util::Either::Right(LockedShards::new(
-                bare(),
-                8,
-                Locks::Once,
-            )))],
-            uris: uris(SCALING_SCOPES),
-        },
-        Workload {
-            name: "one_scope",
-            services: vec![throttled(unthrottled_registry())],
-            uris: uris(1),
-        },
-        Workload {
-            name: "one_scope_delay0_c64",
-            services: vec![throttled(c64)],
-            uris: uris(1),
-        },
-        Workload {
-            // `one_scope` with every admission under the lock, as before
-            // the lock-free path of plain scopes: the comparison in the
-            // same run.
-            name: "one_scope_locked",
-            services: vec![throttled(
-                unthrottled_builder()
-                    .lock_free_plain_scopes(false)
-                    .build()
-                    .unwrap(),
-            )],
-            uris: uris(1),
-        },
-        Workload {
-            name: "scopes_10k",
-            services: vec![throttled(unthrottled_registry())],
-            uris: uris(SCALING_SCOPES),
-        },
-        Workload {
-            // `scopes_10k` with both threads going round the scopes in the
-            // same order from the same start (the list twice over: the
-            // second thread's offset is the second copy), so they meet on
-            // every scope, as a crawl's workers do on a frontier ordered
-            // by host; `scopes_10k`'s threads start half the list apart.
-            name: "scopes_10k_together",
-            services: vec![throttled(unthrottled_registry())],
-            uris: [uris(SCALING_SCOPES), uris(SCALING_SCOPES)].concat(),
-        },
-        Workload {
-            // `scopes_10k` on a registry of one shard (the default is
-            // four per core): the comparison in the same run.
-            name: "scopes_10k_one_shard",
-            services: vec![throttled(unthrottled_builder().shards(1).build().unwrap())],
-            uris: uris(SCALING_SCOPES),
-        },
-        Workload {
-            // The ceiling of any split of the registry's state: each
-            // thread drives a registry of its own over the same 10 000
-            // scopes, so the threads share nothing of the throttle's
-            // (`speedup` against `scopes_10k`'s 1-thread figure is what
-            // no sharding can pass on this machine).
-            name: "scopes_10k_split",
-            services: vec![
-                throttled(unthrottled_registry()),
-                throttled(unthrottled_registry()),
-            ],
-            uris: uris(SCALING_SCOPES),
-        },
-        Workload {
-            name: "multi_scope_2",
-            services: vec![throttled(two_scopes)],
-            uris: uris(SCALING_SCOPES),
-        },
-        Workload {
-            // `multi_scope_2` on one shard (by default every request's two
-            // scopes live in the joint shard of several).
-            name: "multi_scope_2_one_shard",
-            services: vec![throttled(two_scopes_builder().shards(1).build().unwrap())],
-            uris: uris(SCALING_SCOPES),
-        },
+        workload("one_scope", vec![unthrottled_builder()], uris(1)),
+        workload("one_scope_delay0_c64", vec![c64()], uris(1)),
+        // `one_scope` with every admission under the lock, as before the
+        // lock-free path of plain scopes: the comparison in the same run.
+        workload(
+            "one_scope_locked",
+            vec![unthrottled_builder().lock_free_plain_scopes(false)],
+            uris(1),
+        ),
+        workload("scopes_10k", vec![unthrottled_builder()], uris(SCALING_SCOPES)),
+        // `scopes_10k` with both threads going round the scopes in the
+        // same order from the same start (the list twice over: the second
+        // thread's offset is the second copy), so they meet on every
+        // scope, as a crawl's workers do on a frontier ordered by host;
+        // `scopes_10k`'s threads start half the list apart.
+        workload(
+            "scopes_10k_together",
+            vec![unthrottled_builder()],
+            [uris(SCALING_SCOPES), uris(SCALING_SCOPES)].concat(),
+        ),
+        // `scopes_10k` on a registry of one shard (the default is four per
+        // core): the comparison in the same run.
+        workload(
+            "scopes_10k_one_shard",
+            vec![unthrottled_builder().shards(1)],
+            uris(SCALING_SCOPES),
+        ),
+        // The ceiling of any split of the registry's state: each thread
+        // drives a registry of its own over the same 10 000 scopes, so the
+        // threads share nothing of the throttle's (`speedup` against
+        // `scopes_10k`'s 1-thread figure is what no sharding can pass on
+        // this machine).
+        workload(
+            "scopes_10k_split",
+            vec![unthrottled_builder(), unthrottled_builder()],
+            uris(SCALING_SCOPES),
+        ),
+        workload("multi_scope_2", vec![two_scopes()], uris(SCALING_SCOPES)),
+        // `multi_scope_2` on one shard (by default every request's two
+        // scopes live in the joint shard of several).
+        workload(
+            "multi_scope_2_one_shard",
+            vec![two_scopes().shards(1)],
+            uris(SCALING_SCOPES),
+        ),
+        workload("ip_scoped_10k", vec![ip_scoped()], uris(SCALING_SCOPES)),
     ]
+}
+
+/// The servers of `ip_scoped_10k`: ten hosts on each.
+const SCALING_SERVERS: usize = 1_000;
+
+/// The number in a host name of [`uris`] (`host<n>.example`).
+fn host_number(host: &str) -> usize {
+    host.trim_start_matches("host")
+        .split('.')
+        .next()
+        .and_then(|number| number.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Requests per sample of the `scaling` lines, and samples per figure (the
@@ -347,10 +386,11 @@ const LINE_REQUESTS: u64 = 200_000;
 const LINE_SAMPLES: usize = 15;
 
 /// The median times per request of each workload driven from 1 and from
-/// 2 threads. The samples go round the workloads, and within each
-/// workload alternate 1 and 2 threads, so that a spell of other work on
-/// this shared machine weighs on every figure alike instead of on one
-/// workload's, or one thread count's.
+/// 2 threads. The samples go round the workloads, in a new order each
+/// round, and within each workload alternate 1 and 2 threads, so that a
+/// spell of other work on this shared machine weighs on every figure alike
+/// instead of on one workload's, or one thread count's, and no workload
+/// always runs after the same one (whose memory the caches then hold).
 fn ns_per_request<B>(workloads: &[Workload<B>]) -> Vec<(f64, f64)>
 where
     ScalingService<B>: Service<http::Request<()>, Response = http::Response<()>> + Clone + Send,
@@ -361,10 +401,14 @@ where
             / LINE_REQUESTS as f64
     };
     let mut samples = vec![(Vec::new(), Vec::new()); workloads.len()];
+    let mut order: Vec<usize> = (0..workloads.len()).collect();
+    let mut rng = fastrand::Rng::with_seed(26);
     for _ in 0..LINE_SAMPLES {
-        for (workload, (one, two)) in workloads.iter().zip(&mut samples) {
-            one.push(sample(workload, 1));
-            two.push(sample(workload, 2));
+        rng.shuffle(&mut order);
+        for &index in &order {
+            let (one, two) = &mut samples[index];
+            one.push(sample(&workloads[index], 1));
+            two.push(sample(&workloads[index], 2));
         }
     }
     samples
@@ -393,17 +437,46 @@ fn group_selected(group: &str) -> bool {
 
 /// The workloads `SCALING_WORKLOADS` names (a comma-separated list of
 /// names), or all of them when it is not set: a shorter run while working
-/// on one of them.
+/// on one of them. With `SCALING_OFF` (a comma-separated list of
+/// [`MECHANISMS`], or `all`), each throttle workload is followed by itself
+/// with each of those mechanisms off, named with `-no_<mechanism>`, so
+/// that the lines compare them in one run.
 fn selected_workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
     let chosen = std::env::var("SCALING_WORKLOADS").ok();
-    workloads(bare)
-        .into_iter()
-        .filter(|workload| {
-            chosen
-                .as_deref()
-                .is_none_or(|names| names.split(',').any(|name| name.trim() == workload.name))
+    let off = std::env::var("SCALING_OFF").unwrap_or_default();
+    let off: Vec<_> = MECHANISMS
+        .iter()
+        .filter(|(name, _)| {
+            off.split(',')
+                .any(|wanted| [*name, "all"].contains(&wanted.trim()))
         })
-        .collect()
+        .collect();
+    let is_chosen = |name: &str| {
+        chosen
+            .as_deref()
+            .is_none_or(|names| names.split(',').any(|chosen| chosen.trim() == name))
+    };
+    let mut variants: Vec<Vec<Workload<B>>> = off
+        .iter()
+        .map(|(mechanism, hook)| throttled_workloads(&bare, &format!("-no_{mechanism}"), hook))
+        .collect();
+    let mut list = Vec::new();
+    for workload in workloads(&bare) {
+        let name = workload.name.clone();
+        if !is_chosen(&name) {
+            continue;
+        }
+        list.push(workload);
+        for variant in &mut variants {
+            if let Some(at) = variant
+                .iter()
+                .position(|variant| variant.name.starts_with(&format!("{name}-no_")))
+            {
+                list.push(variant.swap_remove(at));
+            }
+        }
+    }
+    list
 }
 
 fn scaling(c: &mut Criterion) {

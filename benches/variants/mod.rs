@@ -205,13 +205,19 @@ pub fn unthrottled_registry() -> Registry {
 /// The builder of [`unthrottled_registry`], for variants that add to it
 /// (a scope store).
 pub fn unthrottled_builder() -> tower_throttle::registry::RegistryBuilder {
-    Registry::builder().max_concurrency(1_000).default_scope(
-        ScopeConfig::default()
-            .concurrency(1_000)
-            .delay(Duration::ZERO)
-            .delay_per_slot(Duration::ZERO)
-            .jitter(0.0),
-    )
+    Registry::builder()
+        .max_concurrency(1_000)
+        .default_scope(unthrottled_scope())
+}
+
+/// The scope config of [`unthrottled_builder`]: 1 000 lanes, delay 0, no
+/// jitter.
+pub fn unthrottled_scope() -> ScopeConfig {
+    ScopeConfig::default()
+        .concurrency(1_000)
+        .delay(Duration::ZERO)
+        .delay_per_slot(Duration::ZERO)
+        .jitter(0.0)
 }
 
 /// Runs `count` requests through `service`, cycling over `uris`, and says
@@ -229,3 +235,23 @@ where
     }
     start.elapsed()
 }
+
+/// A registry builder with one performance mechanism turned off, by its
+/// hidden bench hook.
+pub type TurnOff = fn(tower_throttle::registry::RegistryBuilder) -> tower_throttle::registry::RegistryBuilder;
+
+/// The performance mechanisms the scaling bench (`SCALING_OFF`) and
+/// `loadtest` (`--off`) turn off to measure what each is worth: each
+/// one's name and its hook.
+pub const MECHANISMS: &[(&str, TurnOff)] = &[
+    // Lock-free words for plain scopes.
+    ("words", |builder| builder.lock_free_plain_scopes(false)),
+    // Shards with a joint shard: one shard.
+    ("shards", |builder| builder.shards(1)),
+    // Global permits in per-thread (and per-shard) pools: one count.
+    ("pools", |builder| builder.permit_pools(false)),
+    // Queue places on stripes: one count.
+    ("stripes", |builder| builder.queue_place_stripes(false)),
+    // Per-thread registry handles: one per throttle.
+    ("handles", |builder| builder.thread_handles(false)),
+];
