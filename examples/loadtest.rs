@@ -77,7 +77,7 @@
 //! # Running it
 //!
 //! ```text
-//! cargo run --release --example loadtest -- [scenario...] [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | --socket-stamps]
+//! cargo run --release --example loadtest -- [scenario...] [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | --socket-stamps] [--off MECHANISM,...]
 //! ```
 //!
 //! Scenarios are named `a` to `e` (all by default); `--quick` shrinks the
@@ -102,6 +102,13 @@
 //! (`DepartureStampLayer::at_socket_write`, with the client's connector
 //! wrapped in `StampingConnector`), by which time the site's kernel has the
 //! bytes.
+//!
+//! `--off words,shards,pools,stripes,handles` (any of them, or `all`) builds
+//! the throttled runs' registry with those performance mechanisms off,
+//! through the registry builder's hidden bench hooks: the lock-free words
+//! of plain scopes, the shards (one lock), the per-thread permit pools, the
+//! queue places' stripes, the per-thread registry handles. For measuring
+//! what each is worth end to end; the bare runs do not change.
 //!
 //! `--busy N` makes the machine busy, as a client host with other work on it
 //! is: N more threads spin (a `black_box` loop) beside the client and the
@@ -206,6 +213,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::sync::Semaphore;
 use tower::{Layer, Service, ServiceExt};
 use tower_throttle::departure::{DepartureStamp, DepartureStampLayer, StampedBody, StampingConnector};
+use tower_throttle::registry::RegistryBuilder;
 use tower_throttle::{Registry, ScopeConfig, Throttle, ThrottleLayer};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -402,6 +410,8 @@ struct Options {
     busy: usize,
     /// What times the departures.
     write_stamps: u8,
+    /// The mechanisms `--off` turns off (bits of [`MECHANISMS`]).
+    off: u8,
 }
 
 /// What the command line asked for: a run, or the help text.
@@ -418,6 +428,7 @@ fn parse_options() -> Result<Command, String> {
         pin: true,
         busy: 0,
         write_stamps: HAND_OVER,
+        off: 0,
     };
     let mut arguments = std::env::args().skip(1);
     while let Some(argument) = arguments.next() {
@@ -428,6 +439,7 @@ fn parse_options() -> Result<Command, String> {
             "--write-stamps" => options.write_stamps = BODY_ASKED,
             "--socket-stamps" => options.write_stamps = SOCKET_WRITE,
             "--busy" => options.busy = busy_count(arguments.next())?,
+            "--off" => options.off = mechanisms_off(arguments.next())?,
             "-h" | "--help" => return Ok(Command::Help),
             "a" | "b" | "c" | "d" | "e" => options.names.push(argument),
             other => match other.strip_prefix("--busy=") {
@@ -444,7 +456,7 @@ loadtest: crawls loopback sites through ThrottleLayer over hyper-util and
 reports politeness as each site's kernel saw the requests arrive.
 
 usage: loadtest [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N]
-                [--write-stamps | --socket-stamps]
+                [--write-stamps | --socket-stamps] [--off MECHANISM,...]
 
   a b c d e         the scenarios to run (all five when none is named)
   --quick           smaller scenarios, for a smoke run
@@ -457,10 +469,47 @@ usage: loadtest [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N]
   --socket-stamps   a departure is the later of the hand-over and the
                     return of the socket write of the request head
                     (DepartureStampLayer::at_socket_write)
+  --off M,...       the throttled runs without these performance mechanisms
+                    (words, shards, pools, stripes, handles, or all)
   -h, --help        this text";
 
-const USAGE: &str =
-    "expected [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | --socket-stamps]";
+const USAGE: &str = "expected [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | \
+                     --socket-stamps] [--off MECHANISM,...]";
+
+/// The performance mechanisms `--off` names, each with the registry
+/// builder's hidden bench hook that turns it off (shared with the
+/// `overhead` bench).
+#[path = "../benches/variants/mod.rs"]
+mod variants;
+use variants::MECHANISMS;
+
+/// The mechanisms `--off` turned off (bits of [`MECHANISMS`]).
+static MECHANISMS_OFF: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+fn mechanisms_off(names: Option<String>) -> Result<u8, String> {
+    let names = names.ok_or_else(|| format!("--off needs mechanisms; {USAGE}"))?;
+    names.split(',').try_fold(0, |off, name| {
+        if name == "all" {
+            return Ok(u8::MAX);
+        }
+        match MECHANISMS.iter().position(|(mechanism, _)| *mechanism == name) {
+            Some(bit) => Ok(off | 1 << bit),
+            None => Err(format!(
+                "--off: unknown mechanism {name:?} (words, shards, pools, stripes, handles or all)"
+            )),
+        }
+    })
+}
+
+/// `builder` with the mechanisms `--off` named turned off.
+fn without_mechanisms_off(builder: RegistryBuilder) -> RegistryBuilder {
+    let off = MECHANISMS_OFF.load(std::sync::atomic::Ordering::Relaxed);
+    MECHANISMS
+        .iter()
+        .enumerate()
+        .filter(|(bit, _)| off & 1 << bit != 0)
+        .fold(builder, |builder, (_, (_, hook))| hook(builder))
+}
 
 fn busy_count(count: Option<String>) -> Result<usize, String> {
     let count = count.ok_or_else(|| format!("--busy needs a thread count; {USAGE}"))?;
@@ -485,6 +534,16 @@ fn main() -> ExitCode {
     let busy = BusyThreads::start(options.busy);
     print_machine_header(&busy);
     WRITE_STAMPS.store(options.write_stamps, std::sync::atomic::Ordering::Relaxed);
+    MECHANISMS_OFF.store(options.off, std::sync::atomic::Ordering::Relaxed);
+    let off: Vec<&str> = MECHANISMS
+        .iter()
+        .enumerate()
+        .filter(|(bit, _)| options.off & 1 << bit != 0)
+        .map(|(_, (name, _))| *name)
+        .collect();
+    if !off.is_empty() {
+        println!("mechanisms off (--off): {}", off.join(", "));
+    }
     println!(
         "departures: {}",
         match options.write_stamps {
@@ -841,17 +900,19 @@ fn run_once(
     let sites = start_sites(server, scenario, block)?;
     let rss_before = resident_bytes();
     let cpu_before = CpuSample::take(server, busy);
-    let registry = Registry::builder()
-        .max_concurrency(scenario.max_concurrency)
-        .max_queued(MAX_QUEUED)
-        .default_scope(
-            ScopeConfig::default()
-                .concurrency(scenario.concurrency)
-                .delay(scenario.delay)
-                .delay_per_slot(Duration::ZERO)
-                .jitter(jitter),
-        )
-        .build()?;
+    let registry = without_mechanisms_off(
+        Registry::builder()
+            .max_concurrency(scenario.max_concurrency)
+            .max_queued(MAX_QUEUED)
+            .default_scope(
+                ScopeConfig::default()
+                    .concurrency(scenario.concurrency)
+                    .delay(scenario.delay)
+                    .delay_per_slot(Duration::ZERO)
+                    .jitter(jitter),
+            ),
+    )
+    .build()?;
     let clock = RealtimeClock::sample();
     let departures = Arc::new(DepartureLog::default());
     let stamps = (!scenario.named_sites).then(|| departures.clone());
