@@ -925,15 +925,18 @@ impl Target {
     /// Sends `request` and reads the whole body, so the connection goes back
     /// to the pool.
     async fn fetch(self, request: Request) -> Result<(), BoxError> {
-        let response = match self {
-            Target::Throttled(throttle) => MarkPolls::new(throttle.oneshot(request)).await?,
-            Target::Bare { client, permits } => {
-                // Held until the response head, as a throttle lane is.
-                let _permit = permits.acquire_owned().await?;
-                MarkPolls::new(client.oneshot(request)).await?
+        match self {
+            Target::Throttled(throttle) => {
+                let response = MarkPolls::new(throttle.oneshot(request)).await?;
+                response.into_body().collect().await?;
             }
-        };
-        response.into_body().collect().await?;
+            Target::Bare { client, permits } => {
+                // Held until the body is read, as a throttle lane is.
+                let _permit = permits.acquire_owned().await?;
+                let response = MarkPolls::new(client.oneshot(request)).await?;
+                response.into_body().collect().await?;
+            }
+        }
         Ok(())
     }
 }

@@ -90,6 +90,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::backoff::TryCloneBody;
+use crate::throttle::ThrottledBody;
 
 /// A `reqwest::Client` as a `Service<http::Request<B>>`, the inner service
 /// of this crate's layers. Any body reqwest accepts (`Into<reqwest::Body>`:
@@ -233,14 +234,15 @@ impl<S> Reqwest<S> {
     }
 }
 
-impl<S> Service<::reqwest::Request> for Reqwest<S>
+impl<S, B> Service<::reqwest::Request> for Reqwest<S>
 where
-    S: Service<http::Request<Body>, Response = http::Response<Body>>,
+    S: Service<http::Request<Body>, Response = http::Response<B>>,
     S::Error: From<::reqwest::Error>,
+    B: Into<Body>,
 {
     type Response = ::reqwest::Response;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, http::Response<Body>, ::reqwest::Response>;
+    type Future = ResponseFuture<S::Future, http::Response<B>, ::reqwest::Response>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -319,6 +321,20 @@ where
                 Poll::Ready(Err(E::from(error)))
             }
         }
+    }
+}
+
+/// A throttled response's body as reqwest's: the `reqwest::Response`
+/// keeps the request's lanes until its body is read to the end or the
+/// response is dropped (see [`ThrottledBody`]).
+impl<B> From<ThrottledBody<B>> for Body
+where
+    B: http_body::Body + Send + Sync + 'static,
+    B::Data: Into<bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn from(body: ThrottledBody<B>) -> Body {
+        Body::wrap(body)
     }
 }
 

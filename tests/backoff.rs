@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tower_throttle::throttle::ThrottledBody;
 
 use futures::future::join_all;
 use support::{duplex_service, full_request, full_status, get};
@@ -74,25 +75,30 @@ impl<B> Service<http::Request<B>> for Scripted {
 fn client(
     registry: &Registry,
     inner: Scripted,
-) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = Infallible, Future: Send> + Clone
-{
+) -> impl Service<
+    http::Request<()>,
+    Response = http::Response<ThrottledBody<()>>,
+    Error = Infallible,
+    Future: Send,
+> + Clone {
     ServiceBuilder::new()
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(BackoffLayer::new(registry.clone()))
         .service(inner)
 }
 
-async fn send_all<S>(service: &mut S, count: usize)
+async fn send_all<S, B>(service: &mut S, count: usize)
 where
-    S: Service<http::Request<()>, Response = http::Response<()>, Error = Infallible>,
+    S: Service<http::Request<()>, Response = http::Response<B>, Error = Infallible>,
+    B: Send + 'static,
     S::Future: Send + 'static,
 {
     let mut handles = Vec::new();
     for i in 0..count {
         service.ready().await.unwrap();
-        handles.push(tokio::spawn(
+        handles.push(tokio::spawn(support::dropped(
             service.call(get(&format!("https://site.example/{i}"))),
-        ));
+        )));
     }
     for handle in join_all(handles).await {
         handle.unwrap().unwrap();
@@ -457,7 +463,9 @@ where
     let mut handles = Vec::new();
     while Instant::now() < end {
         service.ready().await.unwrap();
-        handles.push(tokio::spawn(service.call(full_request("http://api.example/"))));
+        handles.push(tokio::spawn(support::dropped(
+            service.call(full_request("http://api.example/")),
+        )));
         if handles.len() >= 64 {
             // Keep a bounded backlog: wait for the oldest.
             handles.remove(0).await.unwrap().unwrap();
@@ -622,7 +630,7 @@ fn upstream_status(head: &tower_throttle::backoff::ResponseHead<'_>, config: &Ba
 fn retrying_upstream_status_stack<S>(
     registry: &Registry,
     api: S,
-) -> impl Service<http::Request<String>, Response = http::Response<()>, Error = tower::BoxError>
+) -> impl Service<http::Request<String>, Response = http::Response<ThrottledBody<()>>, Error = tower::BoxError>
 where
     S: Service<http::Request<String>, Response = http::Response<()>, Error = Infallible> + Clone,
 {

@@ -86,7 +86,7 @@ fn bad_files_name_the_key_path_and_the_value() {
         (
             "[scopes.\"api.example\"]\ndelai = 1",
             "scopes.\"api.example\".delai: unknown field `delai`, expected one of `concurrency`, `delay`, \
-             `delay_per_slot`, `jitter`, `ignore_robots_txt`, `quota`, `window`, `backoff`, `autothrottle`, `rampup`",
+             `delay_per_slot`, `jitter`, `ignore_robots_txt`, `release_at_head`, `quota`, `window`, `backoff`, `autothrottle`, `rampup`",
         ),
         (
             "[default_scope]\nrampup = { foo = 1 }",

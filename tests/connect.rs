@@ -65,9 +65,11 @@ fn ip_scopes(resolver: &FixedResolver) -> (Registry, IpScopeLayer) {
 }
 
 /// Sends GET `uri` through `client`; the body.
-async fn body_of<S>(client: &mut S, uri: &str) -> Result<String, BoxError>
+async fn body_of<S, B>(client: &mut S, uri: &str) -> Result<String, BoxError>
 where
-    S: Service<http::Request<Full<Bytes>>, Response = http::Response<hyper::body::Incoming>>,
+    S: Service<http::Request<Full<Bytes>>, Response = http::Response<B>>,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
     S::Error: Into<BoxError>,
 {
     let request = http::Request::get(uri).body(Full::new(Bytes::new())).unwrap();

@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::at_head;
+
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -148,7 +150,7 @@ async fn two_hundred_names_on_one_server_are_throttled_as_one() {
     let requests = names.iter().map(|name| {
         let client = client.clone();
         let uri = format!("http://{name}:{}/", addr.port());
-        async move { client.oneshot(full_request(&uri)).await }
+        async move { at_head(client.oneshot(full_request(&uri))).await }
     });
     for answer in futures::future::join_all(requests).await {
         assert_eq!(answer.unwrap().status(), 200);
@@ -199,7 +201,7 @@ async fn names_on_two_servers_go_independently() {
     let requests = one.iter().chain(&two).map(|name| {
         let client = client.clone();
         let uri = format!("http://{name}/");
-        async move { client.oneshot(get(&uri)).await.unwrap() }
+        async move { at_head(client.oneshot(get(&uri))).await.unwrap() }
     });
     futures::future::join_all(requests).await;
     let at = |site: &str| -> Vec<u128> {
@@ -333,7 +335,7 @@ async fn lookups_are_shared_cached_and_renewed_after_their_ttl() {
             .clone()
             .oneshot(get(&format!("http://books.example/{page}")))
     });
-    futures::future::join_all(ten).await;
+    futures::future::join_all(ten.map(at_head)).await;
     assert_eq!(lookups.load(Ordering::SeqCst), 1, "one lookup for ten requests");
     assert_eq!(start.elapsed(), ms(100), "all sent when it answered");
     // Within the TTL: no lookup, even though the name moved meanwhile.
@@ -372,7 +374,7 @@ async fn a_failed_lookup_fails_its_requests_and_backs_the_host_off() {
             .clone()
             .oneshot(get(&format!("http://nowhere.example/{page}")))
     });
-    for answer in futures::future::join_all(three).await {
+    for answer in futures::future::join_all(three.map(at_head)).await {
         let error = answer.unwrap_err();
         assert!(error.is_dns(), "{error:?}");
         assert!(error.to_string().contains("nowhere.example"), "{error}");
@@ -397,7 +399,7 @@ async fn a_failed_lookup_fails_its_requests_and_backs_the_host_off() {
         1
     );
     // Every queue place is free again.
-    let eight = (0..8).map(|page| client.clone().oneshot(get(&format!("http://127.0.0.1/{page}"))));
+    let eight = (0..8).map(|page| at_head(client.clone().oneshot(get(&format!("http://127.0.0.1/{page}")))));
     for answer in futures::future::join_all(eight).await {
         answer.unwrap();
     }

@@ -42,9 +42,10 @@ const IDLE_TTL: Duration = Duration::from_secs(300);
 /// Scopes idle for `idle_ttl` are evicted by arriving requests (a few
 /// candidates each): after it, a trickle of requests to one scope empties
 /// the registry of every scope the soak used.
-async fn settle<S>(registry: &Registry, client: &mut S, soak: &Soak)
+async fn settle<S, B>(registry: &Registry, client: &mut S, soak: &Soak)
 where
-    S: Service<http::Request<u64>, Response = http::Response<()>, Error = Infallible>,
+    S: Service<http::Request<u64>, Response = http::Response<B>, Error = Infallible>,
+    B: Send + 'static,
 {
     tokio::time::sleep(IDLE_TTL + Duration::from_secs(1)).await;
     let free = ScopeConfig::default()

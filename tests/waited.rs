@@ -72,9 +72,10 @@ fn slow_get(uri: &str, latency_ms: u64) -> http::Request<()> {
 /// Sends one quick request through `client`, then lets `delay` pass: the
 /// scope is warm (a cold scope times its second gap from its first
 /// answer, not its first send) and free.
-async fn warm<S>(client: &S, uri: &str, delay: Duration)
+async fn warm<S, B>(client: &S, uri: &str, delay: Duration)
 where
-    S: Service<http::Request<()>, Response = http::Response<()>> + Clone,
+    S: Service<http::Request<()>, Response = http::Response<B>> + Clone,
+    B: Send + 'static,
     S::Error: std::fmt::Debug,
 {
     client.clone().oneshot(get(uri)).await.unwrap();

@@ -17,6 +17,7 @@ use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder};
 use tower_throttle::connect::{PinServerLayer, PinnedConnector};
 use tower_throttle::ip::{FixedResolver, IpScopeLayer};
+use tower_throttle::throttle::ThrottledBody;
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
 
 use crate::crawl::{BoxError, PageSends, Sent};
@@ -36,10 +37,11 @@ pub fn full_stack(
     log: Arc<SendLog>,
 ) -> impl Service<
     http::Request<Full<Bytes>>,
-    Response = http::Response<hyper::body::Incoming>,
+    Response = http::Response<ThrottledBody<hyper::body::Incoming>>,
     Error = BoxError,
-    Future = impl std::future::Future<Output = Result<http::Response<hyper::body::Incoming>, BoxError>>
-                 + std::marker::Send
+    Future = impl std::future::Future<
+        Output = Result<http::Response<ThrottledBody<hyper::body::Incoming>>, BoxError>,
+    > + std::marker::Send
                  + 'static,
 > + Clone
        + std::marker::Send

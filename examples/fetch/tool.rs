@@ -22,6 +22,7 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_throttle::config_file::RegistryConfig;
 use tower_throttle::connect::{PinServerLayer, PinnedConnector};
 use tower_throttle::ip::IpScopeLayer;
+use tower_throttle::throttle::ThrottledBody;
 use tower_throttle::waited::Waited;
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
 
@@ -390,7 +391,9 @@ fn request_for(url: &str, user_agent: &str) -> Result<http::Request<Full<Bytes>>
 
 /// The status and the body's length, read frame by frame (never held
 /// whole in memory).
-async fn count_body(response: http::Response<Incoming>) -> Result<(http::StatusCode, u64), String> {
+async fn count_body(
+    response: http::Response<ThrottledBody<Incoming>>,
+) -> Result<(http::StatusCode, u64), String> {
     let status = response.status();
     let mut body = response.into_body();
     let mut bytes = 0u64;

@@ -79,6 +79,7 @@
 //! | `delay_per_slot` | 1 s | minimum time between two sends on the same lane |
 //! | `jitter` | 0.5 | random variation of every wait: a factor or `[below, above]`; `0` disables |
 //! | `ignore_robots_txt` | false | silence the warning when this scope's own limits override robots.txt's Crawl-delay |
+//! | `release_at_head` | false | free a request's lane when the response head arrives, not when its body ends (server-sent events, long polls): see `ScopeConfig::release_at_head` |
 //! | `quota` | none | units the scope may spend per `window` |
 //! | `window` | `quota_window` | length of the scope's quota windows |
 //! | `backoff.http_codes` | `[429, 502, 503, 504, 520, 521, 522, 523, 524]` | statuses that are backoff feedback |

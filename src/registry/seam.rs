@@ -424,7 +424,7 @@ fn decode_finishing(id: Finishing) -> (usize, Finishing) {
 /// The latency of a response that ended at `ended`, sent at `departed_at`.
 fn latency(outcome: Outcome, departed_at: Option<Stamp>, ended: Stamp) -> Option<std::time::Duration> {
     match (outcome, departed_at) {
-        (Outcome::Response { .. }, Some(sent)) => Some(ended.since(sent)),
+        (Outcome::Response { answered_at, .. }, Some(sent)) => Some(answered_at.unwrap_or(ended).since(sent)),
         _ => None,
     }
 }

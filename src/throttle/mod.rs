@@ -89,6 +89,7 @@
 //! # }
 //! ```
 
+mod body;
 mod errors;
 pub mod future;
 mod handles;
@@ -98,6 +99,7 @@ mod service;
 mod store_admission;
 mod ticket;
 
+pub use body::ThrottledBody;
 pub use errors::{ErrorMode, InnerErrors, StoreErrors};
 pub use layer::ThrottleLayer;
 pub use service::Throttle;

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use tower_service::Service;
 
+use super::body::ThrottledBody;
 use super::errors::{ErrorMode, InnerErrors};
 use super::future::ResponseFuture;
 use super::handles::Handles;
@@ -168,7 +169,7 @@ where
     S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone,
     M: ErrorMode<S::Error>,
 {
-    type Response = S::Response;
+    type Response = http::Response<ThrottledBody<ResBody>>;
     type Error = M::Error;
     type Future = ResponseFuture<S, http::Request<ReqBody>, M>;
 
@@ -208,8 +209,15 @@ where
             _ => panic!("poll_ready must be called first"),
         };
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
+        let release_at_head = self.handles.registry().releases_at_head(&scopes);
         let record = self.record_scopes && !already_recorded;
         let inner = take_readied(&mut self.inner);
-        ResponseFuture::new(inner, request, (scopes, record), ticket, adjust_autothrottle)
+        ResponseFuture::new(
+            inner,
+            request,
+            (scopes, record),
+            ticket,
+            (adjust_autothrottle, release_at_head),
+        )
     }
 }
