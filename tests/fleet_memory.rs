@@ -396,7 +396,10 @@ async fn the_gap_after_a_first_request_is_the_fleets_backoff_delay_when_it_is_lo
             }
         }));
     let get = || http::Request::get("http://site.test/").body(()).unwrap();
-    let (first, second) = tokio::join!(client.clone().oneshot(get()), client.clone().oneshot(get()));
+    let (first, second) = tokio::join!(
+        at_head(client.clone().oneshot(get())),
+        at_head(client.clone().oneshot(get()))
+    );
     first.unwrap();
     second.unwrap();
     // The first request ends at 300 ms; the second goes the fleet's 1 s

@@ -169,7 +169,8 @@ async fn a_response_costs_the_completions_lock_on_a_sharded_registry_too() {
             eprintln!("a release build does not count locks: nothing to check");
             return;
         };
-        // The reports at the head, the lanes at the body's end.
+        // The reports at the head under the request's shard's lock, the
+        // lanes at the body's end under it again.
         assert_eq!(locks, 3, "{scopes:?}");
         for scope in scopes {
             let stats = registry.scope_stats(scope).unwrap();

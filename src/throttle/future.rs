@@ -349,7 +349,7 @@ where
                     // while this body streams), and the lanes, with the
                     // latency to this head, go back at the body's end.
                     if left {
-                        ticket.apply_reports(&collect::take(registry));
+                        ticket.apply_head_reports(&collect::take(registry));
                     }
                     let answered_at = departed.unwrap_or_else(Instant::now);
                     let outcome = Outcome::Response {
