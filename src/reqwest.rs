@@ -44,6 +44,22 @@
 //! The full stack (robots.txt, Retry-After, backoff and retries) goes
 //! between the same two adapters; `examples/reqwest.rs` shows it.
 //!
+//! # Transfers and redirects
+//!
+//! A request keeps its lanes until the `reqwest::Response`'s body has been
+//! read to the end (`text()`, `bytes()`, `chunk()` until `None`) or the
+//! response is dropped: the site sees one transfer per lane.
+//!
+//! The adapter does not follow redirects, and its client must not either:
+//! build it with `redirect(reqwest::redirect::Policy::none())`
+//! ([`HttpClient::default`] does). A client that follows them sends each
+//! hop inside one call, where no scope admitted it. Following redirects
+//! in the adapter itself would have needed an error of its own for a loop
+//! (reqwest's `Error` cannot be made outside reqwest) and would have
+//! duplicated tower-http's `FollowRedirect`: put that layer between
+//! [`ReqwestLayer`] and the throttle instead, and every hop is a request
+//! of the stack, in the scope of the host it goes to.
+//!
 //! # Why a tower adapter and not `reqwest-middleware`
 //!
 //! The layers need an inner service that is `Clone + 'static` (the throttle
@@ -100,6 +116,17 @@ use crate::throttle::ThrottledBody;
 /// The response carries the URL it came from, so a `reqwest::Response`
 /// made from it (by [`ReqwestLayer`]) has the right `url()`.
 ///
+/// # Redirects
+///
+/// Give it a client built with `redirect(reqwest::redirect::Policy::none())`
+/// ([`HttpClient::default`] is one). A client that follows redirects
+/// itself (reqwest's default: up to 10) sends every hop inside one call,
+/// where no scope admitted it: a hop to another host, or back to the same
+/// one, skips the throttle. To follow redirects, put tower-http's
+/// `FollowRedirectLayer` between [`ReqwestLayer`] and the throttle: each
+/// hop is then a request of the stack, in the scope of the host it goes
+/// to (see `docs/transfers-and-redirects.md`).
+///
 /// # Errors
 ///
 /// The `reqwest::Error` of the request; a URI that reqwest cannot parse is
@@ -108,7 +135,7 @@ use crate::throttle::ThrottledBody;
 /// # Clone
 ///
 /// A clone shares the client's connection pool.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct HttpClient {
     client: ::reqwest::Client,
 }
@@ -127,6 +154,18 @@ impl HttpClient {
     /// Unwraps the client.
     pub fn into_inner(self) -> ::reqwest::Client {
         self.client
+    }
+}
+
+impl Default for HttpClient {
+    /// A client that follows no redirects (see [Redirects](Self#redirects)),
+    /// otherwise reqwest's defaults.
+    fn default() -> Self {
+        let client = ::reqwest::Client::builder()
+            .redirect(::reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        HttpClient::new(client)
     }
 }
 

@@ -193,3 +193,87 @@ async fn a_chain_past_the_limit_is_an_error() {
         1 + 5 + 1
     );
 }
+
+/// The same with reqwest: ReqwestLayer → FollowRedirect → Throttle →
+/// HttpClient on a client that follows no redirects itself.
+#[cfg(feature = "reqwest")]
+mod with_reqwest {
+    use super::*;
+    use tower_throttle::reqwest::{HttpClient, ReqwestLayer};
+
+    /// Site A (127.0.0.224) answers 301 to site B (127.0.0.225), whose
+    /// scope has 500 ms; B's arrivals.
+    fn a_to_b() -> (SocketAddr, SocketAddr, Arrivals) {
+        let (a_arrivals, b_arrivals) = (Arrivals::default(), Arrivals::default());
+        let b = site([127, 0, 0, 225], &b_arrivals, |_| text("there"));
+        let target = format!("http://{b}/there");
+        let a = site([127, 0, 0, 224], &a_arrivals, move |_| moved_to(&target));
+        (a, b, b_arrivals)
+    }
+
+    fn registry_for(b: SocketAddr) -> Registry {
+        Registry::builder()
+            .max_concurrency(64)
+            .default_scope(free())
+            .scope(b.ip().to_string(), free().concurrency(1).delay(Duration::from_millis(500)))
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn each_hop_is_admitted_in_the_scope_of_the_host_it_goes_to() {
+        let (a, b, b_arrivals) = a_to_b();
+        let registry = registry_for(b);
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let client = ServiceBuilder::new()
+            .layer(ReqwestLayer::new())
+            .layer(FollowRedirectLayer::with_policy(FailOnLoops::new(5)))
+            .map_err(BoxError::from)
+            .layer(ThrottleLayer::new(registry.clone()))
+            .service(HttpClient::new(http.clone()));
+        let pages = (0..5).map(|page| {
+            let client = client.clone();
+            let request = http.get(format!("http://{a}/{page}")).build().unwrap();
+            async move {
+                let response = client.oneshot(request).await.unwrap();
+                assert_eq!(response.status(), 200);
+                response.text().await.unwrap()
+            }
+        });
+        for body in futures::future::join_all(pages).await {
+            assert_eq!(body, "there");
+        }
+        let arrivals: Vec<Instant> = b_arrivals.lock().unwrap().iter().map(|(_, at)| *at).collect();
+        assert_eq!(arrivals.len(), 5);
+        for pair in arrivals.windows(2) {
+            let gap = pair[1] - pair[0];
+            assert!(gap >= Duration::from_millis(500), "hops arrived {gap:?} apart");
+        }
+        assert_eq!(registry.scope_stats(&b.ip().to_string()).unwrap().sent, 5);
+    }
+
+    /// What goes wrong with a client that follows redirects itself
+    /// (reqwest's default): the hops reach B inside one call, and B's
+    /// scope never admits one.
+    #[tokio::test]
+    async fn a_client_that_follows_redirects_itself_bypasses_the_throttle() {
+        let (a, b, b_arrivals) = a_to_b();
+        let registry = registry_for(b);
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let client = ServiceBuilder::new()
+            .layer(ReqwestLayer::new())
+            .layer(ThrottleLayer::new(registry.clone()))
+            .service(HttpClient::new(http.clone()));
+        for page in 0..2 {
+            let request = http.get(format!("http://{a}/{page}")).build().unwrap();
+            let response = client.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.text().await.unwrap(), "there");
+        }
+        assert_eq!(b_arrivals.lock().unwrap().len(), 2);
+        assert!(registry.scope_stats(&b.ip().to_string()).is_none(), "B's scope admitted nothing");
+    }
+}
