@@ -56,9 +56,11 @@
 //! hop inside one call, where no scope admitted it. Following redirects
 //! in the adapter itself would have needed an error of its own for a loop
 //! (reqwest's `Error` cannot be made outside reqwest) and would have
-//! duplicated tower-http's `FollowRedirect`: put that layer between
+//! duplicated tower-http's `FollowRedirect`: put that layer, with the
+//! `redirect::FailOnLoops` policy (feature `follow-redirect`), between
 //! [`ReqwestLayer`] and the throttle instead, and every hop is a request
-//! of the stack, in the scope of the host it goes to.
+//! of the stack, in the scope of the host it goes to; the quick start in
+//! the README shows it.
 //!
 //! # Why a tower adapter and not `reqwest-middleware`
 //!
@@ -122,8 +124,8 @@ use crate::throttle::ThrottledBody;
 /// ([`HttpClient::default`] is one). A client that follows redirects
 /// itself (reqwest's default: up to 10) sends every hop inside one call,
 /// where no scope admitted it: a hop to another host, or back to the same
-/// one, skips the throttle. To follow redirects, put tower-http's
-/// `FollowRedirectLayer` between [`ReqwestLayer`] and the throttle: each
+/// one, skips the throttle. To follow redirects, put
+/// `redirect::FollowRedirectLayer` between [`ReqwestLayer`] and the throttle: each
 /// hop is then a request of the stack, in the scope of the host it goes
 /// to (see `docs/transfers-and-redirects.md`).
 ///

@@ -24,6 +24,7 @@
 //! let get = || http::Request::get("http://example.com/").body(()).unwrap();
 //! let first = client.clone().oneshot(get()).await?;
 //! assert_eq!(Waited::of(&first).total(), Duration::ZERO);
+//! drop(first); // a lane is busy until its response is read or dropped
 //! let second = client.oneshot(get()).await?;
 //! let waited = Waited::of(&second);
 //! assert_eq!(waited.total(), Duration::from_secs(1));

@@ -3,10 +3,9 @@
 //! `ThrottleLayer` (and `RobotsDelayLayer`). Real hyper servers and
 //! hyper-util's client on loopback, real time: counts and lower bounds.
 
-mod support;
+#![cfg(feature = "follow-redirect")]
 
-#[path = "support/redirect_policy.rs"]
-mod redirect_policy;
+mod support;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -14,10 +13,9 @@ use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use redirect_policy::{FailOnLoops, RedirectError};
 use support::{loopback_client, serve_at, text};
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_http::follow_redirect::FollowRedirectLayer;
+use tower_throttle::redirect::{FailOnLoops, FollowRedirectLayer, RedirectError};
 use tower_throttle::throttle::ThrottledBody;
 use tower_throttle::{Registry, RobotsDelayLayer, ScopeConfig, ThrottleLayer};
 
@@ -194,6 +192,65 @@ async fn a_chain_past_the_limit_is_an_error() {
     );
 }
 
+/// Credentials stay with their origin: a hop within a host keeps the
+/// request's `Authorization` header; a hop to another host goes without it,
+/// and later hops do not get it back (tower-http's own `FilterCredentials`
+/// would send it again on the hop within the new host).
+#[tokio::test]
+async fn credentials_do_not_follow_a_hop_to_another_origin() {
+    let seen: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let log = seen.clone();
+    let b = serve_at(
+        SocketAddr::from(([127, 0, 0, 226], 0)),
+        move |request: http::Request<hyper::body::Incoming>| {
+            let authorized = request.headers().contains_key(http::header::AUTHORIZATION);
+            log.lock()
+                .unwrap()
+                .push((request.uri().path().to_owned(), authorized));
+            let response = match request.uri().path() {
+                "/robots.txt" => text("User-agent: *\nAllow: /\n"),
+                "/start" => moved_to("/same-host"),
+                _ => text("there"),
+            };
+            async move { response }
+        },
+    )
+    .unwrap();
+    let target = format!("http://{b}/start");
+    let a = site([127, 0, 0, 227], &Arrivals::default(), move |path| match path {
+        "/robots.txt" => text("User-agent: *\nAllow: /\n"),
+        _ => moved_to(&target),
+    });
+    let registry = Registry::builder().default_scope(free()).build().unwrap();
+    let authorized = |uri: String| {
+        let mut request = get(&uri);
+        request
+            .headers_mut()
+            .insert(http::header::AUTHORIZATION, "Bearer secret".parse().unwrap());
+        request
+    };
+    for start in [format!("http://{b}/start"), format!("http://{a}/")] {
+        let response = client(&registry).oneshot(authorized(start)).await.unwrap();
+        assert_eq!(response.into_body().collect().await.unwrap().to_bytes(), "there");
+    }
+    let seen = seen.lock().unwrap();
+    let pages: Vec<_> = seen
+        .iter()
+        .filter(|(path, _)| path != "/robots.txt")
+        .cloned()
+        .collect();
+    let expected = [
+        ("/start", true),
+        ("/same-host", true),
+        ("/start", false),
+        ("/same-host", false),
+    ];
+    assert_eq!(
+        pages,
+        expected.map(|(path, authorized)| (path.to_owned(), authorized))
+    );
+}
+
 /// The same with reqwest: ReqwestLayer → FollowRedirect → Throttle →
 /// HttpClient on a client that follows no redirects itself.
 #[cfg(feature = "reqwest")]
@@ -215,7 +272,10 @@ mod with_reqwest {
         Registry::builder()
             .max_concurrency(64)
             .default_scope(free())
-            .scope(b.ip().to_string(), free().concurrency(1).delay(Duration::from_millis(500)))
+            .scope(
+                b.ip().to_string(),
+                free().concurrency(1).delay(Duration::from_millis(500)),
+            )
             .build()
             .unwrap()
     }
@@ -274,6 +334,9 @@ mod with_reqwest {
             assert_eq!(response.text().await.unwrap(), "there");
         }
         assert_eq!(b_arrivals.lock().unwrap().len(), 2);
-        assert!(registry.scope_stats(&b.ip().to_string()).is_none(), "B's scope admitted nothing");
+        assert!(
+            registry.scope_stats(&b.ip().to_string()).is_none(),
+            "B's scope admitted nothing"
+        );
     }
 }

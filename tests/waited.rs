@@ -62,6 +62,15 @@ fn get(uri: &str) -> http::Request<()> {
     http::Request::get(uri).body(()).unwrap()
 }
 
+/// Sends `request` and drops its response as it comes: its lane and permit
+/// are free at once.
+async fn send_and_drop<S: Service<http::Request<()>>>(
+    client: S,
+    request: http::Request<()>,
+) -> Result<(), S::Error> {
+    client.oneshot(request).await.map(drop)
+}
+
 fn slow_get(uri: &str, latency_ms: u64) -> http::Request<()> {
     http::Request::get(uri)
         .header("x-latency-ms", latency_ms.to_string())
@@ -107,13 +116,19 @@ async fn one_scope_with_a_delay_of_one_second_the_second_request_waits_one_secon
         .unwrap();
     let client = ThrottleLayer::new(registry).layer(answering());
     let start = Instant::now();
-    let (first, second) = join(
-        client.clone().oneshot(get("http://a.test/1")),
-        client.clone().oneshot(get("http://a.test/2")),
-    )
-    .await;
-    assert_eq!(Waited::of(&first.unwrap()).total(), Duration::ZERO);
-    let waited = Waited::of(&second.unwrap());
+    // Each response gives its record and is dropped: its lane is free.
+    let waited_for = |uri| {
+        let client = client.clone();
+        async move {
+            client
+                .oneshot(get(uri))
+                .await
+                .map(|response| Waited::of(&response))
+        }
+    };
+    let (first, second) = join(waited_for("http://a.test/1"), waited_for("http://a.test/2")).await;
+    assert_eq!(first.unwrap().total(), Duration::ZERO);
+    let waited = second.unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     assert_eq!(waited.total(), Duration::from_secs(1));
     assert_eq!(
@@ -158,8 +173,9 @@ async fn lanes_busy_for_300_ms_then_the_delay_left_of_200_ms() {
         .unwrap();
     let client = ThrottleLayer::new(registry).layer(answering());
     warm(&client, "http://a.test/", 500 * MS).await;
+    // The first response is dropped as it comes: its lane and permit free.
     let (_, second) = join(
-        client.clone().oneshot(slow_get("http://a.test/1", 300)),
+        send_and_drop(client.clone(), slow_get("http://a.test/1", 300)),
         client.clone().oneshot(get("http://a.test/2")),
     )
     .await;
@@ -207,8 +223,9 @@ async fn a_request_behind_a_full_global_limit_waits_on_global_concurrency() {
         .build()
         .unwrap();
     let client = ThrottleLayer::new(registry).layer(answering());
+    // The first response is dropped as it comes: its lane and permit free.
     let (_, second) = join(
-        client.clone().oneshot(slow_get("http://a.test/", 700)),
+        send_and_drop(client.clone(), slow_get("http://a.test/", 700)),
         client.clone().oneshot(get("http://b.test/")),
     )
     .await;
@@ -235,9 +252,14 @@ async fn a_request_without_a_queue_place_waits_on_the_queue_then_on_its_scope() 
     let client = ThrottleLayer::new(registry).layer(answering());
     warm(&client, "http://a.test/", Duration::from_secs(1)).await;
     let start = Instant::now();
-    let first = tokio::spawn(client.clone().oneshot(slow_get("http://a.test/1", 100)));
+    // The spawned requests drop their responses: their lanes are free.
+    let send = |request| {
+        let client = client.clone();
+        tokio::spawn(async move { client.oneshot(request).await.map(drop) })
+    };
+    let first = send(slow_get("http://a.test/1", 100));
     tokio::task::yield_now().await;
-    let second = tokio::spawn(client.clone().oneshot(get("http://a.test/2")));
+    let second = send(get("http://a.test/2"));
     tokio::task::yield_now().await;
     let third = client.clone().oneshot(get("http://a.test/3")).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(2));
@@ -281,17 +303,20 @@ async fn the_fifth_request_behind_a_delay_waits_on_the_delay_for_all_four_gaps()
         .build()
         .unwrap();
     let client = ThrottleLayer::new(registry).layer(answering());
-    let responses =
-        futures::future::join_all((0..5).map(|i| client.clone().oneshot(get(&format!("http://a.test/{i}")))))
-            .await;
-    let totals: Vec<Duration> = responses
-        .iter()
-        .map(|response| Waited::of(response.as_ref().unwrap()).total())
-        .collect();
+    // Each response gives its record and is dropped: its lane is free.
+    let records = futures::future::join_all((0..5).map(|i| {
+        let client = client.clone();
+        async move {
+            let response = client.oneshot(get(&format!("http://a.test/{i}"))).await;
+            Waited::of(&response.unwrap())
+        }
+    }))
+    .await;
+    let totals: Vec<Duration> = records.iter().map(Waited::total).collect();
     assert_eq!(totals, (0..5).map(Duration::from_secs).collect::<Vec<_>>());
-    let last = Waited::of(responses[4].as_ref().unwrap());
+    let last = &records[4];
     assert_eq!(
-        parts(&last),
+        parts(last),
         [(
             WaitCause::Delay,
             Some(LimitSource::Config),
@@ -353,8 +378,9 @@ async fn a_cold_scope_waits_for_its_first_answer_then_for_the_delay() {
         .build()
         .unwrap();
     let client = ThrottleLayer::new(registry).layer(answering());
+    // The first response is dropped as it comes: its lane and permit free.
     let (_, second) = join(
-        client.clone().oneshot(slow_get("http://a.test/1", 300)),
+        send_and_drop(client.clone(), slow_get("http://a.test/1", 300)),
         client.clone().oneshot(get("http://a.test/2")),
     )
     .await;
@@ -435,14 +461,16 @@ async fn requests_pass_a_waiter_another_scope_holds_without_waiting() {
     client.clone().oneshot(with_scopes(&["b"])).await.unwrap();
     let x = tokio::spawn(client.clone().oneshot(with_scopes(&["a", "b"])));
     tokio::task::yield_now().await;
+    // Each response gives its wait and is dropped: its lane and permit
+    // are free.
     let passing: Vec<_> = (0..40)
-        .map(|_| client.clone().oneshot(with_scopes(&["a"])))
+        .map(|_| {
+            let client = client.clone();
+            let request = with_scopes(&["a"]);
+            async move { Waited::of(&client.oneshot(request).await.unwrap()).total() }
+        })
         .collect();
-    let responses = futures::future::join_all(passing).await;
-    let waits: Vec<Duration> = responses
-        .iter()
-        .map(|response| Waited::of(response.as_ref().unwrap()).total())
-        .collect();
+    let waits: Vec<Duration> = futures::future::join_all(passing).await;
     assert_eq!(waits, [Duration::ZERO; 40]);
     // `x` itself waited on `b`'s delay.
     assert_eq!(

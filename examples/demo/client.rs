@@ -17,6 +17,7 @@ use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder};
 use tower_throttle::connect::{PinServerLayer, PinnedConnector};
 use tower_throttle::ip::{FixedResolver, IpScopeLayer};
+use tower_throttle::redirect::{FailOnLoops, FollowRedirectLayer};
 use tower_throttle::throttle::ThrottledBody;
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
 
@@ -26,8 +27,9 @@ use crate::sites::Site;
 /// How often a 429 is sent again (through the throttle) before the page counts as failed.
 pub const MAX_RETRIES: u32 = 3;
 
-/// The stack the README describes, BackoffRetry → RobotsDelay → Throttle →
-/// RetryAfter (pacing to announced policies) → Backoff, around a client that
+/// The stack the README describes, FollowRedirect → BackoffRetry →
+/// RobotsDelay → Throttle → RetryAfter (pacing to announced policies) →
+/// Backoff, around a client that
 /// reaches each of `sites` at its address in `addresses`; `log` notes every
 /// request the client is handed.
 pub fn full_stack(
@@ -48,6 +50,8 @@ pub fn full_stack(
        + 'static {
     let backoff = BackoffLayer::new(registry.clone());
     ServiceBuilder::new()
+        // Above the throttle: each redirect hop is admitted in its own host's scope.
+        .layer(FollowRedirectLayer::with_policy(FailOnLoops::new(10)))
         .map_err(BoxError::from)
         .layer(RetryLayer::new(backoff.retry_policy(MAX_RETRIES)))
         .layer(ip_scopes(registry, sites, addresses))

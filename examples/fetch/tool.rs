@@ -22,11 +22,15 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_throttle::config_file::RegistryConfig;
 use tower_throttle::connect::{PinServerLayer, PinnedConnector};
 use tower_throttle::ip::IpScopeLayer;
+use tower_throttle::redirect::{FailOnLoops, FollowRedirectLayer};
 use tower_throttle::throttle::ThrottledBody;
 use tower_throttle::waited::Waited;
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The most redirects one URL follows, each hop throttled.
+const MAX_REDIRECTS: usize = 10;
 
 /// What the command line sets besides the URLs and the registry.
 #[derive(Debug, Clone)]
@@ -164,6 +168,11 @@ where
 {
     let backoff = BackoffLayer::new(registry.clone());
     let stack = ServiceBuilder::new()
+        // Redirects are followed above the throttle: each hop waits its turn
+        // in the scope of the host it goes to; a loop or more than 10 hops
+        // is an error line.
+        .layer(FollowRedirectLayer::with_policy(FailOnLoops::new(MAX_REDIRECTS)))
+        .map_err(Into::<BoxError>::into)
         .layer(RetryLayer::new(backoff.retry_policy(options.retries)))
         .option_layer(options.ip_scopes.then(|| IpScopeLayer::new(registry.clone())))
         .layer(RobotsDelayLayer::new(registry.clone()).user_agent(options.user_agent.clone()))
@@ -210,13 +219,13 @@ where
         let response = match stack.ready().await {
             Ok(ready) => ready.call(request),
             Err(err) => {
-                let line = Fetched::failed(url, scopes, error_chain(&err)).json_line();
+                let line = Fetched::failed(url, scopes, error_chain(&*err)).json_line();
                 report(&line, &mut summary, options, started, out, progress)?;
                 continue;
             }
         };
         running.spawn(async move {
-            let outcome = response.await.map_err(|err| error_chain(&err));
+            let outcome = response.await.map_err(|err| error_chain(&*err));
             let finished = Instant::now();
             // The throttle's own account of the wait, on the response head.
             let waited = outcome.as_ref().ok().map(Waited::of);
