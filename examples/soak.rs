@@ -238,7 +238,7 @@ async fn soak(options: Options) -> bool {
             .unwrap();
         request
             .extensions_mut()
-            .insert(Scopes::one(scope_name(rng.usize(..options.scopes))));
+            .insert(Scopes::from(scope_name(rng.usize(..options.scopes))));
         let cancel_after = (rng.u8(..100) < 5).then(|| Duration::from_micros(rng.u64(..2_000)));
         let response = client.clone().oneshot(request);
         let tally = tally.clone();

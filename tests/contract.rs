@@ -51,7 +51,7 @@ fn get_in(scope: &str, path: &str) -> Request {
     let mut request = http::Request::get(format!("http://{scope}{path}"))
         .body(())
         .unwrap();
-    request.extensions_mut().insert(Scopes::one(scope));
+    request.extensions_mut().insert(Scopes::from(scope));
     request
 }
 
@@ -338,7 +338,7 @@ mod throttle_waiting {
         let start = Instant::now();
         let registry = delayed_registry();
         let (mut service, mut handle) = mock::spawn_layer::<Request, Response, _>(
-            ThrottleLayer::new(registry.clone()).fixed_scope(Scopes::one("site.example")),
+            ThrottleLayer::new(registry.clone()).fixed_scope(Scopes::from("site.example")),
         );
         assert_ready_ok!(service.poll_ready());
         let first = tokio::spawn(service.call(get("/1")));
