@@ -19,7 +19,7 @@ pub struct PinServer<S> {
 
 impl<S> PinServer<S> {
     /// `inner`, with its requests pinned to their servers.
-    pub fn new(inner: S) -> Self {
+    pub(crate) fn new(inner: S) -> Self {
         PinServer { inner }
     }
 

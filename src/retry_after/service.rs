@@ -24,13 +24,6 @@ pub struct RetryAfter<S> {
 }
 
 impl<S> RetryAfter<S> {
-    /// Wraps `inner`, reporting to `registry`, with the defaults of
-    /// [`RetryAfterLayer::new`](super::RetryAfterLayer::new). Use the layer
-    /// to change them.
-    pub fn new(inner: S, registry: Registry) -> Self {
-        Self::with_settings(inner, registry, Settings::default())
-    }
-
     pub(crate) fn with_settings(inner: S, registry: Registry, settings: Settings) -> Self {
         RetryAfter {
             inner,

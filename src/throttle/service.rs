@@ -13,7 +13,7 @@ use super::handles::Handles;
 
 use super::ticket::Ticket;
 use crate::readiness::take_readied;
-use crate::registry::{PlaceHandle, Registry};
+use crate::registry::PlaceHandle;
 use crate::scope::{AutoThrottleExempt, Priority, Scopes};
 #[cfg(doc)]
 use crate::waited::WaitCause;
@@ -87,17 +87,6 @@ impl<S: Clone, M> Clone for Throttle<S, M> {
             place_wait: None,
             mode: PhantomData,
         }
-    }
-}
-
-impl<S> Throttle<S> {
-    /// Wraps `inner`, throttling through `registry`. This makes the
-    /// handles its requests keep on the registry (a few small allocations,
-    /// four per core); its clones, and the services one
-    /// [`ThrottleLayer`](super::ThrottleLayer) makes, share them, so prefer
-    /// cloning or a layer to calling this per request.
-    pub fn new(inner: S, registry: Registry) -> Self {
-        Self::with_mode(inner, Handles::new(registry), None)
     }
 }
 
