@@ -41,21 +41,6 @@ impl<S> Backoff<S> {
     pub(crate) fn from_shared(inner: S, shared: Arc<BackoffShared>) -> Self {
         Backoff { inner, shared }
     }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
 }
 
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Backoff<S>

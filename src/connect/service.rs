@@ -22,21 +22,6 @@ impl<S> PinServer<S> {
     pub(crate) fn new(inner: S) -> Self {
         PinServer { inner }
     }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
 }
 
 impl<S, B> Service<http::Request<B>> for PinServer<S>

@@ -26,21 +26,6 @@ impl<S> DepartureStamp<S> {
             on_socket_write,
         }
     }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
 }
 
 impl<S, B> Service<http::Request<B>> for DepartureStamp<S>

@@ -31,21 +31,6 @@ impl<S> RetryAfter<S> {
             settings,
         }
     }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
 }
 
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for RetryAfter<S>

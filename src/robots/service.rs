@@ -67,21 +67,6 @@ impl<S> RobotsDelay<S> {
     pub(crate) fn from_shared(inner: S, shared: Arc<RobotsShared>) -> Self {
         RobotsDelay { inner, shared }
     }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
 }
 
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for RobotsDelay<S>

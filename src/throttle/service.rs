@@ -105,21 +105,6 @@ impl<S, M> Throttle<S, M> {
         }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-
     /// Reserves a queue place, and notes since when it waits for one.
     fn poll_queue_place(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let polled = self.places.poll_reserve(cx);
