@@ -34,9 +34,7 @@ use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_test::mock::{self, Handle};
 #[cfg(feature = "robots")]
 use tower_throttle::RobotsDelayLayer;
-use tower_throttle::{
-    backoff::BackoffRetry, BackoffLayer, Registry, RetryAfterLayer, ScopeConfig, Scopes, ThrottleLayer,
-};
+use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, ScopeConfig, Scopes, ThrottleLayer};
 
 type Request = http::Request<()>;
 type Response = http::Response<String>;
@@ -420,7 +418,9 @@ mod retry {
         let registry = open_registry();
         let (mock, mut handle) = mock::pair::<Request, Response>();
         let service = ServiceBuilder::new()
-            .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+            .layer(RetryLayer::new(
+                BackoffLayer::new(registry.clone()).retry_policy(3),
+            ))
             .layer(ThrottleLayer::new(registry.clone()))
             .layer(BackoffLayer::new(registry.clone()))
             .service(mock);
@@ -446,7 +446,9 @@ mod retry {
         let registry = open_registry();
         let (mock, mut handle) = mock::pair::<Request, Response>();
         let service = ServiceBuilder::new()
-            .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+            .layer(RetryLayer::new(
+                BackoffLayer::new(registry.clone()).retry_policy(3),
+            ))
             .layer(ThrottleLayer::new(registry.clone()))
             .service(mock);
         let response = tokio::spawn(service.oneshot(get("/flaky")));
