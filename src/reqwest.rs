@@ -147,16 +147,6 @@ impl HttpClient {
     pub fn new(client: ::reqwest::Client) -> Self {
         HttpClient { client }
     }
-
-    /// The client.
-    pub fn get_ref(&self) -> &::reqwest::Client {
-        &self.client
-    }
-
-    /// Unwraps the client.
-    pub fn into_inner(self) -> ::reqwest::Client {
-        self.client
-    }
 }
 
 impl Default for HttpClient {
@@ -256,23 +246,6 @@ impl<S> Layer<S> for ReqwestLayer {
 #[derive(Debug, Clone)]
 pub struct Reqwest<S> {
     inner: S,
-}
-
-impl<S> Reqwest<S> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
 }
 
 impl<S, B> Service<::reqwest::Request> for Reqwest<S>

@@ -14,7 +14,7 @@ use support::{duplex_service, full_request, full_status, get};
 use tokio::time::Instant;
 use tower::retry::RetryLayer;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
-use tower_throttle::backoff::{BackoffRetry, TryCloneBody};
+use tower_throttle::backoff::TryCloneBody;
 use tower_throttle::registry::{BackoffConfig, Feedback, LimitSource, RampupConfig};
 use tower_throttle::{BackoffLayer, Registry, ScopeConfig, ThrottleLayer};
 
@@ -324,7 +324,9 @@ async fn retries_go_through_the_throttle_and_wait_for_the_backed_off_delay() {
     let registry = Registry::builder().default_scope(exact(1)).build().unwrap();
     let inner = Scripted::new([503]);
     let service = ServiceBuilder::new()
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(RetryLayer::new(
+            BackoffLayer::new(registry.clone()).retry_policy(3),
+        ))
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(BackoffLayer::new(registry.clone()))
         .service(inner.clone());
@@ -342,7 +344,9 @@ async fn retries_are_bounded() {
     let registry = Registry::builder().default_scope(exact(1)).build().unwrap();
     let inner = Scripted::new([503; 10]);
     let service = ServiceBuilder::new()
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 2)))
+        .layer(RetryLayer::new(
+            BackoffLayer::new(registry.clone()).retry_policy(2),
+        ))
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(BackoffLayer::new(registry.clone()))
         .service(inner.clone());
@@ -370,7 +374,9 @@ async fn a_request_whose_body_cannot_be_copied_is_not_retried() {
     let registry = Registry::builder().default_scope(exact(1)).build().unwrap();
     let inner = Scripted::new([503]);
     let service = ServiceBuilder::new()
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(RetryLayer::new(
+            BackoffLayer::new(registry.clone()).retry_policy(3),
+        ))
         .layer(ThrottleLayer::new(registry.clone()))
         .service(inner.clone());
     let request = http::Request::get("https://site.example/")
@@ -635,7 +641,9 @@ where
     S: Service<http::Request<String>, Response = http::Response<()>, Error = Infallible> + Clone,
 {
     ServiceBuilder::new()
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(RetryLayer::new(
+            BackoffLayer::new(registry.clone()).retry_policy(3),
+        ))
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(BackoffLayer::new(registry.clone()).on_response(upstream_status))
         .service(api)
@@ -681,7 +689,9 @@ async fn without_a_backoff_layer_the_retry_falls_back_to_the_scope_status_rule()
         .unwrap();
     let inner = Scripted::new([418, 503]);
     let service = ServiceBuilder::new()
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(RetryLayer::new(
+            BackoffLayer::new(registry.clone()).retry_policy(3),
+        ))
         .layer(ThrottleLayer::new(registry.clone()))
         .service(inner.clone());
     let response = service.oneshot(payload()).await.unwrap();
@@ -705,8 +715,9 @@ async fn a_body_cloning_closure_makes_a_foreign_body_retryable() {
         seen.lock().unwrap().push(request.body().clone());
         inner.clone().oneshot(request)
     });
-    let policy =
-        BackoffRetry::new(registry.clone(), 3).clone_body_with(|body: &ForeignBody| Some(body.clone()));
+    let policy = BackoffLayer::new(registry.clone())
+        .retry_policy(3)
+        .clone_body_with(|body: &ForeignBody| Some(body.clone()));
     let service = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
         .layer(ThrottleLayer::new(registry.clone()))
@@ -759,7 +770,9 @@ async fn the_layers_retry_policy_judges_errors_with_the_layers_hook() {
     });
     // The default rule does not know this error: no retry.
     let plain = ServiceBuilder::new()
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(RetryLayer::new(
+            BackoffLayer::new(registry.clone()).retry_policy(3),
+        ))
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(backoff.clone())
         .service(flaky.clone());

@@ -34,9 +34,7 @@ use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_test::mock::{self, Handle};
 #[cfg(feature = "robots")]
 use tower_throttle::RobotsDelayLayer;
-use tower_throttle::{
-    backoff::BackoffRetry, BackoffLayer, Registry, RetryAfterLayer, ScopeConfig, Scopes, ThrottleLayer,
-};
+use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, ScopeConfig, Scopes, ThrottleLayer};
 
 type Request = http::Request<()>;
 type Response = http::Response<String>;
@@ -51,7 +49,7 @@ fn get_in(scope: &str, path: &str) -> Request {
     let mut request = http::Request::get(format!("http://{scope}{path}"))
         .body(())
         .unwrap();
-    request.extensions_mut().insert(Scopes::one(scope));
+    request.extensions_mut().insert(Scopes::from(scope));
     request
 }
 
@@ -346,7 +344,7 @@ mod throttle_waiting {
         let start = Instant::now();
         let registry = delayed_registry();
         let (mut service, mut handle) = mock::spawn_layer::<Request, Response, _>(
-            ThrottleLayer::new(registry.clone()).fixed_scope(Scopes::one("site.example")),
+            ThrottleLayer::new(registry.clone()).fixed_scope(Scopes::from("site.example")),
         );
         assert_ready_ok!(service.poll_ready());
         let first = tokio::spawn(service.call(get("/1")));
@@ -428,7 +426,9 @@ mod retry {
         let registry = open_registry();
         let (mock, mut handle) = mock::pair::<Request, Response>();
         let service = ServiceBuilder::new()
-            .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+            .layer(RetryLayer::new(
+                BackoffLayer::new(registry.clone()).retry_policy(3),
+            ))
             .layer(ThrottleLayer::new(registry.clone()))
             .layer(BackoffLayer::new(registry.clone()))
             .service(mock);
@@ -457,7 +457,9 @@ mod retry {
         let registry = open_registry();
         let (mock, mut handle) = mock::pair::<Request, Response>();
         let service = ServiceBuilder::new()
-            .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+            .layer(RetryLayer::new(
+                BackoffLayer::new(registry.clone()).retry_policy(3),
+            ))
             .layer(ThrottleLayer::new(registry.clone()))
             .service(mock);
         let response = tokio::spawn(service.oneshot(get("/flaky")));

@@ -295,7 +295,7 @@ async fn every_site_is_crawled_once_robots_txt_is_known() {
         let waited_on = match summary::top_wait_cause(&run, index) {
             Some((cause, share)) => {
                 assert!(share > 0.0 && share <= 1.0 + 1e-9, "{line}");
-                format!(" {} {:.0}%", cause.as_str(), share * 100.0)
+                format!(" {cause} {:.0}%", share * 100.0)
             }
             None => " -".to_owned(),
         };

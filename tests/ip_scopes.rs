@@ -228,10 +228,12 @@ async fn requests_carry_their_server_and_scope() {
     let registry = Registry::builder().build().unwrap();
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let record = seen.clone();
+    let resolver = FixedResolver::new();
+    resolver.set("books.example", [[203, 0, 113, 7]]);
     let client = ServiceBuilder::new()
         .layer(
             IpScopeLayer::builder(registry.clone())
-                .resolver(FixedResolver::new().with("books.example", [[203, 0, 113, 7]]))
+                .resolver(resolver)
                 .ipv4_prefix(24)
                 .build()
                 .unwrap(),
@@ -301,7 +303,8 @@ impl Resolve for Counting {
 /// requests then go to (and are throttled for) the new address.
 #[tokio::test(start_paused = true)]
 async fn lookups_are_shared_cached_and_renewed_after_their_ttl() {
-    let fixed = FixedResolver::new().with("books.example", [[127, 0, 0, 2]]);
+    let fixed = FixedResolver::new();
+    fixed.set("books.example", [[127, 0, 0, 2]]);
     let lookups = Arc::new(AtomicUsize::new(0));
     let resolver = Counting {
         inner: fixed.clone(),

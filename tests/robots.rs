@@ -862,7 +862,7 @@ async fn a_page_that_waited_for_robots_txt_says_so_on_its_response() {
     });
     let response = client.oneshot(get(PAGES[0])).await.unwrap();
     assert_eq!(site.pages.millis(), vec![3500]);
-    let waited = Waited::of(&response);
+    let waited = Waited::from_extensions(response.extensions());
     assert_eq!(
         waited.causes().collect::<Vec<_>>(),
         [

@@ -55,7 +55,7 @@ where
     registry.set_scope("settle.soak", free).unwrap();
     for _ in 0..soak.scopes / 4 {
         let mut request = http::Request::new(1);
-        request.extensions_mut().insert(Scopes::one("settle.soak"));
+        request.extensions_mut().insert(Scopes::from("settle.soak"));
         client.ready().await.unwrap().call(request).await.unwrap();
     }
 }
@@ -103,7 +103,7 @@ async fn run(soak: &Soak, seed: u64) -> Tally {
         let mut request = http::Request::new(draw);
         request
             .extensions_mut()
-            .insert(Scopes::one(format!("s{}.soak", rng.usize(..soak.scopes))));
+            .insert(Scopes::from(format!("s{}.soak", rng.usize(..soak.scopes))));
         // Dropped before the inner service could answer even if it was
         // sent at once: while waiting or in flight.
         let cancel_after = (rng.u8(..100) < 5).then(|| Duration::from_millis(rng.u64(..=draw % 500)));

@@ -101,10 +101,9 @@ async fn a_request_sent_at_once_carries_no_record_and_reads_as_no_wait() {
     let client = ThrottleLayer::new(registry).layer(answering());
     let response = client.oneshot(get("http://a.test/")).await.unwrap();
     assert!(response.extensions().get::<Waited>().is_none());
-    let waited = Waited::of(&response);
+    let waited = Waited::from_extensions(response.extensions());
     assert_eq!(waited.total(), Duration::ZERO);
     assert_eq!(waited.causes().count(), 0);
-    assert_eq!(waited.top_cause(), None);
     assert_eq!(waited.attempts(), 1);
 }
 
@@ -123,7 +122,7 @@ async fn one_scope_with_a_delay_of_one_second_the_second_request_waits_one_secon
             client
                 .oneshot(get(uri))
                 .await
-                .map(|response| Waited::of(&response))
+                .map(|response| Waited::from_extensions(response.extensions()))
         }
     };
     let (first, second) = join(waited_for("http://a.test/1"), waited_for("http://a.test/2")).await;
@@ -155,7 +154,7 @@ async fn a_429_with_retry_after_5_holds_the_next_request_5_seconds() {
         .unwrap();
     let response = client.clone().oneshot(refused).await.unwrap();
     assert_eq!(response.status(), 429);
-    let waited = Waited::of(&client.oneshot(get("http://a.test/2")).await.unwrap());
+    let waited = Waited::from_extensions(client.oneshot(get("http://a.test/2")).await.unwrap().extensions());
     assert_eq!(waited.total(), Duration::from_secs(5));
     assert_eq!(
         parts(&waited),
@@ -179,7 +178,7 @@ async fn lanes_busy_for_300_ms_then_the_delay_left_of_200_ms() {
         client.clone().oneshot(get("http://a.test/2")),
     )
     .await;
-    let waited = Waited::of(&second.unwrap());
+    let waited = Waited::from_extensions(second.unwrap().extensions());
     assert_eq!(
         parts(&waited),
         [
@@ -204,7 +203,13 @@ async fn a_multi_scope_request_held_by_its_second_scope_is_attributed_to_that_sc
         request
     };
     client.clone().oneshot(with_scopes(&["slow"])).await.unwrap();
-    let waited = Waited::of(&client.oneshot(with_scopes(&["fast", "slow"])).await.unwrap());
+    let waited = Waited::from_extensions(
+        client
+            .oneshot(with_scopes(&["fast", "slow"]))
+            .await
+            .unwrap()
+            .extensions(),
+    );
     assert_eq!(
         parts(&waited),
         [(
@@ -230,7 +235,7 @@ async fn a_request_behind_a_full_global_limit_waits_on_global_concurrency() {
     )
     .await;
     assert_eq!(
-        parts(&Waited::of(&second.unwrap())),
+        parts(&Waited::from_extensions(second.unwrap().extensions())),
         [(
             WaitCause::GlobalConcurrency,
             Some(LimitSource::MaxConcurrency),
@@ -265,7 +270,7 @@ async fn a_request_without_a_queue_place_waits_on_the_queue_then_on_its_scope() 
     assert_eq!(start.elapsed(), Duration::from_secs(2));
     first.await.unwrap().unwrap();
     second.await.unwrap().unwrap();
-    let waited = Waited::of(&third);
+    let waited = Waited::from_extensions(third.extensions());
     assert_eq!(
         parts(&waited),
         [
@@ -289,7 +294,7 @@ async fn a_quota_spent_holds_the_next_request_until_its_window_ends() {
     let client = ThrottleLayer::new(registry).layer(answering());
     client.clone().oneshot(get("http://a.test/1")).await.unwrap();
     sleep(Duration::from_secs(4)).await;
-    let waited = Waited::of(&client.oneshot(get("http://a.test/2")).await.unwrap());
+    let waited = Waited::from_extensions(client.oneshot(get("http://a.test/2")).await.unwrap().extensions());
     assert_eq!(
         parts(&waited),
         [(WaitCause::Quota, Some(LimitSource::Quota), Duration::from_secs(6))]
@@ -308,7 +313,7 @@ async fn the_fifth_request_behind_a_delay_waits_on_the_delay_for_all_four_gaps()
         let client = client.clone();
         async move {
             let response = client.oneshot(get(&format!("http://a.test/{i}"))).await;
-            Waited::of(&response.unwrap())
+            Waited::from_extensions(response.unwrap().extensions())
         }
     }))
     .await;
@@ -356,7 +361,7 @@ async fn a_retried_request_tells_its_attempts_and_the_time_of_the_earlier_ones()
         .service(inner);
     let response = client.oneshot(get("http://a.test/")).await.unwrap();
     assert_eq!(response.status(), 200);
-    let waited = Waited::of(&response);
+    let waited = Waited::from_extensions(response.extensions());
     assert_eq!(waited.attempts(), 2);
     assert_eq!(waited.earlier_attempts(), 100 * MS);
     // The last attempt waited for the hold the 429 set, from its answer.
@@ -385,7 +390,7 @@ async fn a_cold_scope_waits_for_its_first_answer_then_for_the_delay() {
     )
     .await;
     assert_eq!(
-        parts(&Waited::of(&second.unwrap())),
+        parts(&Waited::from_extensions(second.unwrap().extensions())),
         [
             (WaitCause::Delay, Some(LimitSource::Config), 200 * MS),
             (WaitCause::Departure, None, 200 * MS),
@@ -411,7 +416,13 @@ async fn pacing_to_an_announced_policy_is_its_own_cause() {
         .unwrap()
         .pacing_delay
         .expect("paced");
-    let waited = Waited::of(&client.oneshot(get("http://api.test/2")).await.unwrap());
+    let waited = Waited::from_extensions(
+        client
+            .oneshot(get("http://api.test/2"))
+            .await
+            .unwrap()
+            .extensions(),
+    );
     assert_eq!(
         parts(&waited),
         [(WaitCause::Pacing, Some(LimitSource::RateLimitPolicy), pacing)]
@@ -434,7 +445,7 @@ async fn a_worker_held_by_the_fleets_store_waits_on_the_store() {
     };
     let (one, two) = (worker(), worker());
     one.oneshot(get("http://site.test/1")).await.unwrap();
-    let waited = Waited::of(&two.oneshot(get("http://site.test/2")).await.unwrap());
+    let waited = Waited::from_extensions(two.oneshot(get("http://site.test/2")).await.unwrap().extensions());
     assert_eq!(waited.total(), Duration::from_secs(1));
     assert_eq!(
         parts(&waited),
@@ -467,14 +478,17 @@ async fn requests_pass_a_waiter_another_scope_holds_without_waiting() {
         .map(|_| {
             let client = client.clone();
             let request = with_scopes(&["a"]);
-            async move { Waited::of(&client.oneshot(request).await.unwrap()).total() }
+            async move {
+                let response = client.oneshot(request).await.unwrap();
+                Waited::from_extensions(response.extensions()).total()
+            }
         })
         .collect();
     let waits: Vec<Duration> = futures::future::join_all(passing).await;
     assert_eq!(waits, [Duration::ZERO; 40]);
     // `x` itself waited on `b`'s delay.
     assert_eq!(
-        parts(&Waited::of(&x.await.unwrap().unwrap())),
+        parts(&Waited::from_extensions(x.await.unwrap().unwrap().extensions())),
         [(
             WaitCause::Delay,
             Some(LimitSource::Config),

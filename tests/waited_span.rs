@@ -57,7 +57,10 @@ async fn the_requests_span_carries_the_breakdown_of_its_wait() {
         client.clone().oneshot(get("http://a.test/2")),
     )
     .await;
-    assert_eq!(Waited::of(&second.unwrap()).total(), Duration::from_secs(1));
+    assert_eq!(
+        Waited::from_extensions(second.unwrap().extensions()).total(),
+        Duration::from_secs(1)
+    );
     let recorded = fields.0.lock().unwrap().clone();
     // The first request went at once: its span says it waited 0 ms.
     assert_eq!(

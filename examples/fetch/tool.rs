@@ -24,7 +24,7 @@ use tower_throttle::connect::{PinServerLayer, PinnedConnector};
 use tower_throttle::ip::IpScopeLayer;
 use tower_throttle::redirect::{FailOnLoops, FollowRedirectLayer};
 use tower_throttle::throttle::ThrottledBody;
-use tower_throttle::waited::Waited;
+use tower_throttle::waited::{WaitCause, Waited};
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -228,7 +228,10 @@ where
             let outcome = response.await.map_err(|err| error_chain(&*err));
             let finished = Instant::now();
             // The throttle's own account of the wait, on the response head.
-            let waited = outcome.as_ref().ok().map(Waited::of);
+            let waited = outcome
+                .as_ref()
+                .ok()
+                .map(|response| Waited::from_extensions(response.extensions()));
             let outcome = match outcome {
                 Ok(response) => count_body(response).await,
                 Err(err) => Err(err),
@@ -302,7 +305,7 @@ impl Fetched {
     ///
     /// `waited`: the throttle's breakdown of the wait by cause, from the
     /// response's [`Waited`], in milliseconds keyed by
-    /// [`WaitCause::as_str`](tower_throttle::waited::WaitCause::as_str)
+    /// each [`WaitCause`]'s name, as it displays
     /// (each cause summed over its sources); `{}` when the request went at
     /// once, `null` when no response came. It is not a split of
     /// `waited_ms`, which the tool measures itself: the record covers the
@@ -348,12 +351,17 @@ impl Fetched {
 /// `{"delay": 812.0, "lanes": 40.0}`: each cause of `waited`, summed over
 /// its sources (keys in serde_json's order, by name).
 fn by_cause(waited: &Waited, millis: impl Fn(Duration) -> Value) -> Value {
-    let mut causes = Map::new();
-    for (cause, _, _) in waited.causes() {
-        causes
-            .entry(cause.as_str())
-            .or_insert_with(|| millis(waited.of_cause(cause)));
+    let mut sums: Vec<(WaitCause, Duration)> = Vec::new();
+    for (cause, _, time) in waited.causes() {
+        match sums.iter_mut().find(|(known, _)| *known == cause) {
+            Some((_, sum)) => *sum += time,
+            None => sums.push((cause, time)),
+        }
     }
+    let causes: Map<String, Value> = sums
+        .into_iter()
+        .map(|(cause, time)| (cause.to_string(), millis(time)))
+        .collect();
     Value::Object(causes)
 }
 

@@ -290,28 +290,6 @@ impl RegistryConfig {
         builder.build().map_err(|err| ConfigFileError::invalid("", &err))
     }
 
-    /// The config of every scope without its own.
-    pub fn default_scope(&self) -> &ScopeConfig {
-        &self.default_scope
-    }
-
-    /// The config of IP scopes without their own (`[ip_scopes]`; see
-    /// [`RegistryBuilder::ip_scopes`]), if set.
-    pub fn ip_scopes(&self) -> Option<&ScopeConfig> {
-        self.ip_scopes.as_ref()
-    }
-
-    /// The config of scope `key`, if it has its own (with the settings it
-    /// inherits filled in).
-    pub fn scope(&self, key: &str) -> Option<&ScopeConfig> {
-        self.scopes.get(key)
-    }
-
-    /// Every scope with its own config, sorted by key.
-    pub fn scopes(&self) -> impl Iterator<Item = (&str, &ScopeConfig)> {
-        self.scopes.iter().map(|(key, config)| (key.as_str(), config))
-    }
-
     fn checked(config: RegistryConfig) -> Result<Self, ConfigFileError> {
         config.validate()?;
         Ok(config)

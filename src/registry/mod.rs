@@ -737,17 +737,18 @@ impl Registry {
     /// [`max_hold`](RegistryBuilder::max_hold) (1 h by default; a longer
     /// one is capped with a warning) and never shortens a longer one
     /// already active. This is the call rate-limit feedback (Retry-After,
-    /// RateLimit resets) uses.
+    /// RateLimit resets) uses; to hold until an instant, pass the time
+    /// left until it.
+    ///
+    /// With a [scope store](crate::store), the hold is written to the store
+    /// too (in the background), so every worker of the fleet holds.
     pub fn hold(&self, key: impl Into<Scope>, duration: Duration) {
         let now = Instant::now();
         self.hold_until(key, saturating_add(now, duration));
     }
 
     /// Holds scope `key` until `until`. See [`hold`](Self::hold).
-    ///
-    /// With a [scope store](crate::store), the hold is written to the store
-    /// too (in the background), so every worker of the fleet holds.
-    pub fn hold_until(&self, key: impl Into<Scope>, until: Instant) {
+    fn hold_until(&self, key: impl Into<Scope>, until: Instant) {
         let key = key.into();
         let held = self.with_scope_at(key.as_str(), false, None, |scheduler, now, wake| {
             scheduler.hold(&key, until, now, wake);
