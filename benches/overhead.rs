@@ -71,6 +71,7 @@
 //! ```
 
 use std::time::{Duration, Instant};
+use tower_throttle::throttle::ThrottledBody;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use tower::{Service, ServiceExt};
@@ -144,9 +145,10 @@ const SCALING_SCOPES: usize = 10_000;
 /// Runs `iters` requests split over `threads` OS threads, each driving its
 /// own clone of one of `services` (thread `t` the `t`-th, round the list)
 /// on a current-thread runtime; returns the wall time for all of them.
-fn drive_threads<S>(services: &[S], uris: &[http::Uri], iters: u64, threads: u64) -> Duration
+fn drive_threads<S, B>(services: &[S], uris: &[http::Uri], iters: u64, threads: u64) -> Duration
 where
-    S: Service<http::Request<()>, Response = http::Response<()>> + Clone + Send,
+    S: Service<http::Request<()>, Response = http::Response<B>> + Clone + Send,
+    B: Send + 'static,
     S::Error: std::fmt::Debug,
 {
     let start = std::sync::Barrier::new(threads as usize + 1);
@@ -199,7 +201,18 @@ struct Workload<B> {
 /// The services the workloads drive: one type (enums, no boxing), so the
 /// workloads are a list: the bare service or the governor peer, or the
 /// throttle.
-type ScalingService<B> = tower::util::Either<tower::util::Either<B, Peer<B>>, tower_throttle::Throttle<B>>;
+type ScalingService<B> = tower::util::Either<tower::util::Either<B, Peer<B>>, Throttled<B>>;
+
+/// The throttle, its response's body unwrapped to the peers' type (which
+/// ends the request, as dropping the response would).
+type Throttled<B> =
+    tower::util::MapResponse<tower_throttle::Throttle<B>, fn(ThrottledResponse) -> http::Response<()>>;
+
+type ThrottledResponse = http::Response<tower_throttle::throttle::ThrottledBody<()>>;
+
+fn unwrap_body(response: ThrottledResponse) -> http::Response<()> {
+    response.map(tower_throttle::throttle::ThrottledBody::into_inner)
+}
 
 /// The peers of the scaling workloads: governor's keyed limiter, or the
 /// least a registry of locked shards does.
@@ -281,7 +294,8 @@ fn throttled_workloads<B: Clone>(
 ) -> Vec<Workload<B>> {
     let throttled = |registry: RegistryBuilder| {
         let registry = tweak(registry).build().unwrap();
-        tower::util::Either::Right(ThrottleLayer::new(registry).layer_service(bare()))
+        let throttle = ThrottleLayer::new(registry).layer_service(bare());
+        tower::util::Either::Right(tower::util::MapResponse::new(throttle, unwrap_body as fn(_) -> _))
     };
     let workload = |name: &str, builders: Vec<RegistryBuilder>, uris| Workload {
         name: format!("{name}{suffix}"),
@@ -534,9 +548,10 @@ const BACKLOG_LANES: usize = 64;
 /// Spawns `count` requests at once on the current thread, each a task
 /// calling its own clone of `service`, and waits for them all: a backlog
 /// far deeper than the lanes, so nearly every request waits.
-async fn drive_backlog<S>(service: &S, uri: &http::Uri, count: usize) -> Duration
+async fn drive_backlog<S, B>(service: &S, uri: &http::Uri, count: usize) -> Duration
 where
-    S: Service<http::Request<()>, Response = http::Response<()>> + Clone + 'static,
+    S: Service<http::Request<()>, Response = http::Response<B>> + Clone + 'static,
+    B: Send + 'static,
     S::Error: std::fmt::Debug,
 {
     let tasks = tokio::task::LocalSet::new();
@@ -575,8 +590,9 @@ fn yielding(
 /// in `poll_ready`).
 fn backlog_throttle(
     count: usize,
-) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = tower::BoxError> + Clone + 'static
-{
+) -> impl Service<http::Request<()>, Response = http::Response<ThrottledBody<()>>, Error = tower::BoxError>
+       + Clone
+       + 'static {
     let lanes = BACKLOG_LANES as u32;
     let registry = Registry::builder()
         .max_concurrency(lanes)
@@ -660,7 +676,7 @@ fn backlog(c: &mut Criterion) {
 
 /// `iters` requests as backlogs of `depth`, timed per request and scaled
 /// to `iters` (criterion's contract for `iter_custom`).
-fn backlog_per_request<S>(
+fn backlog_per_request<S, B>(
     runtime: &tokio::runtime::Runtime,
     service: &S,
     uri: &http::Uri,
@@ -668,7 +684,8 @@ fn backlog_per_request<S>(
     iters: u64,
 ) -> Duration
 where
-    S: Service<http::Request<()>, Response = http::Response<()>> + Clone + 'static,
+    S: Service<http::Request<()>, Response = http::Response<B>> + Clone + 'static,
+    B: Send + 'static,
     S::Error: std::fmt::Debug,
 {
     let batches = iters.div_ceil(depth as u64).max(1);

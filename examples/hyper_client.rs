@@ -48,7 +48,8 @@ async fn main() -> Result<(), BoxError> {
         .build()?;
     // The site is on loopback: `localhost` is pinned to it here. A crawler
     // of the web keeps the default, the system's resolver.
-    let resolver = FixedResolver::new().with("localhost", [addr.ip()]);
+    let resolver = FixedResolver::new();
+    resolver.set("localhost", [addr.ip()]);
     let backoff = BackoffLayer::new(registry.clone());
     let mut client = ServiceBuilder::new()
         .layer(RetryLayer::new(backoff.retry_policy(2)))

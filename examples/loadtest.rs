@@ -986,15 +986,18 @@ impl Target {
     /// Sends `request` and reads the whole body, so the connection goes back
     /// to the pool.
     async fn fetch(self, request: Request) -> Result<(), BoxError> {
-        let response = match self {
-            Target::Throttled(throttle) => MarkPolls::new(throttle.oneshot(request)).await?,
-            Target::Bare { client, permits } => {
-                // Held until the response head, as a throttle lane is.
-                let _permit = permits.acquire_owned().await?;
-                MarkPolls::new(client.oneshot(request)).await?
+        match self {
+            Target::Throttled(throttle) => {
+                let response = MarkPolls::new(throttle.oneshot(request)).await?;
+                response.into_body().collect().await?;
             }
-        };
-        response.into_body().collect().await?;
+            Target::Bare { client, permits } => {
+                // Held until the body is read, as a throttle lane is.
+                let _permit = permits.acquire_owned().await?;
+                let response = MarkPolls::new(client.oneshot(request)).await?;
+                response.into_body().collect().await?;
+            }
+        }
         Ok(())
     }
 }
@@ -1263,9 +1266,11 @@ fn load_client(
     if !reuse_connections {
         builder.pool_max_idle_per_host(0);
     }
+    let client: HyperClient = builder.build(StampingConnector::new(connector));
     StampDepartures {
         inner: ClientSide {
-            client: departure_stamps.layer(builder.build(StampingConnector::new(connector))),
+            stamped: departure_stamps.layer(client.clone()),
+            bare: client,
             write_stamps: mode != HAND_OVER,
         },
         log,
@@ -1277,7 +1282,9 @@ fn load_client(
 /// unstamped and the departure is the hand-over.
 #[derive(Clone)]
 struct ClientSide {
-    client: DepartureStamp<HyperClient>,
+    stamped: DepartureStamp<HyperClient>,
+    /// The same client (a clone shares its pool), without the stamps.
+    bare: HyperClient,
     write_stamps: bool,
 }
 
@@ -1287,14 +1294,18 @@ impl Service<Request> for ClientSide {
     type Future = <HyperClient as Service<http::Request<StampedBody<Full<Bytes>>>>>::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.client.poll_ready(cx)
+        if self.write_stamps {
+            self.stamped.poll_ready(cx)
+        } else {
+            self.bare.poll_ready(cx)
+        }
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
         if self.write_stamps {
-            self.client.call(request)
+            self.stamped.call(request)
         } else {
-            self.client.get_mut().call(request.map(StampedBody::unstamped))
+            self.bare.call(request.map(StampedBody::unstamped))
         }
     }
 }

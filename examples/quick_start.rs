@@ -3,14 +3,13 @@
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+use tower_throttle::redirect::{FailOnLoops, FollowRedirectLayer};
 use tower_throttle::reqwest::{HttpClient, ReqwestLayer};
 use tower_throttle::{Registry, ScopeConfig, ThrottleLayer, Waited};
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
-
 #[tokio::main]
-async fn main() -> Result<(), Error> {
+async fn main() -> Result<(), BoxError> {
     let mut urls: Vec<String> = std::env::args().skip(1).collect();
     if urls.is_empty() {
         for page in 1..=4 {
@@ -22,7 +21,7 @@ async fn main() -> Result<(), Error> {
 }
 
 /// Sends every request at once; the throttle decides when each one leaves.
-pub async fn crawl(urls: Vec<String>) -> Result<(), Error> {
+pub async fn crawl(urls: Vec<String>) -> Result<(), BoxError> {
     // One scope per host, each: 1 lane, 500 ms between sends, ±50 % jitter.
     // `delay_per_slot` is the gap between two sends on the same lane, 1 s by
     // default: without the ZERO below, one lane still sends once a second.
@@ -33,9 +32,14 @@ pub async fn crawl(urls: Vec<String>) -> Result<(), Error> {
                 .delay_per_slot(Duration::ZERO),
         )
         .build()?;
-    let http = reqwest::Client::new();
+    // Redirects are followed above the throttle, so each hop waits its turn.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
     let mut client = ServiceBuilder::new()
         .layer(ReqwestLayer::new()) // reqwest::Request in, reqwest::Response out
+        .layer(FollowRedirectLayer::with_policy(FailOnLoops::new(10)))
+        .map_err(BoxError::from)
         .layer(ThrottleLayer::new(registry.clone()))
         .service(HttpClient::new(http.clone()));
 

@@ -33,6 +33,9 @@ async fn main() -> Result<(), BoxError> {
     // site resolves to the loopback server).
     let http = reqwest::Client::builder()
         .no_proxy()
+        // Redirects are followed through the stack, never inside the
+        // client, where no scope would admit them.
+        .redirect(reqwest::redirect::Policy::none())
         .resolve(SITES[0], addr)
         .resolve(SITES[1], addr)
         .build()?;

@@ -40,7 +40,6 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::retry::RetryLayer;
 use tower::{ServiceBuilder, ServiceExt};
-use tower_throttle::backoff::BackoffRetry;
 use tower_throttle::registry::BackoffConfig;
 use tower_throttle::{
     BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ScopeConfig, Scopes, ThrottleLayer,
@@ -213,12 +212,13 @@ async fn soak(options: Options) -> bool {
 
     let registry = registry(&options);
     let http = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let backoff = BackoffLayer::new(registry.clone());
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 2)))
+        .layer(RetryLayer::new(backoff.retry_policy(2)))
         .layer(RobotsDelayLayer::new(registry.clone()).user_agent("soak/1.0"))
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(RetryAfterLayer::new(registry.clone()))
-        .layer(BackoffLayer::new(registry.clone()))
+        .layer(backoff)
         .service(http);
 
     let tally = Arc::new(Tally::default());
@@ -238,7 +238,7 @@ async fn soak(options: Options) -> bool {
             .unwrap();
         request
             .extensions_mut()
-            .insert(Scopes::one(scope_name(rng.usize(..options.scopes))));
+            .insert(Scopes::from(scope_name(rng.usize(..options.scopes))));
         let cancel_after = (rng.u8(..100) < 5).then(|| Duration::from_micros(rng.u64(..2_000)));
         let response = client.clone().oneshot(request);
         let tally = tally.clone();

@@ -107,6 +107,9 @@ mod error;
 pub mod ip;
 mod parse;
 mod readiness;
+#[cfg(feature = "follow-redirect")]
+#[cfg_attr(docsrs, doc(cfg(feature = "follow-redirect")))]
+pub mod redirect;
 pub mod registry;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
@@ -154,6 +157,14 @@ mod doc_pages {
     pub struct Performance;
     #[doc = include_str!("../docs/quotas.md")]
     pub struct Quotas;
+    #[cfg(all(
+        feature = "follow-redirect",
+        feature = "robots",
+        feature = "hyper-util",
+        feature = "reqwest"
+    ))]
+    #[doc = include_str!("../docs/transfers-and-redirects.md")]
+    pub struct TransfersAndRedirects;
     #[doc = include_str!("../docs/why-waited.md")]
     pub struct WhyWaited;
 }

@@ -44,6 +44,24 @@
 //! The full stack (robots.txt, Retry-After, backoff and retries) goes
 //! between the same two adapters; `examples/reqwest.rs` shows it.
 //!
+//! # Transfers and redirects
+//!
+//! A request keeps its lanes until the `reqwest::Response`'s body has been
+//! read to the end (`text()`, `bytes()`, `chunk()` until `None`) or the
+//! response is dropped: the site sees one transfer per lane.
+//!
+//! The adapter does not follow redirects, and its client must not either:
+//! build it with `redirect(reqwest::redirect::Policy::none())`
+//! ([`HttpClient::default`] does). A client that follows them sends each
+//! hop inside one call, where no scope admitted it. Following redirects
+//! in the adapter itself would have needed an error of its own for a loop
+//! (reqwest's `Error` cannot be made outside reqwest) and would have
+//! duplicated tower-http's `FollowRedirect`: put that layer, with the
+//! `redirect::FailOnLoops` policy (feature `follow-redirect`), between
+//! [`ReqwestLayer`] and the throttle instead, and every hop is a request
+//! of the stack, in the scope of the host it goes to; the quick start in
+//! the README shows it.
+//!
 //! # Why a tower adapter and not `reqwest-middleware`
 //!
 //! The layers need an inner service that is `Clone + 'static` (the throttle
@@ -90,6 +108,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::backoff::TryCloneBody;
+use crate::throttle::ThrottledBody;
 
 /// A `reqwest::Client` as a `Service<http::Request<B>>`, the inner service
 /// of this crate's layers. Any body reqwest accepts (`Into<reqwest::Body>`:
@@ -99,6 +118,17 @@ use crate::backoff::TryCloneBody;
 /// The response carries the URL it came from, so a `reqwest::Response`
 /// made from it (by [`ReqwestLayer`]) has the right `url()`.
 ///
+/// # Redirects
+///
+/// Give it a client built with `redirect(reqwest::redirect::Policy::none())`
+/// ([`HttpClient::default`] is one). A client that follows redirects
+/// itself (reqwest's default: up to 10) sends every hop inside one call,
+/// where no scope admitted it: a hop to another host, or back to the same
+/// one, skips the throttle. To follow redirects, put
+/// `redirect::FollowRedirectLayer` between [`ReqwestLayer`] and the throttle: each
+/// hop is then a request of the stack, in the scope of the host it goes
+/// to (see `docs/transfers-and-redirects.md`).
+///
 /// # Errors
 ///
 /// The `reqwest::Error` of the request; a URI that reqwest cannot parse is
@@ -107,7 +137,7 @@ use crate::backoff::TryCloneBody;
 /// # Clone
 ///
 /// A clone shares the client's connection pool.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct HttpClient {
     client: ::reqwest::Client,
 }
@@ -117,15 +147,17 @@ impl HttpClient {
     pub fn new(client: ::reqwest::Client) -> Self {
         HttpClient { client }
     }
+}
 
-    /// The client.
-    pub fn get_ref(&self) -> &::reqwest::Client {
-        &self.client
-    }
-
-    /// Unwraps the client.
-    pub fn into_inner(self) -> ::reqwest::Client {
-        self.client
+impl Default for HttpClient {
+    /// A client that follows no redirects (see [Redirects](Self#redirects)),
+    /// otherwise reqwest's defaults.
+    fn default() -> Self {
+        let client = ::reqwest::Client::builder()
+            .redirect(::reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        HttpClient::new(client)
     }
 }
 
@@ -216,31 +248,15 @@ pub struct Reqwest<S> {
     inner: S,
 }
 
-impl<S> Reqwest<S> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
-impl<S> Service<::reqwest::Request> for Reqwest<S>
+impl<S, B> Service<::reqwest::Request> for Reqwest<S>
 where
-    S: Service<http::Request<Body>, Response = http::Response<Body>>,
+    S: Service<http::Request<Body>, Response = http::Response<B>>,
     S::Error: From<::reqwest::Error>,
+    B: Into<Body>,
 {
     type Response = ::reqwest::Response;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, http::Response<Body>, ::reqwest::Response>;
+    type Future = ResponseFuture<S::Future, http::Response<B>, ::reqwest::Response>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -319,6 +335,20 @@ where
                 Poll::Ready(Err(E::from(error)))
             }
         }
+    }
+}
+
+/// A throttled response's body as reqwest's: the `reqwest::Response`
+/// keeps the request's lanes until its body is read to the end or the
+/// response is dropped (see [`ThrottledBody`]).
+impl<B> From<ThrottledBody<B>> for Body
+where
+    B: http_body::Body + Send + Sync + 'static,
+    B::Data: Into<bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn from(body: ThrottledBody<B>) -> Body {
+        Body::wrap(body)
     }
 }
 

@@ -2,8 +2,8 @@
 //! to the moment the inner service had it, broken down by cause.
 //!
 //! A response whose request waited carries a [`Waited`] in its
-//! extensions; read it with [`Waited::of`], which gives an empty record
-//! (zero, no cause) for a request that went at once.
+//! extensions; read it with [`Waited::from_extensions`], which gives an
+//! empty record (zero, no cause) for a request that went at once.
 //!
 //! ```
 //! use std::time::Duration;
@@ -23,11 +23,13 @@
 //!     }));
 //! let get = || http::Request::get("http://example.com/").body(()).unwrap();
 //! let first = client.clone().oneshot(get()).await?;
-//! assert_eq!(Waited::of(&first).total(), Duration::ZERO);
+//! assert_eq!(Waited::from_extensions(first.extensions()).total(), Duration::ZERO);
+//! drop(first); // a lane is busy until its response is read or dropped
 //! let second = client.oneshot(get()).await?;
-//! let waited = Waited::of(&second);
+//! let waited = Waited::from_extensions(second.extensions());
 //! assert_eq!(waited.total(), Duration::from_secs(1));
-//! assert_eq!(waited.of_cause(WaitCause::Delay), Duration::from_secs(1));
+//! let (cause, _source, time) = waited.causes().next().unwrap();
+//! assert_eq!((cause, time), (WaitCause::Delay, Duration::from_secs(1)));
 //! # Ok(())
 //! # }
 //! ```
@@ -61,15 +63,16 @@
 //!
 //! A request that goes at once (the common case) records nothing and its
 //! response carries no extension: adding one to every response would cost
-//! about 40 % of the throttle's own per-request work. [`Waited::of`]
-//! makes the two cases look alike.
+//! about 40 % of the throttle's own per-request work.
+//! [`Waited::from_extensions`] makes the two cases look alike.
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::registry::LimitSource;
 
-/// What a request waited on. See the [module docs](self).
+/// What a request waited on. See the [module docs](self). Displayed as
+/// its name in `snake_case` (`delay`, `other_scope`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum WaitCause {
@@ -110,9 +113,9 @@ pub enum WaitCause {
 }
 
 impl WaitCause {
-    /// The cause's name in `snake_case`: the label of the metrics and the
-    /// key of the fetch tool's JSON.
-    pub fn as_str(self) -> &'static str {
+    /// The cause's name in `snake_case` (what `Display` writes): the label
+    /// of the metrics.
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             WaitCause::Queue => "queue",
             WaitCause::GlobalConcurrency => "global_concurrency",
@@ -156,14 +159,10 @@ pub struct Waited {
 }
 
 impl Waited {
-    /// The record of `response`: the one the throttle (or a layer around
-    /// it) left in its extensions, or an empty one (zero, no cause) for a
-    /// request that went at once or did not go through a throttle.
-    pub fn of<B>(response: &http::Response<B>) -> Waited {
-        Self::from_extensions(response.extensions())
-    }
-
-    /// The record in `extensions`, or an empty one; see [`of`](Self::of).
+    /// The record in a response's `extensions` (of an `http::Response`, a
+    /// `reqwest::Response`, ...): the one the throttle (or a layer around
+    /// it) left there, or an empty one (zero, no cause) for a request that
+    /// went at once or did not go through a throttle.
     pub fn from_extensions(extensions: &http::Extensions) -> Waited {
         extensions.get::<Waited>().cloned().unwrap_or_default()
     }
@@ -183,7 +182,7 @@ impl Waited {
     }
 
     /// The time spent on `cause`, whatever its source.
-    pub fn of_cause(&self, cause: WaitCause) -> Duration {
+    pub(crate) fn of_cause(&self, cause: WaitCause) -> Duration {
         self.parts
             .iter()
             .filter(|(part, _, _)| *part == cause)
@@ -193,7 +192,7 @@ impl Waited {
 
     /// The cause the request waited on longest (summed over sources), and
     /// its time; `None` when it did not wait.
-    pub fn top_cause(&self) -> Option<(WaitCause, Duration)> {
+    pub(crate) fn top_cause(&self) -> Option<(WaitCause, Duration)> {
         let mut best: Option<(WaitCause, Duration)> = None;
         for (cause, _, _) in &self.parts {
             let time = self.of_cause(*cause);

@@ -7,13 +7,14 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tower_throttle::throttle::ThrottledBody;
 
 use futures::future::join_all;
 use support::{duplex_service, full_request, full_status, get};
 use tokio::time::Instant;
 use tower::retry::RetryLayer;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
-use tower_throttle::backoff::{BackoffRetry, TryCloneBody};
+use tower_throttle::backoff::TryCloneBody;
 use tower_throttle::registry::{BackoffConfig, Feedback, LimitSource, RampupConfig};
 use tower_throttle::{BackoffLayer, Registry, ScopeConfig, ThrottleLayer};
 
@@ -74,25 +75,30 @@ impl<B> Service<http::Request<B>> for Scripted {
 fn client(
     registry: &Registry,
     inner: Scripted,
-) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = Infallible, Future: Send> + Clone
-{
+) -> impl Service<
+    http::Request<()>,
+    Response = http::Response<ThrottledBody<()>>,
+    Error = Infallible,
+    Future: Send,
+> + Clone {
     ServiceBuilder::new()
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(BackoffLayer::new(registry.clone()))
         .service(inner)
 }
 
-async fn send_all<S>(service: &mut S, count: usize)
+async fn send_all<S, B>(service: &mut S, count: usize)
 where
-    S: Service<http::Request<()>, Response = http::Response<()>, Error = Infallible>,
+    S: Service<http::Request<()>, Response = http::Response<B>, Error = Infallible>,
+    B: Send + 'static,
     S::Future: Send + 'static,
 {
     let mut handles = Vec::new();
     for i in 0..count {
         service.ready().await.unwrap();
-        handles.push(tokio::spawn(
+        handles.push(tokio::spawn(support::dropped(
             service.call(get(&format!("https://site.example/{i}"))),
-        ));
+        )));
     }
     for handle in join_all(handles).await {
         handle.unwrap().unwrap();
@@ -318,7 +324,9 @@ async fn retries_go_through_the_throttle_and_wait_for_the_backed_off_delay() {
     let registry = Registry::builder().default_scope(exact(1)).build().unwrap();
     let inner = Scripted::new([503]);
     let service = ServiceBuilder::new()
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(RetryLayer::new(
+            BackoffLayer::new(registry.clone()).retry_policy(3),
+        ))
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(BackoffLayer::new(registry.clone()))
         .service(inner.clone());
@@ -336,7 +344,9 @@ async fn retries_are_bounded() {
     let registry = Registry::builder().default_scope(exact(1)).build().unwrap();
     let inner = Scripted::new([503; 10]);
     let service = ServiceBuilder::new()
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 2)))
+        .layer(RetryLayer::new(
+            BackoffLayer::new(registry.clone()).retry_policy(2),
+        ))
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(BackoffLayer::new(registry.clone()))
         .service(inner.clone());
@@ -364,7 +374,9 @@ async fn a_request_whose_body_cannot_be_copied_is_not_retried() {
     let registry = Registry::builder().default_scope(exact(1)).build().unwrap();
     let inner = Scripted::new([503]);
     let service = ServiceBuilder::new()
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(RetryLayer::new(
+            BackoffLayer::new(registry.clone()).retry_policy(3),
+        ))
         .layer(ThrottleLayer::new(registry.clone()))
         .service(inner.clone());
     let request = http::Request::get("https://site.example/")
@@ -457,7 +469,9 @@ where
     let mut handles = Vec::new();
     while Instant::now() < end {
         service.ready().await.unwrap();
-        handles.push(tokio::spawn(service.call(full_request("http://api.example/"))));
+        handles.push(tokio::spawn(support::dropped(
+            service.call(full_request("http://api.example/")),
+        )));
         if handles.len() >= 64 {
             // Keep a bounded backlog: wait for the oldest.
             handles.remove(0).await.unwrap().unwrap();
@@ -622,12 +636,14 @@ fn upstream_status(head: &tower_throttle::backoff::ResponseHead<'_>, config: &Ba
 fn retrying_upstream_status_stack<S>(
     registry: &Registry,
     api: S,
-) -> impl Service<http::Request<String>, Response = http::Response<()>, Error = tower::BoxError>
+) -> impl Service<http::Request<String>, Response = http::Response<ThrottledBody<()>>, Error = tower::BoxError>
 where
     S: Service<http::Request<String>, Response = http::Response<()>, Error = Infallible> + Clone,
 {
     ServiceBuilder::new()
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(RetryLayer::new(
+            BackoffLayer::new(registry.clone()).retry_policy(3),
+        ))
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(BackoffLayer::new(registry.clone()).on_response(upstream_status))
         .service(api)
@@ -673,7 +689,9 @@ async fn without_a_backoff_layer_the_retry_falls_back_to_the_scope_status_rule()
         .unwrap();
     let inner = Scripted::new([418, 503]);
     let service = ServiceBuilder::new()
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(RetryLayer::new(
+            BackoffLayer::new(registry.clone()).retry_policy(3),
+        ))
         .layer(ThrottleLayer::new(registry.clone()))
         .service(inner.clone());
     let response = service.oneshot(payload()).await.unwrap();
@@ -697,8 +715,9 @@ async fn a_body_cloning_closure_makes_a_foreign_body_retryable() {
         seen.lock().unwrap().push(request.body().clone());
         inner.clone().oneshot(request)
     });
-    let policy =
-        BackoffRetry::new(registry.clone(), 3).clone_body_with(|body: &ForeignBody| Some(body.clone()));
+    let policy = BackoffLayer::new(registry.clone())
+        .retry_policy(3)
+        .clone_body_with(|body: &ForeignBody| Some(body.clone()));
     let service = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
         .layer(ThrottleLayer::new(registry.clone()))
@@ -751,7 +770,9 @@ async fn the_layers_retry_policy_judges_errors_with_the_layers_hook() {
     });
     // The default rule does not know this error: no retry.
     let plain = ServiceBuilder::new()
-        .layer(RetryLayer::new(BackoffRetry::new(registry.clone(), 3)))
+        .layer(RetryLayer::new(
+            BackoffLayer::new(registry.clone()).retry_policy(3),
+        ))
         .layer(ThrottleLayer::new(registry.clone()))
         .layer(backoff.clone())
         .service(flaky.clone());

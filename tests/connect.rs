@@ -65,9 +65,11 @@ fn ip_scopes(resolver: &FixedResolver) -> (Registry, IpScopeLayer) {
 }
 
 /// Sends GET `uri` through `client`; the body.
-async fn body_of<S>(client: &mut S, uri: &str) -> Result<String, BoxError>
+async fn body_of<S, B>(client: &mut S, uri: &str) -> Result<String, BoxError>
 where
-    S: Service<http::Request<Full<Bytes>>, Response = http::Response<hyper::body::Incoming>>,
+    S: Service<http::Request<Full<Bytes>>, Response = http::Response<B>>,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
     S::Error: Into<BoxError>,
 {
     let request = http::Request::get(uri).body(Full::new(Bytes::new())).unwrap();
@@ -85,7 +87,8 @@ where
 #[tokio::test]
 async fn a_changed_resolution_connects_to_the_address_the_scope_was_throttled_for() {
     let port = two_servers_on_one_port();
-    let resolver = FixedResolver::new().with("site.test", [FIRST]);
+    let resolver = FixedResolver::new();
+    resolver.set("site.test", [FIRST]);
     let (registry, ip_layer) = ip_scopes(&resolver);
     let connector = PinnedConnector::new(HttpConnector::new());
     let mut client = ServiceBuilder::new()
@@ -119,7 +122,8 @@ async fn a_changed_resolution_connects_to_the_address_the_scope_was_throttled_fo
 #[tokio::test]
 async fn without_the_connector_the_clients_own_resolution_decides() {
     let port = two_servers_on_one_port();
-    let resolver = FixedResolver::new().with("site.test", [SECOND]);
+    let resolver = FixedResolver::new();
+    resolver.set("site.test", [SECOND]);
     let (registry, ip_layer) = ip_scopes(&resolver);
     let always_first = tower::service_fn(|_name: hyper_util::client::legacy::connect::dns::Name| {
         std::future::ready(Ok::<_, std::io::Error>(
@@ -170,9 +174,9 @@ async fn https_checks_the_names_certificate_on_the_pinned_address() {
         .enable_http1()
         .wrap_connector(PinnedConnector::new(http));
     // Two names on the server; its certificate is for one of them.
-    let resolver = FixedResolver::new()
-        .with("site.test", [FIRST])
-        .with("other.test", [FIRST]);
+    let resolver = FixedResolver::new();
+    resolver.set("site.test", [FIRST]);
+    resolver.set("other.test", [FIRST]);
     let (registry, ip_layer) = ip_scopes(&resolver);
     let mut client = ServiceBuilder::new()
         .layer(ip_layer)
@@ -247,7 +251,8 @@ async fn the_robots_txt_fetch_connects_to_the_pages_server() {
         },
     )
     .unwrap();
-    let resolver = FixedResolver::new().with("site.test", [FIRST]);
+    let resolver = FixedResolver::new();
+    resolver.set("site.test", [FIRST]);
     let (registry, ip_layer) = ip_scopes(&resolver);
     let mut client = ServiceBuilder::new()
         .layer(ip_layer)

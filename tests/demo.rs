@@ -87,11 +87,11 @@ async fn the_timeline_has_one_row_per_site_and_one_tick_per_send() {
         .descendants()
         .filter(|node| node.has_tag_name("g") && node.attribute("class") == Some("row"))
         .collect();
-    let sites = 6 + sites::SHARED_NAMES;
+    let sites = 7 + sites::SHARED_NAMES;
     assert_eq!(
         rows.len(),
         sites,
-        "one row per site (6 kinds × 1, and 20 names on one shared server)"
+        "one row per site (7 kinds × 1, and 20 names on one shared server)"
     );
     assert_eq!(run.sites.len(), sites);
     for (index, (row, site)) in rows.iter().zip(&run.sites).enumerate() {
@@ -206,7 +206,7 @@ async fn every_site_is_crawled_once_robots_txt_is_known() {
     let mut addresses: Vec<_> = servers.iter().map(|(_, ip)| *ip).collect();
     addresses.dedup();
     assert_eq!(addresses.len(), servers.len(), "each server on its own address");
-    assert_eq!(servers.len(), 7, "6 sites and one shared server");
+    assert_eq!(servers.len(), 8, "7 sites and one shared server");
     // The shared server's names together keep its IP scope's gap (the send
     // log stamps hand-overs, which the scope spaces by its delay at least).
     let mut shared: Vec<_> = (0..run.sites.len())
@@ -258,6 +258,27 @@ async fn every_site_is_crawled_once_robots_txt_is_known() {
         run.sends.windows(2).all(|pair| pair[0].at <= pair[1].at),
         "sends are recorded in order"
     );
+    // The moved site's pages answer 301 to the fast site: each hop is a
+    // send of the fast site, spaced by its scope like its own pages.
+    let site_of = |kind| run.sites.iter().position(|site| site.kind == kind).unwrap();
+    let (fast, moved) = (site_of(sites::Kind::Fast), site_of(sites::Kind::Moved));
+    assert_eq!(
+        run.sends_of(moved).count(),
+        1 + 4,
+        "moved: robots.txt and 4 pages"
+    );
+    let fast_sends: Vec<_> = run.sends_of(fast).map(|send| send.at).collect();
+    assert_eq!(
+        fast_sends.len(),
+        1 + 4 + 4,
+        "fast: robots.txt, its 4 pages and 4 hops"
+    );
+    // One lane, 250 ms ± 50 %: no two sends closer than 125 ms.
+    let closest = fast_sends.windows(2).map(|pair| pair[1] - pair[0]).min().unwrap();
+    assert!(
+        closest >= sites::DEFAULT_DELAY / 2,
+        "two sends to the fast site {closest:?} apart"
+    );
 
     let table = summary::table(&run);
     let lines: Vec<&str> = table.lines().collect();
@@ -274,7 +295,7 @@ async fn every_site_is_crawled_once_robots_txt_is_known() {
         let waited_on = match summary::top_wait_cause(&run, index) {
             Some((cause, share)) => {
                 assert!(share > 0.0 && share <= 1.0 + 1e-9, "{line}");
-                format!(" {} {:.0}%", cause.as_str(), share * 100.0)
+                format!(" {cause} {:.0}%", share * 100.0)
             }
             None => " -".to_owned(),
         };
@@ -314,7 +335,7 @@ fn flags_parse_and_bad_ones_are_named() {
     let error = |list: &[&str]| cli::parse(args(list)).expect_err("a bad command line");
     let zero = error(&["--sites", "0"]);
     assert!(
-        zero.contains("'0'") && zero.contains("--sites") && zero.contains("1..=35"),
+        zero.contains("'0'") && zero.contains("--sites") && zero.contains("1..=31"),
         "{zero}"
     );
     let many = error(&["--requests", "many"]);

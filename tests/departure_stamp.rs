@@ -97,7 +97,7 @@ where
 {
     client.clone().oneshot(request("/warm")).await.unwrap();
     tokio::time::sleep_until(Instant::now() + ms(1_000) - ms(arrivals.of("/warm") as u64)).await;
-    let slow = tokio::spawn(client.clone().oneshot(request("/slow")));
+    let slow = tokio::spawn(support::dropped(client.clone().oneshot(request("/slow"))));
     tokio::task::yield_now().await;
     client.oneshot(request("/next")).await.unwrap();
     slow.await.unwrap().unwrap();
@@ -202,7 +202,7 @@ async fn in_a_fleet_the_next_workers_gap_runs_from_the_write() {
     one.clone().oneshot(request("/warm-one")).await.unwrap();
     two.clone().oneshot(request("/warm-two")).await.unwrap();
     tokio::time::sleep_until(start + ms(1_000)).await;
-    let slow = tokio::spawn(one.oneshot(request("/slow")));
+    let slow = tokio::spawn(support::dropped(one.oneshot(request("/slow"))));
     tokio::task::yield_now().await;
     two.oneshot(request("/next")).await.unwrap();
     slow.await.unwrap().unwrap();
@@ -287,10 +287,14 @@ async fn hyper_utils_client_sends_the_stamped_requests_and_keeps_the_gaps() {
         let request = http::Request::post(format!("http://{addr}/"))
             .body(Full::new(Bytes::from(format!("body {index}"))))
             .unwrap();
-        service.clone().oneshot(request)
+        let service = service.clone();
+        // Each body read as it comes: an unread response keeps its lane.
+        async move {
+            let response = service.oneshot(request).await.unwrap();
+            response.into_body().collect().await.unwrap().to_bytes()
+        }
     });
-    for (index, response) in futures::future::join_all(sends).await.into_iter().enumerate() {
-        let body = response.unwrap().into_body().collect().await.unwrap().to_bytes();
+    for (index, body) in futures::future::join_all(sends).await.into_iter().enumerate() {
         assert_eq!(body, format!("body {index}"));
     }
     let mut seen = seen.lock().unwrap().clone();
@@ -436,7 +440,9 @@ async fn at_socket_write_the_next_gap_runs_from_when_the_socket_took_the_bytes()
                 .await
                 .unwrap();
             tokio::time::sleep_until(start + ms(1_000)).await;
-            let slow = tokio::spawn(client.clone().oneshot(request_on("slow.example", "/slow")));
+            let slow = tokio::spawn(support::dropped(
+                client.clone().oneshot(request_on("slow.example", "/slow")),
+            ));
             tokio::task::yield_now().await;
             client.oneshot(request_on("fast.example", "/next")).await.unwrap();
             slow.await.unwrap().unwrap();

@@ -26,9 +26,10 @@ fn free() -> ScopeConfig {
         .jitter(0.0)
 }
 
-async fn send<S>(service: &mut S, uri: &str)
+async fn send<S, B>(service: &mut S, uri: &str)
 where
-    S: Service<http::Request<()>, Response = http::Response<()>, Error = Infallible>,
+    S: Service<http::Request<()>, Response = http::Response<B>, Error = Infallible>,
+    B: Send + 'static,
 {
     service.ready().await.unwrap().call(get(uri)).await.unwrap();
 }

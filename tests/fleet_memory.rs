@@ -4,9 +4,12 @@
 
 mod support;
 
+use support::at_head;
+
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tower_throttle::throttle::ThrottledBody;
 
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt};
@@ -45,9 +48,11 @@ async fn crawl(registry: &Registry, worker: &'static str, count: usize, sends: &
             }
         }));
     let requests = (0..count).map(|_| {
-        client
-            .clone()
-            .oneshot(http::Request::get("http://site.test/").body(()).unwrap())
+        at_head(
+            client
+                .clone()
+                .oneshot(http::Request::get("http://site.test/").body(()).unwrap()),
+        )
     });
     for answer in futures::future::join_all(requests).await {
         answer.unwrap();
@@ -148,7 +153,7 @@ fn answering_after(
     start: Instant,
 ) -> impl tower::Service<
     http::Request<()>,
-    Response = http::Response<()>,
+    Response = http::Response<ThrottledBody<()>>,
     Error = tower_throttle::Error,
     Future = impl Send,
 > + Clone {
@@ -188,7 +193,7 @@ async fn a_send_that_leaves_late_pushes_the_other_workers_next_send_to_its_depar
     // next runs at 240 ms: it leaves then.
     let mut late = std::pin::pin!(late_worker.oneshot(get()));
     assert!(futures::FutureExt::now_or_never(late.as_mut()).is_none());
-    let other = tokio::spawn(other_worker.oneshot(get()));
+    let other = tokio::spawn(at_head(other_worker.oneshot(get())));
     tokio::time::sleep(Duration::from_millis(140)).await;
     late.await.unwrap();
     other.await.unwrap().unwrap();
@@ -221,7 +226,7 @@ async fn each_workers_first_request_holds_the_fleet_until_it_is_answered() {
     let crawls = workers.iter().map(|(registry, name)| {
         let client = answering_after(registry, name, Duration::from_millis(30), &sends, start);
         async move {
-            let requests = (0..2).map(|_| client.clone().oneshot(get()));
+            let requests = (0..2).map(|_| at_head(client.clone().oneshot(get())));
             for answer in futures::future::join_all(requests).await {
                 answer.unwrap();
             }
@@ -288,8 +293,9 @@ async fn next_after_a_long_request(registry: &Registry, latency: Duration, other
             tokio::time::sleep(latency).await;
             Ok::<_, Infallible>(http::Response::new(()))
         }));
-    let long =
-        tokio::spawn(slow_client.oneshot(http::Request::get("http://site.test/long").body(()).unwrap()));
+    let long = tokio::spawn(at_head(
+        slow_client.oneshot(http::Request::get("http://site.test/long").body(()).unwrap()),
+    ));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let sends = Sends::default();
     crawl(other, "other", 1, &sends, start).await;
@@ -349,7 +355,7 @@ fn renewal_starts_again_on_another_runtime_after_the_first_shut_down() {
                 Ok::<_, Infallible>(http::Response::new(()))
             }))
             .oneshot(http::Request::get("http://site.test/first").body(()).unwrap());
-        tokio::spawn(request);
+        tokio::spawn(at_head(request));
         tokio::time::sleep(Duration::from_millis(100)).await;
     });
     drop(first);
@@ -390,7 +396,10 @@ async fn the_gap_after_a_first_request_is_the_fleets_backoff_delay_when_it_is_lo
             }
         }));
     let get = || http::Request::get("http://site.test/").body(()).unwrap();
-    let (first, second) = tokio::join!(client.clone().oneshot(get()), client.clone().oneshot(get()));
+    let (first, second) = tokio::join!(
+        at_head(client.clone().oneshot(get())),
+        at_head(client.clone().oneshot(get()))
+    );
     first.unwrap();
     second.unwrap();
     // The first request ends at 300 ms; the second goes the fleet's 1 s

@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::at_head;
+
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -148,7 +150,7 @@ async fn two_hundred_names_on_one_server_are_throttled_as_one() {
     let requests = names.iter().map(|name| {
         let client = client.clone();
         let uri = format!("http://{name}:{}/", addr.port());
-        async move { client.oneshot(full_request(&uri)).await }
+        async move { at_head(client.oneshot(full_request(&uri))).await }
     });
     for answer in futures::future::join_all(requests).await {
         assert_eq!(answer.unwrap().status(), 200);
@@ -199,7 +201,7 @@ async fn names_on_two_servers_go_independently() {
     let requests = one.iter().chain(&two).map(|name| {
         let client = client.clone();
         let uri = format!("http://{name}/");
-        async move { client.oneshot(get(&uri)).await.unwrap() }
+        async move { at_head(client.oneshot(get(&uri))).await.unwrap() }
     });
     futures::future::join_all(requests).await;
     let at = |site: &str| -> Vec<u128> {
@@ -226,10 +228,12 @@ async fn requests_carry_their_server_and_scope() {
     let registry = Registry::builder().build().unwrap();
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let record = seen.clone();
+    let resolver = FixedResolver::new();
+    resolver.set("books.example", [[203, 0, 113, 7]]);
     let client = ServiceBuilder::new()
         .layer(
             IpScopeLayer::builder(registry.clone())
-                .resolver(FixedResolver::new().with("books.example", [[203, 0, 113, 7]]))
+                .resolver(resolver)
                 .ipv4_prefix(24)
                 .build()
                 .unwrap(),
@@ -299,7 +303,8 @@ impl Resolve for Counting {
 /// requests then go to (and are throttled for) the new address.
 #[tokio::test(start_paused = true)]
 async fn lookups_are_shared_cached_and_renewed_after_their_ttl() {
-    let fixed = FixedResolver::new().with("books.example", [[127, 0, 0, 2]]);
+    let fixed = FixedResolver::new();
+    fixed.set("books.example", [[127, 0, 0, 2]]);
     let lookups = Arc::new(AtomicUsize::new(0));
     let resolver = Counting {
         inner: fixed.clone(),
@@ -333,7 +338,7 @@ async fn lookups_are_shared_cached_and_renewed_after_their_ttl() {
             .clone()
             .oneshot(get(&format!("http://books.example/{page}")))
     });
-    futures::future::join_all(ten).await;
+    futures::future::join_all(ten.map(at_head)).await;
     assert_eq!(lookups.load(Ordering::SeqCst), 1, "one lookup for ten requests");
     assert_eq!(start.elapsed(), ms(100), "all sent when it answered");
     // Within the TTL: no lookup, even though the name moved meanwhile.
@@ -372,7 +377,7 @@ async fn a_failed_lookup_fails_its_requests_and_backs_the_host_off() {
             .clone()
             .oneshot(get(&format!("http://nowhere.example/{page}")))
     });
-    for answer in futures::future::join_all(three).await {
+    for answer in futures::future::join_all(three.map(at_head)).await {
         let error = answer.unwrap_err();
         assert!(error.is_dns(), "{error:?}");
         assert!(error.to_string().contains("nowhere.example"), "{error}");
@@ -397,7 +402,7 @@ async fn a_failed_lookup_fails_its_requests_and_backs_the_host_off() {
         1
     );
     // Every queue place is free again.
-    let eight = (0..8).map(|page| client.clone().oneshot(get(&format!("http://127.0.0.1/{page}"))));
+    let eight = (0..8).map(|page| at_head(client.clone().oneshot(get(&format!("http://127.0.0.1/{page}")))));
     for answer in futures::future::join_all(eight).await {
         answer.unwrap();
     }

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tower_throttle::throttle::ThrottledBody;
 
 use tokio::time::Instant;
 use tower::{Service, ServiceExt};
@@ -27,8 +28,12 @@ fn client(
     registry: &Registry,
     start: Instant,
     calls: &Calls,
-) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = Infallible, Future = impl Send> + Clone
-{
+) -> impl Service<
+    http::Request<()>,
+    Response = http::Response<ThrottledBody<()>>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone {
     let calls = calls.clone();
     let inner = tower::service_fn(move |request: http::Request<()>| {
         let path = request.uri().path().to_owned();
@@ -68,9 +73,10 @@ fn get(uri: &str) -> http::Request<()> {
 }
 
 /// Sends `uri` through `client` in a task of its own.
-fn spawn<S>(client: &S, uri: &str) -> tokio::task::JoinHandle<()>
+fn spawn<S, B>(client: &S, uri: &str) -> tokio::task::JoinHandle<()>
 where
-    S: Service<http::Request<()>, Response = http::Response<()>, Error = Infallible> + Clone + Send + 'static,
+    S: Service<http::Request<()>, Response = http::Response<B>, Error = Infallible> + Clone + Send + 'static,
+    B: Send + 'static,
     S::Future: Send,
 {
     let client = client.clone();
@@ -82,9 +88,10 @@ where
 
 /// Two requests one after the other: the second opens the scope's word
 /// (this thread asked for the scope twice), so later ones go on it.
-async fn warm<S>(client: &S, host: &str)
+async fn warm<S, B>(client: &S, host: &str)
 where
-    S: Service<http::Request<()>, Response = http::Response<()>, Error = Infallible> + Clone,
+    S: Service<http::Request<()>, Response = http::Response<B>, Error = Infallible> + Clone,
+    B: Send + 'static,
 {
     for _ in 0..2 {
         client
@@ -267,12 +274,13 @@ async fn a_waiter_closes_the_word_and_goes_when_the_adopted_request_ends() {
 /// With one global permit and the words of x.test and y.test open: a
 /// request on x.test's word (1 s) and one of y.test that waits for the
 /// permit.
-async fn one_on_x_and_one_waiting_on_y<S>(
+async fn one_on_x_and_one_waiting_on_y<S, B>(
     registry: &Registry,
     client: &S,
 ) -> (tokio::task::JoinHandle<()>, tokio::task::JoinHandle<()>)
 where
-    S: Service<http::Request<()>, Response = http::Response<()>, Error = Infallible> + Clone + Send + 'static,
+    S: Service<http::Request<()>, Response = http::Response<B>, Error = Infallible> + Clone + Send + 'static,
+    B: Send + 'static,
     S::Future: Send,
 {
     warm(client, "x.test").await;
@@ -392,6 +400,8 @@ async fn the_feedback_layers_keep_the_word_open_for_successes_and_close_it_on_a_
     tokio::time::sleep(Duration::from_secs(5)).await;
     let response = client.clone().oneshot(get("http://a.test/busy")).await.unwrap();
     assert_eq!(response.status(), 503);
+    // Its lane is free once the response is gone.
+    drop(response);
     let stats = registry.scope_stats("a.test").unwrap();
     assert!(stats.backoff_delay.is_some(), "{stats:?}");
     let delay = stats.delay;

@@ -8,6 +8,7 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tower_throttle::throttle::ThrottledBody;
 
 use support::get;
 use tokio::time::Instant;
@@ -123,8 +124,12 @@ impl Service<http::Request<()>> for Scripted {
 fn client(
     registry: &Registry,
     inner: Scripted,
-) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = Infallible, Future: Send>
-       + Clone
+) -> impl Service<
+    http::Request<()>,
+    Response = http::Response<ThrottledBody<()>>,
+    Error = Infallible,
+    Future: Send,
+> + Clone
        + Send
        + 'static {
     ServiceBuilder::new()
@@ -133,9 +138,10 @@ fn client(
         .service(inner)
 }
 
-async fn send<S>(service: &S, uri: &str)
+async fn send<S, B>(service: &S, uri: &str)
 where
-    S: Service<http::Request<()>, Response = http::Response<()>, Error = Infallible> + Clone,
+    S: Service<http::Request<()>, Response = http::Response<B>, Error = Infallible> + Clone,
+    B: Send + 'static,
 {
     service.clone().oneshot(get(uri)).await.unwrap();
 }

@@ -5,6 +5,8 @@
 
 mod support;
 
+use support::at_head;
+
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -141,7 +143,8 @@ fn waits_are_recorded_by_cause_and_source() {
             .build()
             .unwrap();
         let service = ThrottleLayer::new(registry).layer(Recorder::new().service(Duration::ZERO));
-        let requests = (0..3).map(|page| service.clone().oneshot(get(&format!("https://a.example/{page}"))));
+        let requests =
+            (0..3).map(|page| at_head(service.clone().oneshot(get(&format!("https://a.example/{page}")))));
         for response in futures::future::join_all(requests).await {
             response.unwrap();
         }

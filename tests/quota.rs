@@ -43,9 +43,10 @@ fn costing(path: &str, cost: f64) -> http::Request<()> {
     request
 }
 
-async fn launch<S>(service: &mut S, requests: Vec<http::Request<()>>) -> Vec<JoinHandle<()>>
+async fn launch<S, B>(service: &mut S, requests: Vec<http::Request<()>>) -> Vec<JoinHandle<()>>
 where
-    S: Service<http::Request<()>, Response = http::Response<()>>,
+    S: Service<http::Request<()>, Response = http::Response<B>>,
+    B: Send + 'static,
     S::Future: Send + 'static,
     S::Error: std::fmt::Debug + Send,
 {

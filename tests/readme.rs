@@ -86,8 +86,6 @@ fn code_blocks_show_no_lines_hidden_from_rustdoc() {
 
 #[test]
 fn links_into_the_repository_lead_to_files() {
-    // Added with the transfers work, on its own branch.
-    const COMING: &[&str] = &["docs/transfers-and-redirects.md"];
     for page in pages() {
         let text = read(&page);
         let directory = page.parent().unwrap();
@@ -99,14 +97,6 @@ fn links_into_the_repository_lead_to_files() {
                 continue;
             }
             let file = directory.join(target);
-            let from_root = file
-                .strip_prefix(root())
-                .unwrap_or(&file)
-                .to_string_lossy()
-                .into_owned();
-            if COMING.contains(&from_root.as_str()) {
-                continue;
-            }
             assert!(
                 file.exists(),
                 "{}: the link to {target} leads nowhere",

@@ -24,6 +24,7 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::departure::{DepartureStampLayer, StampedBody};
 use tower_throttle::registry::LimitSource;
 use tower_throttle::store::{RedisStore, StoreFailure};
+use tower_throttle::throttle::ThrottledBody;
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, ThrottleLayer};
 
 use support::{full_request, loopback_client, loopback_client_for, one_lane_every, serve, text};
@@ -222,7 +223,7 @@ fn worker_registry(store: RedisStore, failure: StoreFailure) -> Registry {
 
 type Worker = tower::util::BoxCloneSyncService<
     http::Request<Full<Bytes>>,
-    http::Response<hyper::body::Incoming>,
+    http::Response<ThrottledBody<hyper::body::Incoming>>,
     tower_throttle::Error,
 >;
 

@@ -82,9 +82,10 @@ fn client<S>(registry: &Registry, layer: RetryAfterLayer, inner: S) -> Throttle<
         .service(inner)
 }
 
-async fn send<S>(service: &mut S, request: http::Request<()>) -> http::Response<()>
+async fn send<S, B>(service: &mut S, request: http::Request<()>) -> http::Response<B>
 where
-    S: Service<http::Request<()>, Response = http::Response<()>>,
+    S: Service<http::Request<()>, Response = http::Response<B>>,
+    B: Send + 'static,
     S::Error: std::fmt::Debug,
 {
     service.ready().await.unwrap().call(request).await.unwrap()
@@ -92,16 +93,17 @@ where
 
 /// Calls the service for each request in order, then waits for all the
 /// responses (so the requests queue together).
-async fn send_all<S>(service: &mut S, requests: Vec<http::Request<()>>)
+async fn send_all<S, B>(service: &mut S, requests: Vec<http::Request<()>>)
 where
-    S: Service<http::Request<()>, Response = http::Response<()>>,
+    S: Service<http::Request<()>, Response = http::Response<B>>,
+    B: Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + std::fmt::Debug + 'static,
 {
     let mut handles = Vec::new();
     for request in requests {
         service.ready().await.unwrap();
-        handles.push(tokio::spawn(service.call(request)));
+        handles.push(tokio::spawn(support::dropped(service.call(request))));
     }
     for result in join_all(handles).await {
         result.unwrap().unwrap();
@@ -127,6 +129,7 @@ async fn a_429_with_retry_after_30_holds_its_scope_exactly_30s_and_no_other() {
     let response = send(&mut client, get("https://a.test/first")).await;
     assert_eq!(response.status(), 429, "the response passes through unchanged");
     assert_eq!(registry.scope_stats("a.test").unwrap().held_for, Some(secs(30)));
+    drop(response);
 
     send_all(
         &mut client,
@@ -566,6 +569,7 @@ async fn over_loopback_a_429_with_retry_after_1_delays_the_next_arrival_by_at_le
         stats.held_for.is_some_and(|left| left <= secs(1)) || called.elapsed() >= secs(1),
         "the hold shows in stats: {stats:?}"
     );
+    drop(response);
 
     let response = client.ready().await.unwrap().call(request()).await.unwrap();
     assert_eq!(response.status(), 200);
@@ -576,6 +580,8 @@ async fn over_loopback_a_429_with_retry_after_1_delays_the_next_arrival_by_at_le
         "second arrival {:?} after the first",
         arrivals[1] - arrivals[0]
     );
+    // The lane is free once the response is gone.
+    drop(response);
     let stats = registry.scope_stats("limited.test").unwrap();
     assert_eq!((stats.sent, stats.in_flight), (2, 0));
 }

@@ -9,6 +9,7 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tower_throttle::throttle::ThrottledBody;
 
 use futures::future::join_all;
 use futures::StreamExt;
@@ -49,7 +50,7 @@ fn client<F>(
     robots: F,
 ) -> impl Service<
     http::Request<()>,
-    Response = http::Response<TestBody>,
+    Response = http::Response<ThrottledBody<TestBody>>,
     Error = tower_throttle::Error,
     Future = impl Send,
 > + Clone
@@ -64,19 +65,27 @@ where
         .service(site.service(robots))
 }
 
+/// What a request to the throttled client gave, its body unwrapped (so
+/// its lanes are free: the test bodies are in memory).
 type Outcome = Result<http::Response<TestBody>, tower_throttle::Error>;
+
+/// What the throttled client answers.
+type Answer = Result<http::Response<ThrottledBody<TestBody>>, tower_throttle::Error>;
 
 /// Sends every request at once, each on a task of its own.
 fn send_all<S>(client: &S, uris: &[&str]) -> Vec<tokio::task::JoinHandle<Outcome>>
 where
-    S: Service<http::Request<()>, Response = http::Response<TestBody>, Error = tower_throttle::Error>
-        + Clone
+    S: Service<
+            http::Request<()>,
+            Response = http::Response<ThrottledBody<TestBody>>,
+            Error = tower_throttle::Error,
+        > + Clone
         + Send
         + 'static,
     S::Future: Send,
 {
     uris.iter()
-        .map(|uri| tokio::spawn(client.clone().oneshot(get(uri))))
+        .map(|uri| tokio::spawn(support::at_head(client.clone().oneshot(get(uri)))))
         .collect()
 }
 
@@ -90,8 +99,11 @@ async fn outcomes(handles: Vec<tokio::task::JoinHandle<Outcome>>) -> Vec<Outcome
 
 async fn send_ok<S>(client: &S, uris: &[&str])
 where
-    S: Service<http::Request<()>, Response = http::Response<TestBody>, Error = tower_throttle::Error>
-        + Clone
+    S: Service<
+            http::Request<()>,
+            Response = http::Response<ThrottledBody<TestBody>>,
+            Error = tower_throttle::Error,
+        > + Clone
         + Send
         + 'static,
     S::Future: Send,
@@ -640,7 +652,7 @@ async fn waiting_requests_hold_no_readiness_of_the_inner_service() {
     let mut handles = Vec::new();
     for uri in &PAGES[..2] {
         client.ready().await.unwrap();
-        handles.push(tokio::spawn(client.call(get(uri))));
+        handles.push(tokio::spawn(support::at_head(client.call(get(uri)))));
     }
     let all = tokio::time::timeout(secs(60), outcomes(handles)).await;
     for outcome in all.expect("the fetch never got the lane") {
@@ -756,9 +768,9 @@ fn one_lane_site(
     RobotsSite,
     impl Service<
             http::Request<()>,
-            Response = http::Response<TestBody>,
+            Response = http::Response<ThrottledBody<TestBody>>,
             Error = tower_throttle::Error,
-            Future = impl std::future::Future<Output = Outcome> + Send + 'static,
+            Future = impl std::future::Future<Output = Answer> + Send + 'static,
         > + Clone,
 ) {
     let registry = Registry::builder()
@@ -777,12 +789,16 @@ fn one_lane_site(
 /// next, and runs its response future on a task of its own.
 async fn call_page<S>(client: &S, i: usize) -> tokio::task::JoinHandle<Outcome>
 where
-    S: Service<http::Request<()>, Response = http::Response<TestBody>, Error = tower_throttle::Error> + Clone,
-    S::Future: std::future::Future<Output = Outcome> + Send + 'static,
+    S: Service<
+            http::Request<()>,
+            Response = http::Response<ThrottledBody<TestBody>>,
+            Error = tower_throttle::Error,
+        > + Clone,
+    S::Future: std::future::Future<Output = Answer> + Send + 'static,
 {
     let mut client = client.clone();
     let request = get(&format!("https://example.com/{i}"));
-    tokio::spawn(client.ready().await.unwrap().call(request))
+    tokio::spawn(support::at_head(client.ready().await.unwrap().call(request)))
 }
 
 /// Requests that waited for an origin's robots.txt go on in the order they
@@ -846,7 +862,7 @@ async fn a_page_that_waited_for_robots_txt_says_so_on_its_response() {
     });
     let response = client.oneshot(get(PAGES[0])).await.unwrap();
     assert_eq!(site.pages.millis(), vec![3500]);
-    let waited = Waited::of(&response);
+    let waited = Waited::from_extensions(response.extensions());
     assert_eq!(
         waited.causes().collect::<Vec<_>>(),
         [

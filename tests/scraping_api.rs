@@ -5,6 +5,7 @@
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tower_throttle::throttle::ThrottledBody;
 
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -53,7 +54,12 @@ fn no_jitter() -> ScopeConfig {
 #[allow(clippy::type_complexity)]
 fn throttled_api() -> (
     Registry,
-    impl Service<http::Request<()>, Response = http::Response<()>, Error = Infallible, Future: Send> + Clone,
+    impl Service<
+            http::Request<()>,
+            Response = http::Response<ThrottledBody<()>>,
+            Error = Infallible,
+            Future: Send,
+        > + Clone,
     Arc<Mutex<Vec<(String, u128)>>>,
 ) {
     let registry = Registry::builder()

@@ -8,6 +8,7 @@
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tower_throttle::throttle::ThrottledBody;
 
 use tokio::time::Instant;
 use tower::{Service, ServiceExt};
@@ -25,8 +26,12 @@ fn client(
     registry: &Registry,
     start: Instant,
     calls: &Calls,
-) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = Infallible, Future = impl Send> + Clone
-{
+) -> impl Service<
+    http::Request<()>,
+    Response = http::Response<ThrottledBody<()>>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone {
     let calls = calls.clone();
     let inner = tower::service_fn(move |request: http::Request<()>| {
         let path = format!(

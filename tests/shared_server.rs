@@ -129,7 +129,9 @@ impl Crawl {
             .into_iter()
             .map(|uri| {
                 let client = client.clone();
-                tokio::spawn(async move { client.oneshot(get(&uri)).await.unwrap() })
+                // The response is dropped in its task: its lanes are free
+                // at once, whatever order the tasks are awaited in.
+                tokio::spawn(async move { drop(client.oneshot(get(&uri)).await.unwrap()) })
             })
             .collect();
         for task in tasks {

@@ -42,9 +42,10 @@ const IDLE_TTL: Duration = Duration::from_secs(300);
 /// Scopes idle for `idle_ttl` are evicted by arriving requests (a few
 /// candidates each): after it, a trickle of requests to one scope empties
 /// the registry of every scope the soak used.
-async fn settle<S>(registry: &Registry, client: &mut S, soak: &Soak)
+async fn settle<S, B>(registry: &Registry, client: &mut S, soak: &Soak)
 where
-    S: Service<http::Request<u64>, Response = http::Response<()>, Error = Infallible>,
+    S: Service<http::Request<u64>, Response = http::Response<B>, Error = Infallible>,
+    B: Send + 'static,
 {
     tokio::time::sleep(IDLE_TTL + Duration::from_secs(1)).await;
     let free = ScopeConfig::default()
@@ -54,7 +55,7 @@ where
     registry.set_scope("settle.soak", free).unwrap();
     for _ in 0..soak.scopes / 4 {
         let mut request = http::Request::new(1);
-        request.extensions_mut().insert(Scopes::one("settle.soak"));
+        request.extensions_mut().insert(Scopes::from("settle.soak"));
         client.ready().await.unwrap().call(request).await.unwrap();
     }
 }
@@ -102,7 +103,7 @@ async fn run(soak: &Soak, seed: u64) -> Tally {
         let mut request = http::Request::new(draw);
         request
             .extensions_mut()
-            .insert(Scopes::one(format!("s{}.soak", rng.usize(..soak.scopes))));
+            .insert(Scopes::from(format!("s{}.soak", rng.usize(..soak.scopes))));
         // Dropped before the inner service could answer even if it was
         // sent at once: while waiting or in flight.
         let cancel_after = (rng.u8(..100) < 5).then(|| Duration::from_millis(rng.u64(..=draw % 500)));

@@ -11,10 +11,11 @@ use std::time::Duration;
 use futures::future::join_all;
 use futures::FutureExt;
 use std::future::Future;
-use support::{get, Recorder};
+use support::{at_head, get, Recorder};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
+use tower_throttle::throttle::ThrottledBody;
 use tower_throttle::{Priority, Registry, ScopeConfig, Scopes, Throttle, ThrottleLayer};
 
 fn ms(millis: u64) -> Duration {
@@ -36,20 +37,20 @@ fn registry_with(default: ScopeConfig) -> Registry {
 
 /// Calls the service for each request in order (so arrival order is the
 /// order given) and spawns the response futures.
-async fn launch<S>(
+async fn launch<S, B>(
     service: &mut S,
     requests: Vec<http::Request<()>>,
-) -> Vec<JoinHandle<Result<S::Response, S::Error>>>
+) -> Vec<JoinHandle<Result<http::Response<B>, S::Error>>>
 where
-    S: Service<http::Request<()>>,
+    S: Service<http::Request<()>, Response = http::Response<ThrottledBody<B>>>,
     S::Future: Send + 'static,
-    S::Response: Send + 'static,
+    B: Send + 'static,
     S::Error: Send + std::fmt::Debug + 'static,
 {
     let mut handles = Vec::new();
     for request in requests {
         service.ready().await.unwrap();
-        handles.push(tokio::spawn(service.call(request)));
+        handles.push(tokio::spawn(at_head(service.call(request))));
     }
     handles
 }
@@ -195,7 +196,9 @@ async fn no_two_sends_of_a_scope_are_closer_than_its_delay_over_random_arrivals(
         tokio::time::sleep(ms(rng.u64(0..40))).await;
         let host = hosts[rng.usize(..hosts.len())];
         service.ready().await.unwrap();
-        handles.push(tokio::spawn(service.call(get(&format!("https://{host}/{i}")))));
+        handles.push(tokio::spawn(at_head(
+            service.call(get(&format!("https://{host}/{i}"))),
+        )));
     }
     finish_all(handles).await;
     let mut total = 0;
@@ -805,9 +808,10 @@ fn slow_and_fast_registry() -> Registry {
 /// `ThrottleLayer` over `inner` (an inner service with a limit of one).
 /// The second slow request waits 10 s for its scope; it must not keep the
 /// inner service's only permit meanwhile, so the fast ones go at once.
-async fn slow_waiter_leaves_the_inner_service_to_others<S>(inner: S, recorder: &Recorder)
+async fn slow_waiter_leaves_the_inner_service_to_others<S, B>(inner: S, recorder: &Recorder)
 where
-    S: Service<http::Request<()>, Response = http::Response<()>> + Clone + Send + 'static,
+    S: Service<http::Request<()>, Response = http::Response<B>> + Clone + Send + 'static,
+    B: Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + std::fmt::Debug + 'static,
 {
@@ -923,9 +927,9 @@ async fn a_cold_scope_whose_first_request_fails_waits_the_delay_after_the_failur
     let mut handles = Vec::new();
     for i in 0..3 {
         service.ready().await.unwrap();
-        handles.push(tokio::spawn(
+        handles.push(tokio::spawn(at_head(
             service.call(get(&format!("https://example.com/{i}"))),
-        ));
+        )));
     }
     let results: Vec<bool> = join_all(handles)
         .await

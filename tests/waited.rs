@@ -62,6 +62,15 @@ fn get(uri: &str) -> http::Request<()> {
     http::Request::get(uri).body(()).unwrap()
 }
 
+/// Sends `request` and drops its response as it comes: its lane and permit
+/// are free at once.
+async fn send_and_drop<S: Service<http::Request<()>>>(
+    client: S,
+    request: http::Request<()>,
+) -> Result<(), S::Error> {
+    client.oneshot(request).await.map(drop)
+}
+
 fn slow_get(uri: &str, latency_ms: u64) -> http::Request<()> {
     http::Request::get(uri)
         .header("x-latency-ms", latency_ms.to_string())
@@ -72,9 +81,10 @@ fn slow_get(uri: &str, latency_ms: u64) -> http::Request<()> {
 /// Sends one quick request through `client`, then lets `delay` pass: the
 /// scope is warm (a cold scope times its second gap from its first
 /// answer, not its first send) and free.
-async fn warm<S>(client: &S, uri: &str, delay: Duration)
+async fn warm<S, B>(client: &S, uri: &str, delay: Duration)
 where
-    S: Service<http::Request<()>, Response = http::Response<()>> + Clone,
+    S: Service<http::Request<()>, Response = http::Response<B>> + Clone,
+    B: Send + 'static,
     S::Error: std::fmt::Debug,
 {
     client.clone().oneshot(get(uri)).await.unwrap();
@@ -91,10 +101,9 @@ async fn a_request_sent_at_once_carries_no_record_and_reads_as_no_wait() {
     let client = ThrottleLayer::new(registry).layer(answering());
     let response = client.oneshot(get("http://a.test/")).await.unwrap();
     assert!(response.extensions().get::<Waited>().is_none());
-    let waited = Waited::of(&response);
+    let waited = Waited::from_extensions(response.extensions());
     assert_eq!(waited.total(), Duration::ZERO);
     assert_eq!(waited.causes().count(), 0);
-    assert_eq!(waited.top_cause(), None);
     assert_eq!(waited.attempts(), 1);
 }
 
@@ -106,13 +115,19 @@ async fn one_scope_with_a_delay_of_one_second_the_second_request_waits_one_secon
         .unwrap();
     let client = ThrottleLayer::new(registry).layer(answering());
     let start = Instant::now();
-    let (first, second) = join(
-        client.clone().oneshot(get("http://a.test/1")),
-        client.clone().oneshot(get("http://a.test/2")),
-    )
-    .await;
-    assert_eq!(Waited::of(&first.unwrap()).total(), Duration::ZERO);
-    let waited = Waited::of(&second.unwrap());
+    // Each response gives its record and is dropped: its lane is free.
+    let waited_for = |uri| {
+        let client = client.clone();
+        async move {
+            client
+                .oneshot(get(uri))
+                .await
+                .map(|response| Waited::from_extensions(response.extensions()))
+        }
+    };
+    let (first, second) = join(waited_for("http://a.test/1"), waited_for("http://a.test/2")).await;
+    assert_eq!(first.unwrap().total(), Duration::ZERO);
+    let waited = second.unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     assert_eq!(waited.total(), Duration::from_secs(1));
     assert_eq!(
@@ -139,7 +154,7 @@ async fn a_429_with_retry_after_5_holds_the_next_request_5_seconds() {
         .unwrap();
     let response = client.clone().oneshot(refused).await.unwrap();
     assert_eq!(response.status(), 429);
-    let waited = Waited::of(&client.oneshot(get("http://a.test/2")).await.unwrap());
+    let waited = Waited::from_extensions(client.oneshot(get("http://a.test/2")).await.unwrap().extensions());
     assert_eq!(waited.total(), Duration::from_secs(5));
     assert_eq!(
         parts(&waited),
@@ -157,12 +172,13 @@ async fn lanes_busy_for_300_ms_then_the_delay_left_of_200_ms() {
         .unwrap();
     let client = ThrottleLayer::new(registry).layer(answering());
     warm(&client, "http://a.test/", 500 * MS).await;
+    // The first response is dropped as it comes: its lane and permit free.
     let (_, second) = join(
-        client.clone().oneshot(slow_get("http://a.test/1", 300)),
+        send_and_drop(client.clone(), slow_get("http://a.test/1", 300)),
         client.clone().oneshot(get("http://a.test/2")),
     )
     .await;
-    let waited = Waited::of(&second.unwrap());
+    let waited = Waited::from_extensions(second.unwrap().extensions());
     assert_eq!(
         parts(&waited),
         [
@@ -187,7 +203,13 @@ async fn a_multi_scope_request_held_by_its_second_scope_is_attributed_to_that_sc
         request
     };
     client.clone().oneshot(with_scopes(&["slow"])).await.unwrap();
-    let waited = Waited::of(&client.oneshot(with_scopes(&["fast", "slow"])).await.unwrap());
+    let waited = Waited::from_extensions(
+        client
+            .oneshot(with_scopes(&["fast", "slow"]))
+            .await
+            .unwrap()
+            .extensions(),
+    );
     assert_eq!(
         parts(&waited),
         [(
@@ -206,13 +228,14 @@ async fn a_request_behind_a_full_global_limit_waits_on_global_concurrency() {
         .build()
         .unwrap();
     let client = ThrottleLayer::new(registry).layer(answering());
+    // The first response is dropped as it comes: its lane and permit free.
     let (_, second) = join(
-        client.clone().oneshot(slow_get("http://a.test/", 700)),
+        send_and_drop(client.clone(), slow_get("http://a.test/", 700)),
         client.clone().oneshot(get("http://b.test/")),
     )
     .await;
     assert_eq!(
-        parts(&Waited::of(&second.unwrap())),
+        parts(&Waited::from_extensions(second.unwrap().extensions())),
         [(
             WaitCause::GlobalConcurrency,
             Some(LimitSource::MaxConcurrency),
@@ -234,15 +257,20 @@ async fn a_request_without_a_queue_place_waits_on_the_queue_then_on_its_scope() 
     let client = ThrottleLayer::new(registry).layer(answering());
     warm(&client, "http://a.test/", Duration::from_secs(1)).await;
     let start = Instant::now();
-    let first = tokio::spawn(client.clone().oneshot(slow_get("http://a.test/1", 100)));
+    // The spawned requests drop their responses: their lanes are free.
+    let send = |request| {
+        let client = client.clone();
+        tokio::spawn(async move { client.oneshot(request).await.map(drop) })
+    };
+    let first = send(slow_get("http://a.test/1", 100));
     tokio::task::yield_now().await;
-    let second = tokio::spawn(client.clone().oneshot(get("http://a.test/2")));
+    let second = send(get("http://a.test/2"));
     tokio::task::yield_now().await;
     let third = client.clone().oneshot(get("http://a.test/3")).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(2));
     first.await.unwrap().unwrap();
     second.await.unwrap().unwrap();
-    let waited = Waited::of(&third);
+    let waited = Waited::from_extensions(third.extensions());
     assert_eq!(
         parts(&waited),
         [
@@ -266,7 +294,7 @@ async fn a_quota_spent_holds_the_next_request_until_its_window_ends() {
     let client = ThrottleLayer::new(registry).layer(answering());
     client.clone().oneshot(get("http://a.test/1")).await.unwrap();
     sleep(Duration::from_secs(4)).await;
-    let waited = Waited::of(&client.oneshot(get("http://a.test/2")).await.unwrap());
+    let waited = Waited::from_extensions(client.oneshot(get("http://a.test/2")).await.unwrap().extensions());
     assert_eq!(
         parts(&waited),
         [(WaitCause::Quota, Some(LimitSource::Quota), Duration::from_secs(6))]
@@ -280,17 +308,20 @@ async fn the_fifth_request_behind_a_delay_waits_on_the_delay_for_all_four_gaps()
         .build()
         .unwrap();
     let client = ThrottleLayer::new(registry).layer(answering());
-    let responses =
-        futures::future::join_all((0..5).map(|i| client.clone().oneshot(get(&format!("http://a.test/{i}")))))
-            .await;
-    let totals: Vec<Duration> = responses
-        .iter()
-        .map(|response| Waited::of(response.as_ref().unwrap()).total())
-        .collect();
+    // Each response gives its record and is dropped: its lane is free.
+    let records = futures::future::join_all((0..5).map(|i| {
+        let client = client.clone();
+        async move {
+            let response = client.oneshot(get(&format!("http://a.test/{i}"))).await;
+            Waited::from_extensions(response.unwrap().extensions())
+        }
+    }))
+    .await;
+    let totals: Vec<Duration> = records.iter().map(Waited::total).collect();
     assert_eq!(totals, (0..5).map(Duration::from_secs).collect::<Vec<_>>());
-    let last = Waited::of(responses[4].as_ref().unwrap());
+    let last = &records[4];
     assert_eq!(
-        parts(&last),
+        parts(last),
         [(
             WaitCause::Delay,
             Some(LimitSource::Config),
@@ -330,7 +361,7 @@ async fn a_retried_request_tells_its_attempts_and_the_time_of_the_earlier_ones()
         .service(inner);
     let response = client.oneshot(get("http://a.test/")).await.unwrap();
     assert_eq!(response.status(), 200);
-    let waited = Waited::of(&response);
+    let waited = Waited::from_extensions(response.extensions());
     assert_eq!(waited.attempts(), 2);
     assert_eq!(waited.earlier_attempts(), 100 * MS);
     // The last attempt waited for the hold the 429 set, from its answer.
@@ -352,13 +383,14 @@ async fn a_cold_scope_waits_for_its_first_answer_then_for_the_delay() {
         .build()
         .unwrap();
     let client = ThrottleLayer::new(registry).layer(answering());
+    // The first response is dropped as it comes: its lane and permit free.
     let (_, second) = join(
-        client.clone().oneshot(slow_get("http://a.test/1", 300)),
+        send_and_drop(client.clone(), slow_get("http://a.test/1", 300)),
         client.clone().oneshot(get("http://a.test/2")),
     )
     .await;
     assert_eq!(
-        parts(&Waited::of(&second.unwrap())),
+        parts(&Waited::from_extensions(second.unwrap().extensions())),
         [
             (WaitCause::Delay, Some(LimitSource::Config), 200 * MS),
             (WaitCause::Departure, None, 200 * MS),
@@ -384,7 +416,13 @@ async fn pacing_to_an_announced_policy_is_its_own_cause() {
         .unwrap()
         .pacing_delay
         .expect("paced");
-    let waited = Waited::of(&client.oneshot(get("http://api.test/2")).await.unwrap());
+    let waited = Waited::from_extensions(
+        client
+            .oneshot(get("http://api.test/2"))
+            .await
+            .unwrap()
+            .extensions(),
+    );
     assert_eq!(
         parts(&waited),
         [(WaitCause::Pacing, Some(LimitSource::RateLimitPolicy), pacing)]
@@ -407,7 +445,7 @@ async fn a_worker_held_by_the_fleets_store_waits_on_the_store() {
     };
     let (one, two) = (worker(), worker());
     one.oneshot(get("http://site.test/1")).await.unwrap();
-    let waited = Waited::of(&two.oneshot(get("http://site.test/2")).await.unwrap());
+    let waited = Waited::from_extensions(two.oneshot(get("http://site.test/2")).await.unwrap().extensions());
     assert_eq!(waited.total(), Duration::from_secs(1));
     assert_eq!(
         parts(&waited),
@@ -434,18 +472,23 @@ async fn requests_pass_a_waiter_another_scope_holds_without_waiting() {
     client.clone().oneshot(with_scopes(&["b"])).await.unwrap();
     let x = tokio::spawn(client.clone().oneshot(with_scopes(&["a", "b"])));
     tokio::task::yield_now().await;
+    // Each response gives its wait and is dropped: its lane and permit
+    // are free.
     let passing: Vec<_> = (0..40)
-        .map(|_| client.clone().oneshot(with_scopes(&["a"])))
+        .map(|_| {
+            let client = client.clone();
+            let request = with_scopes(&["a"]);
+            async move {
+                let response = client.oneshot(request).await.unwrap();
+                Waited::from_extensions(response.extensions()).total()
+            }
+        })
         .collect();
-    let responses = futures::future::join_all(passing).await;
-    let waits: Vec<Duration> = responses
-        .iter()
-        .map(|response| Waited::of(response.as_ref().unwrap()).total())
-        .collect();
+    let waits: Vec<Duration> = futures::future::join_all(passing).await;
     assert_eq!(waits, [Duration::ZERO; 40]);
     // `x` itself waited on `b`'s delay.
     assert_eq!(
-        parts(&Waited::of(&x.await.unwrap().unwrap())),
+        parts(&Waited::from_extensions(x.await.unwrap().unwrap().extensions())),
         [(
             WaitCause::Delay,
             Some(LimitSource::Config),

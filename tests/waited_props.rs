@@ -117,7 +117,10 @@ fn run(schedule: &Schedule) -> Vec<(Duration, Waited)> {
                     let asked = Instant::now();
                     let response = client.oneshot(http_request).await.unwrap();
                     let handed_over = response.extensions().get::<HandedOverAt>().unwrap().0;
-                    (handed_over - asked, Waited::of(&response))
+                    (
+                        handed_over - asked,
+                        Waited::from_extensions(response.extensions()),
+                    )
                 })
             })
             .collect();

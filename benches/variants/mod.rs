@@ -222,9 +222,10 @@ pub fn unthrottled_scope() -> ScopeConfig {
 
 /// Runs `count` requests through `service`, cycling over `uris`, and says
 /// how long they took.
-pub async fn drive<S>(service: &mut S, uris: &[http::Uri], count: u64) -> Duration
+pub async fn drive<S, B>(service: &mut S, uris: &[http::Uri], count: u64) -> Duration
 where
-    S: Service<http::Request<()>, Response = http::Response<()>>,
+    S: Service<http::Request<()>, Response = http::Response<B>>,
+    B: Send + 'static,
     S::Error: std::fmt::Debug,
 {
     let start = Instant::now();

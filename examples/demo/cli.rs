@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-/// The most sites of each kind: 7 kinds × 35 servers fit on
-/// 127.0.0.2–127.0.0.246 (the `shared` names of a server share its address).
-pub const MAX_SITES_PER_KIND: usize = 35;
+/// The most sites of each kind: 8 kinds × 31 servers fit on
+/// 127.0.0.2–127.0.0.249 (the `shared` names of a server share its address).
+pub const MAX_SITES_PER_KIND: usize = 31;
 
 /// The most pages per site.
 pub const MAX_REQUESTS: usize = 1000;

@@ -17,6 +17,8 @@ use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder};
 use tower_throttle::connect::{PinServerLayer, PinnedConnector};
 use tower_throttle::ip::{FixedResolver, IpScopeLayer};
+use tower_throttle::redirect::{FailOnLoops, FollowRedirectLayer};
+use tower_throttle::throttle::ThrottledBody;
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
 
 use crate::crawl::{BoxError, PageSends, Sent};
@@ -25,8 +27,9 @@ use crate::sites::Site;
 /// How often a 429 is sent again (through the throttle) before the page counts as failed.
 pub const MAX_RETRIES: u32 = 3;
 
-/// The stack the README describes, BackoffRetry → RobotsDelay → Throttle →
-/// RetryAfter (pacing to announced policies) → Backoff, around a client that
+/// The stack the README describes, FollowRedirect → BackoffRetry →
+/// RobotsDelay → Throttle → RetryAfter (pacing to announced policies) →
+/// Backoff, around a client that
 /// reaches each of `sites` at its address in `addresses`; `log` notes every
 /// request the client is handed.
 pub fn full_stack(
@@ -36,16 +39,19 @@ pub fn full_stack(
     log: Arc<SendLog>,
 ) -> impl Service<
     http::Request<Full<Bytes>>,
-    Response = http::Response<hyper::body::Incoming>,
+    Response = http::Response<ThrottledBody<hyper::body::Incoming>>,
     Error = BoxError,
-    Future = impl std::future::Future<Output = Result<http::Response<hyper::body::Incoming>, BoxError>>
-                 + std::marker::Send
+    Future = impl std::future::Future<
+        Output = Result<http::Response<ThrottledBody<hyper::body::Incoming>>, BoxError>,
+    > + std::marker::Send
                  + 'static,
 > + Clone
        + std::marker::Send
        + 'static {
     let backoff = BackoffLayer::new(registry.clone());
     ServiceBuilder::new()
+        // Above the throttle: each redirect hop is admitted in its own host's scope.
+        .layer(FollowRedirectLayer::with_policy(FailOnLoops::new(10)))
         .map_err(BoxError::from)
         .layer(RetryLayer::new(backoff.retry_policy(MAX_RETRIES)))
         .layer(ip_scopes(registry, sites, addresses))

@@ -223,7 +223,7 @@ pub async fn crawl(sites: Vec<Site>, requests: usize, reporter: Reporter) -> Res
                         wait = sends.last().map(|sent| PageWait {
                             site: index,
                             sent,
-                            waited: Waited::of(&response),
+                            waited: Waited::from_extensions(response.extensions()),
                         });
                         let status = response.status();
                         response.into_body().collect().await.is_ok() && status.is_success()

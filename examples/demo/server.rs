@@ -15,7 +15,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-use crate::sites::{Kind, Site, API_QUOTA, API_WINDOW, BUSY_SITE_RATE};
+use crate::sites::{moved_to, Kind, Site, API_QUOTA, API_WINDOW, BUSY_SITE_RATE};
 
 /// The most servers (addresses) the demo can start.
 pub const MAX_SITES: usize = 250;
@@ -49,7 +49,13 @@ pub async fn start(sites: &[Site]) -> std::io::Result<Vec<SocketAddr>> {
             .await
             .map_err(|error| std::io::Error::new(error.kind(), format!("cannot bind {ip}: {error}")))?;
         addresses.push(listener.local_addr()?);
-        tokio::spawn(serve(listener, Arc::new(SiteServer::new(site.kind))));
+        // A `moved` site's pages go to its `fast` site, started before it.
+        let target = moved_to(&site.host).and_then(|host| {
+            let fast = sites[..index].iter().position(|other| other.host == host)?;
+            Some(format!("{host}:{}", addresses[fast].port()))
+        });
+        let server = SiteServer::new(site.kind, target);
+        tokio::spawn(serve(listener, Arc::new(server)));
     }
     Ok(addresses)
 }
@@ -72,6 +78,8 @@ async fn serve(listener: TcpListener, site: Arc<SiteServer>) {
 /// One site's behaviour and the little state its limits need.
 struct SiteServer {
     kind: Kind,
+    /// `moved`: the host and port its pages moved to.
+    moved_to: Option<String>,
     /// `busy`: when the requests it accepted in the last second arrived.
     recent: Mutex<VecDeque<Instant>>,
     /// `api`: the current quota window's start and the requests it used.
@@ -79,9 +87,10 @@ struct SiteServer {
 }
 
 impl SiteServer {
-    fn new(kind: Kind) -> Self {
+    fn new(kind: Kind, moved_to: Option<String>) -> Self {
         SiteServer {
             kind,
+            moved_to,
             recent: Mutex::default(),
             window: Mutex::default(),
         }
@@ -98,7 +107,20 @@ impl SiteServer {
         match self.kind {
             Kind::Busy => self.answer_busy(),
             Kind::Api => self.answer_api(),
+            Kind::Moved => self.answer_moved(path),
             _ => respond(200, "a page"),
+        }
+    }
+
+    /// `301 Moved Permanently` to the same path on the host the site moved
+    /// to; `404` if it has none (its `fast` site is not in the crawl).
+    fn answer_moved(&self, path: &str) -> http::Response<Full<Bytes>> {
+        match &self.moved_to {
+            Some(target) => with_headers(
+                respond(301, "moved"),
+                &[("location", format!("http://{target}{path}"))],
+            ),
+            None => respond(404, "moved away"),
         }
     }
 

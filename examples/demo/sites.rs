@@ -55,11 +55,15 @@ pub enum Kind {
     /// name paced as a real host is (one lane, 250 ms), the server held to
     /// its IP scope, which their pages, queued site by site, keep busy.
     Shared,
+    /// Answers every page with `301` to the same path on the `fast` site of
+    /// its number: the hop is a request of its own, admitted in that
+    /// site's scope (the client follows redirects above the throttle).
+    Moved,
 }
 
 impl Kind {
     /// Every kind, in the order the demo lists them.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Fast,
         Kind::Slow,
         Kind::Busy,
@@ -67,6 +71,7 @@ impl Kind {
         Kind::Api,
         Kind::Tuned,
         Kind::Shared,
+        Kind::Moved,
     ];
 
     /// The kind's name, as used in host names.
@@ -79,6 +84,7 @@ impl Kind {
             Kind::Api => "api",
             Kind::Tuned => "tuned",
             Kind::Shared => "shared",
+            Kind::Moved => "moved",
         }
     }
 
@@ -92,6 +98,7 @@ impl Kind {
             Kind::Api => "RateLimit headers, 10 per 5 s: paced",
             Kind::Tuned => "own config: 4 lanes, no delay",
             Kind::Shared => "20 names (1 lane, 250 ms each), 1 server: 2 lanes, 25 ms in all",
+            Kind::Moved => "301 to fast-N: each hop waits its turn in fast-N's scope",
         }
     }
 
@@ -153,9 +160,14 @@ impl Kind {
                     .delay_per_slot(Duration::ZERO)
                     .jitter(0.0),
             ),
-            Kind::Fast | Kind::Slow | Kind::Polite => None,
+            Kind::Fast | Kind::Slow | Kind::Polite | Kind::Moved => None,
         }
     }
+}
+
+/// Where a `moved` site sends its pages: the `fast` site of its number.
+pub fn moved_to(host: &str) -> Option<String> {
+    host.strip_prefix("moved-").map(|rest| format!("fast-{rest}"))
 }
 
 /// One virtual site.

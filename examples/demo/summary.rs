@@ -162,7 +162,7 @@ fn row(run: &Run, site: usize) -> [String; 11] {
         run.holds_of(site).len().to_string(),
         top_wait_cause(run, site).map_or_else(
             || "-".to_owned(),
-            |(cause, share)| format!("{} {:.0}%", cause.as_str(), share * 100.0),
+            |(cause, share)| format!("{cause} {:.0}%", share * 100.0),
         ),
     ]
 }

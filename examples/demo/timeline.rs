@@ -294,7 +294,7 @@ fn waits(svg: &mut String, run: &Run, site: usize, scale: &Scale, top: f64) {
             let _ = writeln!(
                 svg,
                 r#"<rect class="wait-part" data-cause="{}" x="{x:.2}" y="{:.1}" width="{part:.2}" height="{:.1}" fill="{}"/>"#,
-                cause.as_str(),
+                cause,
                 top + WAIT_TOP,
                 WAIT_BOTTOM - WAIT_TOP,
                 wait_colour(cause)
@@ -338,15 +338,15 @@ fn wait_legend(svg: &mut String, run: &Run, y: f64) {
     let _ = writeln!(svg, r#"<text x="10" y="{y:.1}">{heading}</text>"#);
     let mut x = 10.0 + 6.5 * heading.len() as f64 + 12.0;
     for cause in causes {
+        let name = cause.to_string();
         let _ = writeln!(
             svg,
             r#"<g class="wait-legend" data-cause="{name}"><rect x="{x:.1}" y="{:.1}" width="10" height="12" fill="{}"/><text x="{:.1}" y="{y:.1}">{name}</text></g>"#,
             y - 10.0,
             wait_colour(cause),
             x + 14.0,
-            name = cause.as_str()
         );
-        x += 14.0 + 6.5 * cause.as_str().len() as f64 + 24.0;
+        x += 14.0 + 6.5 * name.len() as f64 + 24.0;
     }
 }
 

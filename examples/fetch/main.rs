@@ -6,6 +6,9 @@
 //! printf 'http://localhost:8000/a\nhttp://localhost:8000/b\n' | cargo run --example fetch --features serde
 //! ```
 //!
+//! Redirects are followed through the throttle, each hop in the scope of
+//! the host it goes to (at most 10; a loop is an error line).
+//!
 //! Run it with `--help` for the flags. Lines come out in completion order,
 //! not input order: a slow site never holds back the lines of a fast one.
 

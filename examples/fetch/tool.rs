@@ -22,10 +22,15 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_throttle::config_file::RegistryConfig;
 use tower_throttle::connect::{PinServerLayer, PinnedConnector};
 use tower_throttle::ip::IpScopeLayer;
-use tower_throttle::waited::Waited;
+use tower_throttle::redirect::{FailOnLoops, FollowRedirectLayer};
+use tower_throttle::throttle::ThrottledBody;
+use tower_throttle::waited::{WaitCause, Waited};
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The most redirects one URL follows, each hop throttled.
+const MAX_REDIRECTS: usize = 10;
 
 /// What the command line sets besides the URLs and the registry.
 #[derive(Debug, Clone)]
@@ -163,6 +168,11 @@ where
 {
     let backoff = BackoffLayer::new(registry.clone());
     let stack = ServiceBuilder::new()
+        // Redirects are followed above the throttle: each hop waits its turn
+        // in the scope of the host it goes to; a loop or more than 10 hops
+        // is an error line.
+        .layer(FollowRedirectLayer::with_policy(FailOnLoops::new(MAX_REDIRECTS)))
+        .map_err(Into::<BoxError>::into)
         .layer(RetryLayer::new(backoff.retry_policy(options.retries)))
         .option_layer(options.ip_scopes.then(|| IpScopeLayer::new(registry.clone())))
         .layer(RobotsDelayLayer::new(registry.clone()).user_agent(options.user_agent.clone()))
@@ -209,16 +219,19 @@ where
         let response = match stack.ready().await {
             Ok(ready) => ready.call(request),
             Err(err) => {
-                let line = Fetched::failed(url, scopes, error_chain(&err)).json_line();
+                let line = Fetched::failed(url, scopes, error_chain(&*err)).json_line();
                 report(&line, &mut summary, options, started, out, progress)?;
                 continue;
             }
         };
         running.spawn(async move {
-            let outcome = response.await.map_err(|err| error_chain(&err));
+            let outcome = response.await.map_err(|err| error_chain(&*err));
             let finished = Instant::now();
             // The throttle's own account of the wait, on the response head.
-            let waited = outcome.as_ref().ok().map(Waited::of);
+            let waited = outcome
+                .as_ref()
+                .ok()
+                .map(|response| Waited::from_extensions(response.extensions()));
             let outcome = match outcome {
                 Ok(response) => count_body(response).await,
                 Err(err) => Err(err),
@@ -292,7 +305,7 @@ impl Fetched {
     ///
     /// `waited`: the throttle's breakdown of the wait by cause, from the
     /// response's [`Waited`], in milliseconds keyed by
-    /// [`WaitCause::as_str`](tower_throttle::waited::WaitCause::as_str)
+    /// each [`WaitCause`]'s name, as it displays
     /// (each cause summed over its sources); `{}` when the request went at
     /// once, `null` when no response came. It is not a split of
     /// `waited_ms`, which the tool measures itself: the record covers the
@@ -338,12 +351,17 @@ impl Fetched {
 /// `{"delay": 812.0, "lanes": 40.0}`: each cause of `waited`, summed over
 /// its sources (keys in serde_json's order, by name).
 fn by_cause(waited: &Waited, millis: impl Fn(Duration) -> Value) -> Value {
-    let mut causes = Map::new();
-    for (cause, _, _) in waited.causes() {
-        causes
-            .entry(cause.as_str())
-            .or_insert_with(|| millis(waited.of_cause(cause)));
+    let mut sums: Vec<(WaitCause, Duration)> = Vec::new();
+    for (cause, _, time) in waited.causes() {
+        match sums.iter_mut().find(|(known, _)| *known == cause) {
+            Some((_, sum)) => *sum += time,
+            None => sums.push((cause, time)),
+        }
     }
+    let causes: Map<String, Value> = sums
+        .into_iter()
+        .map(|(cause, time)| (cause.to_string(), millis(time)))
+        .collect();
     Value::Object(causes)
 }
 
@@ -390,7 +408,9 @@ fn request_for(url: &str, user_agent: &str) -> Result<http::Request<Full<Bytes>>
 
 /// The status and the body's length, read frame by frame (never held
 /// whole in memory).
-async fn count_body(response: http::Response<Incoming>) -> Result<(http::StatusCode, u64), String> {
+async fn count_body(
+    response: http::Response<ThrottledBody<Incoming>>,
+) -> Result<(http::StatusCode, u64), String> {
     let status = response.status();
     let mut body = response.into_body();
     let mut bytes = 0u64;

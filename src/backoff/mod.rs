@@ -87,7 +87,7 @@
 //! feedback reported for it, so layers outside judge it the same way.
 //!
 //! To re-send backoff responses, put a [`tower::retry::Retry`] with
-//! [`BackoffLayer::retry_policy`] (or [`BackoffRetry::new`]) *outside*
+//! [`BackoffLayer::retry_policy`] *outside*
 //! Throttle: each retry then waits its turn in the (now slower) scope like
 //! any other request, and what is retried is exactly what this layer
 //! called backoff feedback.

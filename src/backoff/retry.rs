@@ -5,7 +5,7 @@ use tower::retry::Policy;
 
 use std::sync::Arc;
 
-use super::classify::{default_error_feedback, ErrorView};
+use super::classify::ErrorView;
 use super::judged::Judged;
 use super::layer::ErrorHook;
 use crate::registry::Registry;
@@ -126,7 +126,9 @@ where
 
 /// A [`tower::retry::Policy`] that re-sends requests whose response was
 /// backoff feedback or whose error was (a timeout, a connection failure),
-/// at most `max_retries` times per request.
+/// at most `max_retries` times per request (so at most `max_retries + 1`
+/// attempts). Made by
+/// [`BackoffLayer::retry_policy`](crate::BackoffLayer::retry_policy).
 ///
 /// A response is judged once, by [`BackoffLayer`](crate::BackoffLayer)
 /// with whatever hooks it was given: the policy reads the [`Judged`]
@@ -134,10 +136,9 @@ where
 /// calls backoff is retried and one it exempts is not. Without a
 /// `BackoffLayer` inside, the policy falls back to the status rule of the
 /// request's scopes (their backoff `http_codes`). Errors carry no
-/// extensions: [`BackoffRetry::new`] judges them with
-/// [`default_error_feedback`](super::default_error_feedback), and
-/// [`BackoffLayer::retry_policy`](crate::BackoffLayer::retry_policy) with
-/// the layer's own `on_error` hook.
+/// extensions: the policy judges them with the `on_error` hook of the
+/// layer that made it ([`default_error_feedback`](super::default_error_feedback)
+/// unless one was given).
 ///
 /// Put the `Retry` layer *outside* [`Throttle`](crate::Throttle): each
 /// retry then goes through the throttle again and waits its turn in the
@@ -184,15 +185,6 @@ impl<C> fmt::Debug for BackoffRetry<C> {
 }
 
 impl BackoffRetry {
-    /// Retries each request at most `max_retries` times (so at most
-    /// `max_retries + 1` attempts). Responses are judged by the
-    /// [`Judged`] extension of the `BackoffLayer` inside, or by the
-    /// backoff `http_codes` of the request's scopes in `registry`; errors
-    /// by [`default_error_feedback`].
-    pub fn new(registry: Registry, max_retries: u32) -> Self {
-        Self::with_error_hook(registry, max_retries, Arc::new(default_error_feedback))
-    }
-
     pub(crate) fn with_error_hook(registry: Registry, max_retries: u32, on_error: Arc<ErrorHook>) -> Self {
         BackoffRetry {
             registry,
@@ -211,12 +203,12 @@ impl<C> BackoffRetry<C> {
     ///
     /// ```
     /// use tower::retry::RetryLayer;
-    /// use tower_throttle::backoff::BackoffRetry;
-    /// use tower_throttle::Registry;
+    /// use tower_throttle::{BackoffLayer, Registry};
     ///
     /// // A body type of another crate, cheap to copy.
     /// # #[derive(Clone)] struct ForeignBody;
-    /// let policy = BackoffRetry::new(Registry::default(), 3)
+    /// let policy = BackoffLayer::new(Registry::default())
+    ///     .retry_policy(3)
     ///     .clone_body_with(|body: &ForeignBody| Some(body.clone()));
     /// let layer = RetryLayer::new(policy);
     /// # drop(layer);

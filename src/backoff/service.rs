@@ -6,8 +6,6 @@ use tower_service::Service;
 
 use super::future::ResponseFuture;
 use super::layer::BackoffShared;
-use super::BackoffLayer;
-use crate::registry::Registry;
 
 /// Reports backoff feedback for each response and error of the inner
 /// service; see the [module docs](crate::backoff). Responses and errors
@@ -40,28 +38,8 @@ impl<S: fmt::Debug> fmt::Debug for Backoff<S> {
 }
 
 impl<S> Backoff<S> {
-    /// Wraps `inner` with the default classification rules.
-    pub fn new(inner: S, registry: Registry) -> Self {
-        tower_layer::Layer::layer(&BackoffLayer::new(registry), inner)
-    }
-
     pub(crate) fn from_shared(inner: S, shared: Arc<BackoffShared>) -> Self {
         Backoff { inner, shared }
-    }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
     }
 }
 

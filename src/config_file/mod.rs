@@ -78,6 +78,7 @@
 //! | `delay_per_slot` | 1 s | minimum time between two sends on the same lane |
 //! | `jitter` | 0.5 | random variation of every wait: a factor or `[below, above]`; `0` disables |
 //! | `ignore_robots_txt` | false | silence the warning when this scope's own limits override robots.txt's Crawl-delay |
+//! | `release_at_head` | false | free a request's lane when the response head arrives, not when its body ends (server-sent events, long polls): see `ScopeConfig::release_at_head` |
 //! | `quota` | none | units the scope may spend per `window` |
 //! | `window` | `quota_window` | length of the scope's quota windows |
 //! | `backoff.http_codes` | `[429, 502, 503, 504, 520, 521, 522, 523, 524]` | statuses that are backoff feedback |
@@ -286,28 +287,6 @@ impl RegistryConfig {
         let builder = self.into_builder()?;
         // Every value was checked above, with the file's key paths.
         builder.build().map_err(|err| ConfigFileError::invalid("", &err))
-    }
-
-    /// The config of every scope without its own.
-    pub fn default_scope(&self) -> &ScopeConfig {
-        &self.default_scope
-    }
-
-    /// The config of IP scopes without their own (`[ip_scopes]`; see
-    /// [`RegistryBuilder::ip_scopes`]), if set.
-    pub fn ip_scopes(&self) -> Option<&ScopeConfig> {
-        self.ip_scopes.as_ref()
-    }
-
-    /// The config of scope `key`, if it has its own (with the settings it
-    /// inherits filled in).
-    pub fn scope(&self, key: &str) -> Option<&ScopeConfig> {
-        self.scopes.get(key)
-    }
-
-    /// Every scope with its own config, sorted by key.
-    pub fn scopes(&self) -> impl Iterator<Item = (&str, &ScopeConfig)> {
-        self.scopes.iter().map(|(key, config)| (key.as_str(), config))
     }
 
     fn checked(config: RegistryConfig) -> Result<Self, ConfigFileError> {

@@ -58,6 +58,8 @@ pub(crate) struct ScopeTable {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) ignore_robots_txt: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) release_at_head: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) quota: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) window: Option<Seconds>,
@@ -195,6 +197,9 @@ fn apply(base: ScopeConfig, table: &ScopeTable, default: &ScopeConfig) -> ScopeC
     }
     if let Some(ignore) = table.ignore_robots_txt {
         config = config.ignore_robots_txt(ignore);
+    }
+    if let Some(release) = table.release_at_head {
+        config = config.release_at_head(release);
     }
     if let Some(quota) = table.quota {
         config = config.quota(quota);
@@ -373,6 +378,7 @@ fn limits_table(config: &ScopeConfig, base: &ScopeConfig, keep_explicit: bool) -
         ),
         jitter: changed(config.jitter, base.jitter, OneOrPair::from),
         ignore_robots_txt: changed(config.ignore_robots_txt, base.ignore_robots_txt, |v| v),
+        release_at_head: changed(config.release_at_head, base.release_at_head, |v| v),
         quota: changed(config.quota, base.quota, |q| q).flatten(),
         ..ScopeTable::default()
     }

@@ -68,8 +68,8 @@ fn json_files_read_as_toml_files_do() {
         }"#,
     )
     .unwrap();
-    assert_eq!(config.default_scope().delay, Duration::from_millis(250));
-    let api = config.scope("api.example").unwrap();
+    assert_eq!(config.default_scope.delay, Duration::from_millis(250));
+    let api = &config.scopes["api.example"];
     assert_eq!(api.concurrency, 3);
     assert_eq!(api.delay, Duration::from_millis(250));
     assert!(api.get_rampup().is_some());
@@ -91,7 +91,7 @@ fn ip_scopes_inherit_from_the_default_scope() {
         "#,
     )
     .unwrap();
-    let ip = config.ip_scopes().unwrap();
+    let ip = config.ip_scopes.as_ref().unwrap();
     assert_eq!((ip.concurrency, ip.delay), (2, Duration::from_secs(2)));
     let registry = config.build().unwrap();
     let any_server = registry.scope_config("ip:198.51.100.1");

@@ -35,21 +35,6 @@ impl<C> PinnedConnector<C> {
     pub fn new(inner: C) -> Self {
         PinnedConnector { inner }
     }
-
-    /// The inner connector.
-    pub fn get_ref(&self) -> &C {
-        &self.inner
-    }
-
-    /// The inner connector, mutably.
-    pub fn get_mut(&mut self) -> &mut C {
-        &mut self.inner
-    }
-
-    /// The inner connector, unwrapped.
-    pub fn into_inner(self) -> C {
-        self.inner
-    }
 }
 
 impl<C> Service<Uri> for PinnedConnector<C>

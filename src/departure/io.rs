@@ -55,21 +55,6 @@ impl<C> StampingConnector<C> {
     pub fn new(inner: C) -> Self {
         StampingConnector { inner }
     }
-
-    /// The inner connector.
-    pub fn get_ref(&self) -> &C {
-        &self.inner
-    }
-
-    /// The inner connector, mutably.
-    pub fn get_mut(&mut self) -> &mut C {
-        &mut self.inner
-    }
-
-    /// The inner connector, unwrapped.
-    pub fn into_inner(self) -> C {
-        self.inner
-    }
 }
 
 impl<C> Service<Uri> for StampingConnector<C>
@@ -128,11 +113,6 @@ pin_project! {
 impl<T> StampedIo<T> {
     fn new(inner: T) -> Self {
         StampedIo { inner, waiting: None }
-    }
-
-    /// The connection inside.
-    pub fn get_ref(&self) -> &T {
-        &self.inner
     }
 }
 

@@ -18,14 +18,6 @@ pub struct DepartureStamp<S> {
 }
 
 impl<S> DepartureStamp<S> {
-    /// Wraps `inner`, a client that sends [`StampedBody`] requests.
-    pub fn new(inner: S) -> Self {
-        DepartureStamp {
-            inner,
-            on_socket_write: false,
-        }
-    }
-
     /// `inner`, stamping at the socket write (see
     /// [`DepartureStampLayer::at_socket_write`](super::DepartureStampLayer::at_socket_write)).
     pub(crate) fn at_socket_write(inner: S, on_socket_write: bool) -> Self {
@@ -33,21 +25,6 @@ impl<S> DepartureStamp<S> {
             inner,
             on_socket_write,
         }
-    }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
     }
 }
 

@@ -229,9 +229,9 @@ mod tests {
     use crate::ip::FixedResolver;
 
     fn cache(max_names: usize) -> Arc<DnsCache> {
-        let resolver = FixedResolver::new()
-            .with("a.test", [[127, 0, 0, 1]])
-            .with("b.test", [[127, 0, 0, 2]]);
+        let resolver = FixedResolver::new();
+        resolver.set("a.test", [[127, 0, 0, 1]]);
+        resolver.set("b.test", [[127, 0, 0, 2]]);
         let settings = CacheSettings {
             ttl: Duration::from_secs(60),
             timeout: Duration::from_secs(10),

@@ -34,8 +34,10 @@ pub const DEFAULT_MAX_NAMES: usize = 10_000;
 ///
 /// # fn main() -> Result<(), tower_throttle::ConfigError> {
 /// let registry = Registry::builder().build()?;
+/// let resolver = FixedResolver::new();
+/// resolver.set("books.example", [[127, 0, 0, 2]]);
 /// let ip_scopes = IpScopeLayer::builder(registry.clone())
-///     .resolver(FixedResolver::new().with("books.example", [[127, 0, 0, 2]]))
+///     .resolver(resolver)
 ///     .ipv4_prefix(24)
 ///     .build()?;
 /// let client = ServiceBuilder::new()

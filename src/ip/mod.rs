@@ -73,9 +73,9 @@
 //!     .default_scope(ScopeConfig::default().concurrency(8).delay(Duration::ZERO))
 //!     .ip_scopes(server)
 //!     .build()?;
-//! let resolver = FixedResolver::new()
-//!     .with("a.example", [[127, 0, 0, 2]])
-//!     .with("b.example", [[127, 0, 0, 2]]);
+//! let resolver = FixedResolver::new();
+//! resolver.set("a.example", [[127, 0, 0, 2]]);
+//! resolver.set("b.example", [[127, 0, 0, 2]]);
 //! let client = ServiceBuilder::new()
 //!     .layer(IpScopeLayer::builder(registry.clone()).resolver(resolver).build()?)
 //!     .layer(ThrottleLayer::new(registry.clone()))

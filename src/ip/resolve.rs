@@ -97,7 +97,8 @@ impl Resolve for SystemResolver {
 /// ```
 /// use tower_throttle::ip::FixedResolver;
 ///
-/// let resolver = FixedResolver::new().with("books.example", [[127, 0, 0, 2]]);
+/// let resolver = FixedResolver::new();
+/// resolver.set("books.example", [[127, 0, 0, 2]]);
 /// resolver.set("quotes.example", [[127, 0, 0, 3]]);
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -111,14 +112,8 @@ impl FixedResolver {
         FixedResolver::default()
     }
 
-    /// Adds `name` → `addresses` (lower-cased name).
-    #[must_use]
-    pub fn with<A: Into<IpAddr>>(self, name: &str, addresses: impl IntoIterator<Item = A>) -> Self {
-        self.set(name, addresses);
-        self
-    }
-
-    /// Sets (or replaces) `name`'s addresses; an empty list removes it.
+    /// Sets (or replaces) `name`'s addresses (lower-cased name); an empty
+    /// list removes it. Clones of the resolver share the map.
     pub fn set<A: Into<IpAddr>>(&self, name: &str, addresses: impl IntoIterator<Item = A>) {
         let addresses: Vec<IpAddr> = addresses.into_iter().map(Into::into).collect();
         let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);

@@ -41,21 +41,6 @@ impl<S> IpScope<S> {
     pub(crate) fn from_shared(inner: S, shared: Arc<IpShared>) -> Self {
         IpScope { inner, shared }
     }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
 }
 
 impl<S, B> Service<http::Request<B>> for IpScope<S>

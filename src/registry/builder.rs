@@ -464,6 +464,7 @@ impl RegistryBuilder {
         };
         let backoff_statuses = BackoffStatuses::of(every_config());
         let managers_hear_successes = every_config().any(|config| config.manager_kind().hears_successes());
+        let releases_at_head_somewhere = every_config().any(|config| config.release_at_head);
         let rng = match self.seed {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
@@ -515,6 +516,7 @@ impl RegistryBuilder {
                 uid: next_registry_uid(),
                 global,
                 managers_hear_successes: AtomicBool::new(managers_hear_successes),
+                releases_at_head_somewhere: AtomicBool::new(releases_at_head_somewhere),
                 #[cfg(debug_assertions)]
                 locks: std::sync::atomic::AtomicU64::new(0),
                 backoff_statuses,

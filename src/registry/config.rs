@@ -21,6 +21,7 @@ fn default_backoff() -> &'static BackoffConfig {
 /// | [`delay`](Self::delay) | 1 s | minimum time between the sends of any two requests of the scope |
 /// | [`delay_per_slot`](Self::delay_per_slot) | 1 s | minimum time between two sends on the same lane |
 /// | [`jitter`](Self::jitter) | ±0.5 | every wait is multiplied by a factor in `[1 - 0.5, 1 + 0.5]` |
+/// | [`release_at_head`](Self::release_at_head) | false | free the lane when the response head arrives instead of when its body ends |
 ///
 /// Values are checked when the registry is built (or when
 /// [`Registry::set_scope`](crate::Registry::set_scope) is called):
@@ -48,6 +49,7 @@ pub struct ScopeConfig {
     pub(crate) autothrottle: Setting<AutoThrottleConfig>,
     pub(crate) rampup: Setting<RampupConfig>,
     pub(crate) ignore_robots_txt: bool,
+    pub(crate) release_at_head: bool,
     pub(crate) quota: Option<f64>,
     pub(crate) window: Option<Duration>,
     /// The scope's custom manager (`None`: the built-in one). Not
@@ -105,6 +107,7 @@ impl Default for ScopeConfig {
             autothrottle: Setting::Inherit,
             rampup: Setting::Inherit,
             ignore_robots_txt: false,
+            release_at_head: false,
             quota: None,
             window: None,
             manager: None,
@@ -331,6 +334,33 @@ impl ScopeConfig {
     pub fn ignore_robots_txt(mut self, ignore: bool) -> Self {
         self.ignore_robots_txt = ignore;
         self
+    }
+
+    /// Frees a request's lane (and its global permit) when the response
+    /// head arrives, instead of when the response body has been read to
+    /// the end, failed or been dropped (the default).
+    ///
+    /// By default a lane is a *transfer*: what the server sees as one
+    /// request in progress lasts until the body's last byte, so a scope of
+    /// 2 lanes never has more than 2 bodies streaming at once. Turn this
+    /// on for scopes whose responses stream on purpose for a long time
+    /// (server-sent events, long polls, a feed kept open): there, holding
+    /// the lane for the whole stream would keep every other request of the
+    /// scope waiting. A request with several scopes frees its lanes at the
+    /// head only when every one of its scopes says so: a scope that counts
+    /// transfers keeps counting them.
+    ///
+    /// AutoThrottle's latency is the time to the response head either way.
+    #[must_use]
+    pub fn release_at_head(mut self, release: bool) -> Self {
+        self.release_at_head = release;
+        self
+    }
+
+    /// Whether the scope frees lanes at the response head (see
+    /// [`release_at_head`](Self::release_at_head)).
+    pub fn get_release_at_head(&self) -> bool {
+        self.release_at_head
     }
 
     /// The backoff settings in force (the default ones when unset).

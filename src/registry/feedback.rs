@@ -188,7 +188,8 @@ impl Feedback {
 }
 
 /// What a server last announced about its rate limits for a scope
-/// (`RateLimit`, `RateLimit-Policy`, `X-RateLimit-*` headers).
+/// (`RateLimit`, `RateLimit-Policy`, `X-RateLimit-*` headers), as
+/// [`ScopeStats::announced`](crate::ScopeStats::announced) shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct AnnouncedLimits {
@@ -203,8 +204,9 @@ pub struct AnnouncedLimits {
 }
 
 impl AnnouncedLimits {
-    /// Limits with every field given.
-    pub fn new(
+    /// Limits with every field given (the rate-limit header layer reads
+    /// them from a response).
+    pub(crate) fn new(
         quota: Option<u64>,
         window: Option<Duration>,
         remaining: Option<u64>,

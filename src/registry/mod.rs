@@ -293,6 +293,10 @@ struct RegistryShared {
     /// manager; set once, never cleared): only then do feedback layers
     /// measure what managers alone use, such as latency.
     managers_hear_successes: AtomicBool,
+    /// Whether some scope config frees lanes at the response head (set
+    /// once, never cleared): only then does a request look its scopes'
+    /// configs up to learn when it ends.
+    releases_at_head_somewhere: AtomicBool,
     /// Times the scheduler's lock was taken, counted in debug builds only
     /// (tests check the locking per request with it).
     #[cfg(debug_assertions)]
@@ -717,6 +721,11 @@ impl Registry {
         if config.manager_kind().hears_successes() {
             self.shared.managers_hear_successes.store(true, Ordering::Relaxed);
         }
+        if config.release_at_head {
+            self.shared
+                .releases_at_head_somewhere
+                .store(true, Ordering::Relaxed);
+        }
         // Before the config takes effect: a response judged by it must not
         // skip the lock.
         self.shared.backoff_statuses.add(&config);
@@ -739,17 +748,18 @@ impl Registry {
     /// [`max_hold`](RegistryBuilder::max_hold) (1 h by default; a longer
     /// one is capped with a warning) and never shortens a longer one
     /// already active. This is the call rate-limit feedback (Retry-After,
-    /// RateLimit resets) uses.
+    /// RateLimit resets) uses; to hold until an instant, pass the time
+    /// left until it.
+    ///
+    /// With a [scope store](crate::store), the hold is written to the store
+    /// too (in the background), so every worker of the fleet holds.
     pub fn hold(&self, key: impl Into<Scope>, duration: Duration) {
         let now = Instant::now();
         self.hold_until(key, saturating_add(now, duration));
     }
 
     /// Holds scope `key` until `until`. See [`hold`](Self::hold).
-    ///
-    /// With a [scope store](crate::store), the hold is written to the store
-    /// too (in the background), so every worker of the fleet holds.
-    pub fn hold_until(&self, key: impl Into<Scope>, until: Instant) {
+    fn hold_until(&self, key: impl Into<Scope>, until: Instant) {
         let key = key.into();
         let held = self.with_scope_at(key.as_str(), false, None, |scheduler, now, wake| {
             scheduler.hold(&key, until, now, wake);
@@ -963,6 +973,21 @@ impl Registry {
     /// feedback layers measure latency, and report successes, only then.
     pub(crate) fn managers_hear_successes(&self) -> bool {
         self.shared.managers_hear_successes.load(Ordering::Relaxed)
+    }
+
+    /// Whether a request of `scopes` frees its lanes when its response
+    /// head arrives rather than when its body ends: only when every one of
+    /// its scopes' configs says so (see [`ScopeConfig::release_at_head`]).
+    #[inline]
+    pub(crate) fn releases_at_head(&self, scopes: &Scopes) -> bool {
+        self.shared.releases_at_head_somewhere.load(Ordering::Relaxed) && self.all_release_at_head(scopes)
+    }
+
+    #[cold]
+    fn all_release_at_head(&self, scopes: &Scopes) -> bool {
+        scopes
+            .iter()
+            .all(|(scope, _)| self.shared.configs.config_of(scope.as_str()).0.release_at_head)
     }
 
     /// A handle that reserves places among `max_queued` (one per service

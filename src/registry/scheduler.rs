@@ -998,15 +998,22 @@ impl Scheduler {
         (now, now_stamp): (Instant, Stamp),
         wake: &mut WakeList,
     ) {
-        let latency = match (outcome, departed_at) {
+        let (latency, answered_at) = match (outcome, departed_at) {
             (
                 Outcome::Response {
                     status,
                     adjust_autothrottle,
+                    answered_at,
                 },
                 Some(sent),
-            ) => Some((now_stamp.since(sent), status, adjust_autothrottle)),
-            _ => None,
+            ) => {
+                let answered_at = answered_at.unwrap_or(now_stamp);
+                (
+                    Some((answered_at.since(sent), status, adjust_autothrottle)),
+                    answered_at,
+                )
+            }
+            _ => (None, now_stamp),
         };
         for seat in seats {
             let scope = &mut self.scopes[seat.scope];
@@ -1021,7 +1028,9 @@ impl Scheduler {
                     scope.state.observe_latency(latency, status, adjust_autothrottle);
                 }
             }
-            scope.state.release_lane(seat.lane, departed_at.is_some(), now);
+            scope
+                .state
+                .release_lane(seat.lane, departed_at.is_some(), answered_at);
             if scope.has_waiters() {
                 self.dirty.push(seat.scope);
             }

@@ -642,9 +642,10 @@ impl ScopeState {
 
     /// Frees `lane` (taken by [`take_lane`](Self::take_lane)) when its
     /// request is over, `departed` or not. The first request to end warms
-    /// the scope: the next gap runs from now.
+    /// the scope: the next gap runs from `answered_at` (its response head,
+    /// or its end when it had none).
     #[inline]
-    pub(crate) fn release_lane(&mut self, lane: usize, departed: bool, now: Instant) {
+    pub(crate) fn release_lane(&mut self, lane: usize, departed: bool, answered_at: Stamp) {
         if let Some(lane) = self.lanes.get_mut(lane) {
             lane.busy = false;
         }
@@ -655,7 +656,10 @@ impl ScopeState {
         if !self.warm {
             self.warm = true;
             if let Some(last_send) = &mut self.last_send {
-                last_send.departed_at(Stamp::of(now));
+                // The cold start's next gap runs from the first answer
+                // (its head, when its body streamed on), as it did when
+                // lanes were freed at the head.
+                last_send.departed_at(answered_at);
             }
         }
     }

@@ -268,6 +268,33 @@ impl Registry {
         }
     }
 
+    /// Applies the reports the feedback layers left for request `id` whose
+    /// response head came while its body streams on (its lanes go back at
+    /// the body's end): under its shard's lock when that shard holds every
+    /// scope reported, as [`finish`](Self::finish) would apply them;
+    /// otherwise each under its scope's shard's lock.
+    pub(crate) fn apply_head_reports(&self, id: Finishing, collected: &[Collected]) {
+        self.apply_head_reports_in(decode_finishing(id).0, collected);
+    }
+
+    /// [`apply_head_reports`](Self::apply_head_reports) of a request of
+    /// shard `shard` (one admitted on a word knows its shard).
+    pub(crate) fn apply_head_reports_in(&self, shard: usize, collected: &[Collected]) {
+        let mut writes = Vec::new();
+        let applied = self.with_shard_at(shard, None, |scheduler, now, wake| {
+            if self.is_sharded() && !updates_all(scheduler, collected) {
+                return false;
+            }
+            self.apply_collected(scheduler, collected, (now, wake), &mut writes);
+            true
+        });
+        if applied {
+            self.write_shared(writes);
+        } else {
+            self.apply_collected_now(collected);
+        }
+    }
+
     /// Ends a request admitted on `fast`'s word, as [`finish`](Self::finish)
     /// ends a ticket: on the word alone while it is open and no feedback
     /// came; under the lock (the word reaches its registry) when the scope
@@ -424,7 +451,7 @@ fn decode_finishing(id: Finishing) -> (usize, Finishing) {
 /// The latency of a response that ended at `ended`, sent at `departed_at`.
 fn latency(outcome: Outcome, departed_at: Option<Stamp>, ended: Stamp) -> Option<std::time::Duration> {
     match (outcome, departed_at) {
-        (Outcome::Response { .. }, Some(sent)) => Some(ended.since(sent)),
+        (Outcome::Response { answered_at, .. }, Some(sent)) => Some(answered_at.unwrap_or(ended).since(sent)),
         _ => None,
     }
 }

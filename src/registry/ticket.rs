@@ -151,8 +151,14 @@ pub(crate) struct WaitedInScheduler {
 /// How a sent request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    /// The inner service answered with this status.
-    Response { status: u16, adjust_autothrottle: bool },
+    /// The inner service answered with this status. `answered_at`: when
+    /// the response head arrived, when the request ends later (its body
+    /// was still streaming): the latency runs to the head, not to the end.
+    Response {
+        status: u16,
+        adjust_autothrottle: bool,
+        answered_at: Option<Stamp>,
+    },
     /// The inner service failed, or the future was dropped.
     NoResponse,
 }

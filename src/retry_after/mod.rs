@@ -118,6 +118,7 @@
 //! let request = http::Request::get("https://api.example/items").body(())?;
 //! let response = client.clone().oneshot(request).await?;
 //! assert_eq!(response.status(), 429);
+//! drop(response); // its lane is free once the response is read or dropped
 //! let stats = registry.scope_stats("api.example").unwrap();
 //! assert_eq!(stats.held_for, Some(Duration::from_secs(30)));
 //!

@@ -24,34 +24,12 @@ pub struct RetryAfter<S> {
 }
 
 impl<S> RetryAfter<S> {
-    /// Wraps `inner`, reporting to `registry`, with the defaults of
-    /// [`RetryAfterLayer::new`](super::RetryAfterLayer::new). Use the layer
-    /// to change them.
-    pub fn new(inner: S, registry: Registry) -> Self {
-        Self::with_settings(inner, registry, Settings::default())
-    }
-
     pub(crate) fn with_settings(inner: S, registry: Registry, settings: Settings) -> Self {
         RetryAfter {
             inner,
             registry,
             settings,
         }
-    }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
     }
 }
 

@@ -130,7 +130,7 @@
 //!
 //! let page = http::Request::get("https://example.com/").body(String::new())?;
 //! let response = client.clone().oneshot(page).await?;
-//! assert_eq!(response.body(), "a page");
+//! assert_eq!(response.into_body().into_inner(), "a page"); // the lane is free again
 //!
 //! let stats = registry.scope_stats("example.com").unwrap();
 //! assert_eq!(stats.robots_delay, Some(Duration::from_secs(2)));

@@ -15,7 +15,6 @@ use super::Config;
 use crate::error::{BoxError, Error};
 use crate::ip::ServerAddr;
 use crate::readiness::{release_readied, take_readied};
-use crate::registry::Registry;
 use crate::scope::Scopes;
 
 /// Fetches each origin's robots.txt before its first request, reports its
@@ -65,30 +64,8 @@ impl<S: fmt::Debug> fmt::Debug for RobotsDelay<S> {
 }
 
 impl<S> RobotsDelay<S> {
-    /// Wraps `inner` with the default settings of
-    /// [`RobotsDelayLayer::new`](super::RobotsDelayLayer::new); use the
-    /// layer to change them.
-    pub fn new(inner: S, registry: Registry) -> Self {
-        Self::from_shared(inner, Arc::new(RobotsShared::new(registry, Config::default())))
-    }
-
     pub(crate) fn from_shared(inner: S, shared: Arc<RobotsShared>) -> Self {
         RobotsDelay { inner, shared }
-    }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
     }
 }
 

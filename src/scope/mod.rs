@@ -45,15 +45,17 @@ use std::sync::Arc;
 
 /// The key requests are throttled by: a host name such as
 /// `books.toscrape.com`, or any name you choose (`"api"`, `"images"`).
+/// Made from a name with `Scope::from` (or `.into()`); names are used as
+/// given (case included); the host resolver lower-cases hosts before
+/// making keys.
 ///
 /// Cloning is cheap (a reference count).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Scope(Arc<str>);
 
 impl Scope {
-    /// Creates a scope key from a name. Names are used as given (case
-    /// included); the host resolver lower-cases hosts before making keys.
-    pub fn new(name: impl AsRef<str>) -> Self {
+    /// Creates a scope key from a name.
+    pub(crate) fn new(name: impl AsRef<str>) -> Self {
         Scope(Arc::from(name.as_ref()))
     }
 
@@ -141,8 +143,9 @@ enum ScopeList {
 }
 
 impl Scopes {
-    /// One scope with the default cost.
-    pub fn one(scope: impl Into<Scope>) -> Self {
+    /// One scope with the default cost (what `Scopes::from` makes of one
+    /// name).
+    pub(crate) fn one(scope: impl Into<Scope>) -> Self {
         Scopes(ScopeList::One(scope.into(), DEFAULT_COST))
     }
 

@@ -10,18 +10,25 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use tokio::time::Instant;
+
+use super::body::{ThrottledBody, Transfer};
 use super::errors::{ErrorMode, InnerErrors};
 use super::store_admission::StoreAdmission;
 use super::ticket::Ticket;
 use crate::departure::{self, stamp::WriteStamp};
 use crate::registry::{collect, Outcome};
 use crate::scope::{handover, Scopes};
+use crate::time::Stamp;
 
 pin_project! {
     /// Waits for the request's turn (in the registry, then in its scope
     /// store if it has one), then drives the inner service's future.
     /// Dropping it at any point releases the request's queue place, lanes,
-    /// global permit and store leases.
+    /// global permit and store leases. Once the response head arrives, the
+    /// response's [`ThrottledBody`] holds the lanes until its end (or
+    /// nothing, for scopes that
+    /// [`release_at_head`](crate::ScopeConfig::release_at_head)).
     #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<S, Req, M = InnerErrors>
     where
@@ -29,11 +36,16 @@ pin_project! {
     {
         #[pin]
         state: State<S, Req, S::Future>,
-        ticket: Ticket,
+        // Moved into the response's body when the transfer outlasts the
+        // head.
+        ticket: Option<Ticket>,
         // The client's write stamp, when a `DepartureStamp` inside gives
         // one: the departure waits for it.
         write_stamp: Option<Arc<WriteStamp>>,
         adjust_autothrottle: bool,
+        // Whether the lanes are freed at the response head (every scope
+        // of the request opted out of counting transfers).
+        release_at_head: bool,
         // Whether the scopes also go into the request's extensions (kept
         // here, where padding has room, not in the parked request).
         record_scopes: bool,
@@ -85,7 +97,7 @@ where
         request: http::Request<ReqBody>,
         (scopes, record_scopes): (Scopes, bool),
         ticket: Ticket,
-        adjust_autothrottle: bool,
+        (adjust_autothrottle, release_at_head): (bool, bool),
     ) -> Self
     where
         S: Clone,
@@ -102,9 +114,10 @@ where
         };
         ResponseFuture {
             state,
-            ticket,
+            ticket: Some(ticket),
             write_stamp,
             adjust_autothrottle,
+            release_at_head,
             record_scopes,
             mode: PhantomData,
         }
@@ -170,12 +183,13 @@ where
     S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone,
     M: ErrorMode<S::Error>,
 {
-    type Output = Result<S::Response, M::Error>;
+    type Output = Result<http::Response<ThrottledBody<ResBody>>, M::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // The common case, a request sent at once without a span, takes the
         // path that has no wait to record.
-        if self.ticket.records_a_wait() || matches!(self.state, State::Waiting { .. }) {
+        let records = self.ticket.as_ref().is_some_and(Ticket::records_a_wait);
+        if records || matches!(self.state, State::Waiting { .. }) {
             return self.poll_recording(cx);
         }
         self.poll_steps::<false>(cx)
@@ -191,8 +205,12 @@ where
     /// records its wait, inside its span when it has one (its own handle:
     /// the ticket changes while it is entered).
     #[cold]
-    fn poll_recording(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<S::Response, M::Error>> {
-        let _span = self.ticket.span().cloned().map(tracing::Span::entered);
+    fn poll_recording(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<http::Response<ThrottledBody<ResBody>>, M::Error>> {
+        let span = self.ticket.as_ref().and_then(Ticket::span);
+        let _span = span.cloned().map(tracing::Span::entered);
         self.poll_steps::<true>(cx)
     }
 
@@ -203,12 +221,16 @@ where
     fn poll_steps<const RECORDING: bool>(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Result<S::Response, M::Error>> {
+    ) -> Poll<Result<http::Response<ThrottledBody<ResBody>>, M::Error>> {
         let mut this = self.project();
+        let ticket = this
+            .ticket
+            .as_mut()
+            .expect("ResponseFuture polled after completion");
         loop {
             match this.state.as_mut().project() {
                 StateProj::Waiting { waiting } => {
-                    if this.ticket.poll_send(cx).is_pending() {
+                    if ticket.poll_send(cx).is_pending() {
                         return Poll::Pending;
                     }
                     let Some(parked) = waiting.as_mut() else {
@@ -216,12 +238,12 @@ where
                         continue;
                     };
                     if let Some(fleet) = &mut parked.fleet {
-                        match fleet.poll(this.ticket, cx) {
+                        match fleet.poll(ticket, cx) {
                             Poll::Pending => return Poll::Pending,
-                            Poll::Ready(Ok(())) => this.ticket.note_store_done(),
+                            Poll::Ready(Ok(())) => ticket.note_store_done(),
                             Poll::Ready(Err(error)) => match M::store(error) {
                                 Ok(error) => {
-                                    this.ticket.finish(Outcome::NoResponse);
+                                    ticket.finish(Outcome::NoResponse);
                                     this.state.set(State::Done);
                                     return Poll::Ready(Err(error));
                                 }
@@ -239,7 +261,7 @@ where
                     match parked.service.poll_ready(cx) {
                         Poll::Ready(Ok(())) => {}
                         Poll::Ready(Err(error)) => {
-                            this.ticket.finish(Outcome::NoResponse);
+                            ticket.finish(Outcome::NoResponse);
                             this.state.set(State::Done);
                             return Poll::Ready(Err(M::inner(error)));
                         }
@@ -253,7 +275,7 @@ where
                         scopes,
                         fleet: _,
                     } = *waiting.take().expect("checked above");
-                    let registry = this.ticket.registry_id();
+                    let registry = ticket.registry_id();
                     let (future, write_stamp) =
                         hand_over(service, request, registry, scopes, *this.record_scopes);
                     *this.write_stamp = write_stamp;
@@ -262,50 +284,82 @@ where
                 StateProj::Calling { future } => {
                     // The feedback layers inside leave their reports for
                     // the completion's lock (see `registry::report::collect`).
-                    let registry = this.ticket.registry_id();
+                    let registry = ticket.registry_id();
                     let (polled, left) = collect::collecting(registry, || future.poll(cx));
                     // The hand-over is the inner future's first poll: see
                     // the module docs of `throttle`. Free after the first.
                     // With a write stamp, the departure is the later of the
                     // two (see `departure`).
                     let departed = match this.write_stamp {
-                        None => this.ticket.depart(),
-                        Some(stamp) => this.ticket.depart_on_write(stamp, cx),
+                        None => ticket.depart(),
+                        Some(stamp) => ticket.depart_on_write(stamp, cx),
                     };
                     if let (true, Some(handed_over)) = (RECORDING, departed) {
-                        this.ticket.note_hand_over(handed_over);
+                        ticket.note_hand_over(handed_over);
                     }
                     let mut output = match polled {
                         Poll::Ready(output) => output,
                         Poll::Pending => {
                             // Left by a layer inside that retried.
                             if left {
-                                this.ticket.apply_reports(&collect::take(registry));
+                                ticket.apply_reports(&collect::take(registry));
                             }
                             return Poll::Pending;
                         }
                     };
-                    let outcome = match &output {
-                        Ok(response) => Outcome::Response {
-                            status: response.status().as_u16(),
-                            adjust_autothrottle: *this.adjust_autothrottle,
-                        },
-                        Err(_) => Outcome::NoResponse,
-                    };
                     if let Some(stamp) = this.write_stamp {
-                        this.ticket.settle_write(stamp);
+                        ticket.settle_write(stamp);
                     }
-                    if RECORDING && this.ticket.records_a_wait() {
-                        this.ticket.leave_record(&mut output);
-                    }
-                    if left {
-                        this.ticket
-                            .finish_reported(outcome, departed, &collect::take(registry));
-                    } else {
-                        this.ticket.finish_at(outcome, departed);
+                    if RECORDING && ticket.records_a_wait() {
+                        ticket.leave_record(&mut output);
                     }
                     this.state.set(State::Done);
-                    return Poll::Ready(output.map_err(M::inner));
+                    let response = match output {
+                        Ok(response) => response,
+                        Err(error) => {
+                            if left {
+                                ticket.finish_reported(
+                                    Outcome::NoResponse,
+                                    departed,
+                                    &collect::take(registry),
+                                );
+                            } else {
+                                ticket.finish_at(Outcome::NoResponse, departed);
+                            }
+                            return Poll::Ready(Err(M::inner(error)));
+                        }
+                    };
+                    let status = response.status().as_u16();
+                    let adjust_autothrottle = *this.adjust_autothrottle;
+                    if *this.release_at_head {
+                        let outcome = Outcome::Response {
+                            status,
+                            adjust_autothrottle,
+                            answered_at: None,
+                        };
+                        if left {
+                            ticket.finish_reported(outcome, departed, &collect::take(registry));
+                        } else {
+                            ticket.finish_at(outcome, departed);
+                        }
+                        return Poll::Ready(Ok(response.map(ThrottledBody::released)));
+                    }
+                    // The transfer goes on: what the layers inside reported
+                    // applies now (a hold must stop the scope's other lanes
+                    // while this body streams), and the lanes, with the
+                    // latency to this head, go back at the body's end.
+                    if left {
+                        ticket.apply_head_reports(&collect::take(registry));
+                    }
+                    let answered_at = departed.unwrap_or_else(Instant::now);
+                    let outcome = Outcome::Response {
+                        status,
+                        adjust_autothrottle,
+                        answered_at: Some(Stamp::of(answered_at)),
+                    };
+                    let ticket = this.ticket.take().expect("the ticket is taken only here");
+                    let transfer = Transfer::new(ticket, outcome);
+                    return Poll::Ready(Ok(response.map(|body| ThrottledBody::holding(body, transfer))));
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }

@@ -13,7 +13,7 @@
 //!
 //! The handles hold the registry; the registry does not hold them (that
 //! would be a cycle of counts, never freed). They are made once per
-//! [`ThrottleLayer`](super::ThrottleLayer) or [`Throttle::new`](super::Throttle::new),
+//! [`ThrottleLayer`](super::ThrottleLayer),
 //! not per clone.
 
 use std::fmt;

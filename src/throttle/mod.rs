@@ -3,9 +3,22 @@
 //! [`Throttle`] holds every request until all of its scopes allow it (a free
 //! lane, the scope's delay and per-lane delay passed, no hold active) and
 //! fewer than the registry's `max_concurrency` requests are in flight; then
-//! it hands it to the inner service. A lane stays busy until the inner
-//! future resolves (response head or error) or the response future is
-//! dropped. Requests of one scope go first-come first-served (or by
+//! it hands it to the inner service. A lane stays busy for the whole
+//! transfer: until the response's [`ThrottledBody`] has been read to its
+//! end, fails or is dropped, or until the inner future fails or the
+//! response future is dropped. So read (or drop) each response before
+//! waiting for the next of its scope: responses kept aside unread (say,
+//! `join_all` over more requests of one scope than it has lanes) keep
+//! their lanes, and the requests behind them wait for good. Scopes whose
+//! responses stream on purpose (server-sent events, long polls) free their
+//! lanes at the head instead:
+//! [`ScopeConfig::release_at_head`](crate::ScopeConfig::release_at_head).
+//! AutoThrottle's latency is the time to the response head either way.
+//!
+//! Redirects: put tower-http's `FollowRedirectLayer` *outside*
+//! `ThrottleLayer` (and `RobotsDelayLayer`), so each hop is a request of
+//! its own, admitted in the scope of the host it goes to; see
+//! `docs/transfers-and-redirects.md`. Requests of one scope go first-come first-served (or by
 //! [`Priority`](crate::Priority)); a slow scope never delays another.
 //!
 //! Backpressure: `poll_ready` reserves one of the registry's `max_queued`
@@ -83,12 +96,13 @@
 //!
 //! let request = http::Request::get("https://example.com/").body(())?;
 //! let response = client.oneshot(request).await?;
-//! assert_eq!(response.body(), "https://example.com/");
+//! assert_eq!(response.body().get_ref(), "https://example.com/");
 //! assert_eq!(registry.scope_stats("example.com").unwrap().sent, 1);
 //! # Ok(())
 //! # }
 //! ```
 
+mod body;
 mod errors;
 pub mod future;
 mod handles;
@@ -98,6 +112,7 @@ mod service;
 mod store_admission;
 mod ticket;
 
+pub use body::ThrottledBody;
 pub use errors::{ErrorMode, InnerErrors, StoreErrors};
 pub use layer::ThrottleLayer;
 pub use service::Throttle;

@@ -7,13 +7,14 @@ use tokio::time::Instant;
 
 use tower_service::Service;
 
+use super::body::ThrottledBody;
 use super::errors::{ErrorMode, InnerErrors};
 use super::future::ResponseFuture;
 use super::handles::Handles;
 
 use super::ticket::Ticket;
 use crate::readiness::take_readied;
-use crate::registry::{PlaceHandle, Registry};
+use crate::registry::PlaceHandle;
 use crate::scope::{AutoThrottleExempt, Priority, Scopes};
 #[cfg(doc)]
 use crate::waited::WaitCause;
@@ -90,17 +91,6 @@ impl<S: Clone, M> Clone for Throttle<S, M> {
     }
 }
 
-impl<S> Throttle<S> {
-    /// Wraps `inner`, throttling through `registry`. This makes the
-    /// handles its requests keep on the registry (a few small allocations,
-    /// four per core); its clones, and the services one
-    /// [`ThrottleLayer`](super::ThrottleLayer) makes, share them, so prefer
-    /// cloning or a layer to calling this per request.
-    pub fn new(inner: S, registry: Registry) -> Self {
-        Self::with_mode(inner, Handles::new(registry), None)
-    }
-}
-
 impl<S, M> Throttle<S, M> {
     pub(crate) fn with_mode(inner: S, handles: Arc<Handles>, fixed: Option<Scopes>) -> Self {
         let places = handles.registry().queue_places();
@@ -114,21 +104,6 @@ impl<S, M> Throttle<S, M> {
             place_wait: None,
             mode: PhantomData,
         }
-    }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
     }
 
     /// Reserves a queue place, and notes since when it waits for one.
@@ -168,7 +143,7 @@ where
     S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone,
     M: ErrorMode<S::Error>,
 {
-    type Response = S::Response;
+    type Response = http::Response<ThrottledBody<ResBody>>;
     type Error = M::Error;
     type Future = ResponseFuture<S, http::Request<ReqBody>, M>;
 
@@ -208,8 +183,15 @@ where
             _ => panic!("poll_ready must be called first"),
         };
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
+        let release_at_head = self.handles.registry().releases_at_head(&scopes);
         let record = self.record_scopes && !already_recorded;
         let inner = take_readied(&mut self.inner);
-        ResponseFuture::new(inner, request, (scopes, record), ticket, adjust_autothrottle)
+        ResponseFuture::new(
+            inner,
+            request,
+            (scopes, record),
+            ticket,
+            (adjust_autothrottle, release_at_head),
+        )
     }
 }

@@ -598,6 +598,24 @@ impl Ticket {
         })
     }
 
+    /// Applies the reports the feedback layers left for this request when
+    /// its response head came and its body streams on: under one lock, its
+    /// shard's, as its end would have applied them.
+    pub(crate) fn apply_head_reports(&self, collected: &[Collected]) {
+        match &self.owner {
+            Owner::Scheduler(handle) => handle
+                .registry()
+                .apply_head_reports(Finishing::Ticket(self.id), collected),
+            Owner::Plain(handle, lane) => handle
+                .registry()
+                .apply_head_reports(Finishing::Plain(self.id, *lane), collected),
+            Owner::Word(fast) => match fast.registry() {
+                Some(registry) => registry.apply_head_reports_in(fast.shard, collected),
+                None => self.apply_reports(collected),
+            },
+        }
+    }
+
     /// Applies, under a lock of their own, reports the feedback layers left
     /// for this request's completion while it is not done (a layer inside
     /// the throttle retried).

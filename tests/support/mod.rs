@@ -505,3 +505,24 @@ pub fn fleet_worker(
         .build()
         .unwrap()
 }
+
+/// Awaits a throttled response and unwraps its body, which frees the
+/// request's lanes at once: the in-process bodies of the scheduling tests
+/// carry nothing (`()`), so their transfer is over at the response head.
+pub async fn at_head<F, B, E>(response: F) -> Result<http::Response<B>, E>
+where
+    F: Future<Output = Result<http::Response<tower_throttle::throttle::ThrottledBody<B>>, E>>,
+{
+    response
+        .await
+        .map(|response| response.map(tower_throttle::throttle::ThrottledBody::into_inner))
+}
+
+/// Awaits a response and drops it at once, which ends its transfer (and
+/// frees its lanes): for tests that only need to know it came.
+pub async fn dropped<F, R, E>(response: F) -> Result<(), E>
+where
+    F: Future<Output = Result<R, E>>,
+{
+    response.await.map(drop)
+}

@@ -49,13 +49,6 @@ impl ExponentialBackoff {
     pub fn new(config: BackoffConfig) -> Self {
         ExponentialBackoff { config, state: None }
     }
-
-    /// Steps in force at `now` (0: none).
-    pub fn level(&self, now: Instant, base: &BaseLimits) -> u32 {
-        self.state
-            .and_then(|state| state.at(now, &self.config, base.concurrency()))
-            .map_or(0, |current| current.level)
-    }
 }
 
 impl ScopeManager for ExponentialBackoff {

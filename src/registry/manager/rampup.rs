@@ -61,11 +61,6 @@ impl Rampup {
         Rampup { config, state: None }
     }
 
-    /// The pace in force, once the first feedback came.
-    pub fn delay(&self) -> Option<Duration> {
-        self.state.as_ref().map(|state| state.delay)
-    }
-
     /// Lanes to keep the pace at the scope's latency, at least its own
     /// (the built-in rule).
     fn lanes(delay: Duration, base: &BaseLimits) -> u32 {

@@ -100,6 +100,7 @@ impl Driver {
 const ANSWERED: Outcome = Outcome::Response {
     status: 200,
     adjust_autothrottle: true,
+    answered_at: None,
 };
 
 fn waiting(timer: Option<Instant>) -> TicketPoll {

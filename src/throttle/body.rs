@@ -1,0 +1,151 @@
+//! The response body of [`Throttle`](super::Throttle): the inner service's
+//! body, holding the request's lanes until the transfer is over.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+use super::ticket::Ticket;
+use crate::registry::Outcome;
+
+pin_project! {
+    /// The body of a response from [`Throttle`](super::Throttle): the inner
+    /// service's body `B`, passed through unchanged (frames, trailers, size
+    /// hint, end of stream), which keeps the request's lanes and global
+    /// permit taken until the transfer is over.
+    ///
+    /// The lanes are freed when the body
+    /// - yields its last frame (the inner body then says `is_end_stream`),
+    ///   or `None`;
+    /// - fails (yields an error);
+    /// - is dropped, read or not.
+    ///
+    /// So a response read to its end, or dropped, frees its lanes; a
+    /// response kept unread keeps them. A body that is not an
+    /// [`http_body::Body`] (a test's `()`, say) frees them when dropped.
+    ///
+    /// For a scope with
+    /// [`release_at_head`](crate::ScopeConfig::release_at_head), the lanes
+    /// were freed when the head arrived, and this body holds nothing.
+    ///
+    /// The latency fed to AutoThrottle is the time to the response head in
+    /// both cases.
+    pub struct ThrottledBody<B> {
+        #[pin]
+        inner: B,
+        transfer: Option<Transfer>,
+    }
+}
+
+/// A request whose response head arrived and whose body still streams:
+/// its ticket (lanes, global permit, store lease) and how it answered,
+/// reported to the registry when the transfer ends (dropped).
+pub(crate) struct Transfer {
+    ticket: Ticket,
+    outcome: Outcome,
+}
+
+impl Transfer {
+    /// The transfer of the request of `ticket`, which answered with
+    /// `outcome`.
+    pub(crate) fn new(ticket: Ticket, outcome: Outcome) -> Self {
+        Transfer { ticket, outcome }
+    }
+}
+
+impl Drop for Transfer {
+    fn drop(&mut self) {
+        // The response's one report: latency to the head, status, and the
+        // lanes freed, under one lock.
+        self.ticket.finish(self.outcome);
+    }
+}
+
+impl<B> ThrottledBody<B> {
+    /// `inner`, holding `transfer` until its end.
+    pub(crate) fn holding(inner: B, transfer: Transfer) -> Self {
+        ThrottledBody {
+            inner,
+            transfer: Some(transfer),
+        }
+    }
+
+    /// `inner`, whose request freed its lanes already.
+    pub(crate) fn released(inner: B) -> Self {
+        ThrottledBody {
+            inner,
+            transfer: None,
+        }
+    }
+
+    /// Whether this body still holds its request's lanes (its end has not
+    /// been seen yet).
+    pub fn holds_lanes(&self) -> bool {
+        self.transfer.is_some()
+    }
+
+    /// The inner body.
+    pub fn get_ref(&self) -> &B {
+        &self.inner
+    }
+
+    /// The inner body, mutably. Reading it this way does not free the
+    /// lanes at its end: only dropping this body then does.
+    pub fn get_mut(&mut self) -> &mut B {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner body, freeing the request's lanes now: whatever
+    /// is read from it afterwards is not counted as a transfer in progress.
+    pub fn into_inner(self) -> B {
+        let ThrottledBody { inner, transfer } = self;
+        drop(transfer);
+        inner
+    }
+}
+
+impl<B: Body> Body for ThrottledBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let mut this = self.project();
+        let polled = this.inner.as_mut().poll_frame(cx);
+        if this.transfer.is_some() {
+            let over = match &polled {
+                Poll::Ready(None | Some(Err(_))) => true,
+                // Readers may stop at `is_end_stream` without asking for
+                // the `None` that would follow: the last frame ends it.
+                Poll::Ready(Some(Ok(_))) => this.inner.is_end_stream(),
+                Poll::Pending => false,
+            };
+            if over {
+                drop(this.transfer.take());
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B: fmt::Debug> fmt::Debug for ThrottledBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThrottledBody")
+            .field("inner", &self.inner)
+            .field("holds_lanes", &self.holds_lanes())
+            .finish()
+    }
+}
