@@ -331,6 +331,42 @@ async fn a_request_longer_than_the_lease_ttl_keeps_its_lane() {
     assert!((1_000..1_100).contains(&not_renewed), "sent at {not_renewed} ms");
 }
 
+/// A transfer holds its lane in the fleet too: a body that streams for 5 s
+/// after an instant head keeps its lease renewed while it streams, so the
+/// other worker's request goes when the body ends, not after the lease's
+/// TTL (1 s).
+#[tokio::test(start_paused = true)]
+async fn a_body_streaming_past_the_lease_ttl_keeps_its_lane() {
+    use futures::StreamExt;
+    use http_body_util::{BodyExt, StreamBody};
+    use hyper::body::{Bytes, Frame};
+
+    let store = MemoryStore::new().lease_ttl(Duration::from_secs(1));
+    let (worker, other) = (one_lane_worker(&store), one_lane_worker(&store));
+    let start = Instant::now();
+    let client = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(worker).store_errors())
+        .service(tower::service_fn(|_request: http::Request<()>| async {
+            // Fifty chunks, 100 ms apart: the body ends at 5 s.
+            let chunks = futures::stream::iter(0..50).then(|_| async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"x")))
+            });
+            Ok::<_, Infallible>(http::Response::new(StreamBody::new(chunks.boxed())))
+        }));
+    let long = tokio::spawn(async move {
+        let request = http::Request::get("http://site.test/long").body(()).unwrap();
+        let response = client.oneshot(request).await.unwrap();
+        response.into_body().collect().await.unwrap().to_bytes().len()
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let sends = Sends::default();
+    crawl(&other, "other", 1, &sends, start).await;
+    assert_eq!(long.await.unwrap(), 50, "the whole body was read");
+    let sent = sends.lock().unwrap()[0].0;
+    assert!((5_000..5_100).contains(&sent), "sent at {sent} ms");
+}
+
 /// The renewal task lives on the runtime of the request that started it.
 /// When that runtime shuts down, the next lease, on another runtime, starts
 /// a new one: a registry that outlives a runtime still renews.
