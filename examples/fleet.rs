@@ -208,9 +208,11 @@ async fn crawl(settings: &Settings, url: &str, prefix: &str) -> bool {
             })
             .collect();
         async move {
+            // Each answer is dropped as it comes: a lane is busy until then.
             let requests = pages.into_iter().map(|uri| {
                 let request = http::Request::get(uri).body(Full::default()).unwrap();
-                client.clone().oneshot(request)
+                let client = client.clone();
+                async move { client.oneshot(request).await.map(drop) }
             });
             futures::future::join_all(requests).await
         }

@@ -245,12 +245,21 @@ fn worker(registry: &Registry) -> Worker {
 /// separate processes would; every answer must be 200.
 async fn crawl_together(crawls: impl Iterator<Item = (Worker, Vec<String>)>) {
     let crawls = crawls.map(|(worker, uris)| async move {
-        let requests = uris.iter().map(|uri| worker.clone().oneshot(full_request(uri)));
+        // Each answer gives its status and is dropped: its lane is free.
+        let requests = uris.iter().map(|uri| {
+            let worker = worker.clone();
+            async move {
+                worker
+                    .oneshot(full_request(uri))
+                    .await
+                    .map(|answer| answer.status())
+            }
+        });
         futures::future::join_all(requests).await
     });
     for answers in futures::future::join_all(crawls).await {
         for answer in answers {
-            assert_eq!(answer.unwrap().status(), 200);
+            assert_eq!(answer.unwrap(), 200);
         }
     }
 }
@@ -340,8 +349,9 @@ async fn a_worker_that_vanishes_holding_a_lane_gives_it_back_after_the_lease_ttl
     )
     .await
     .expect("the lane came back")
-    .unwrap();
-    assert_eq!(answer.status(), 200);
+    .unwrap()
+    .status();
+    assert_eq!(answer, 200);
     let waited = site.arrival_of("/after").unwrap() - first_arrival;
     assert!(
         waited >= lease_ttl - Duration::from_millis(50),
@@ -363,8 +373,11 @@ async fn a_request_longer_than_the_lease_ttl_keeps_its_lane() {
     let lease_ttl = Duration::from_millis(500);
     let long = worker_registry(store(&prefix).lease_ttl(lease_ttl), StoreFailure::FailClosed);
     let other = worker_registry(store(&prefix).lease_ttl(lease_ttl), StoreFailure::FailClosed);
+    let long_worker = worker(&long);
+    let request = full_request(&format!("http://site.test:{}/long", addr.port()));
+    // The answer gives its status and is dropped in the task: its lane is free.
     let long_request =
-        tokio::spawn(worker(&long).oneshot(full_request(&format!("http://site.test:{}/long", addr.port()))));
+        tokio::spawn(async move { long_worker.oneshot(request).await.map(|answer| answer.status()) });
     let started = loop {
         if let Some(at) = site.arrival_of("/long") {
             break at;
@@ -374,9 +387,10 @@ async fn a_request_longer_than_the_lease_ttl_keeps_its_lane() {
     let answer = worker(&other)
         .oneshot(full_request(&format!("http://site.test:{}/after", addr.port())))
         .await
-        .unwrap();
-    assert_eq!(answer.status(), 200);
-    assert_eq!(long_request.await.unwrap().unwrap().status(), 200);
+        .unwrap()
+        .status();
+    assert_eq!(answer, 200);
+    assert_eq!(long_request.await.unwrap().unwrap(), 200);
     let waited = site.arrival_of("/after").unwrap() - started;
     eprintln!("the other worker's request arrived {waited:?} after the long one (lease TTL {lease_ttl:?})");
     assert!(
@@ -404,8 +418,9 @@ async fn a_retry_after_seen_by_one_worker_holds_the_other() {
     let answer = worker(&told)
         .oneshot(full_request(&format!("http://site.test:{}/429", addr.port())))
         .await
-        .unwrap();
-    assert_eq!(answer.status(), 429);
+        .unwrap()
+        .status();
+    assert_eq!(answer, 429);
     // The hold reaches Redis in the background; give it a moment.
     tokio::time::sleep(Duration::from_millis(100)).await;
     worker(&other)
@@ -445,11 +460,13 @@ async fn two_workers_spend_one_quota_window_between_them() {
         .collect();
     let requests = registries.iter().flat_map(|registry| {
         (0..3).map(|page| {
-            worker(registry).oneshot(full_request(&format!("http://quota.test:{}/{page}", addr.port())))
+            let request = full_request(&format!("http://quota.test:{}/{page}", addr.port()));
+            let worker = worker(registry);
+            async move { worker.oneshot(request).await.map(|answer| answer.status()) }
         })
     });
     for answer in futures::future::join_all(requests).await {
-        assert_eq!(answer.unwrap().status(), 200);
+        assert_eq!(answer.unwrap(), 200);
     }
     let mut arrivals: Vec<Instant> = site.arrivals.lock().unwrap().iter().map(|(at, _)| *at).collect();
     arrivals.sort();
@@ -661,14 +678,18 @@ async fn a_backoff_seen_by_one_worker_slows_the_others() {
     let answer = told_worker
         .oneshot(full_request(&format!("http://site.test:{}/503", addr.port())))
         .await
-        .unwrap();
-    assert_eq!(answer.status(), 503);
+        .unwrap()
+        .status();
+    assert_eq!(answer, 503);
     // The backoff reaches Redis in the background; give it a moment.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let requests = ["/b1", "/b2"]
-        .map(|path| worker(&other).oneshot(full_request(&format!("http://site.test:{}{path}", addr.port()))));
+    let requests = ["/b1", "/b2"].map(|path| {
+        let request = full_request(&format!("http://site.test:{}{path}", addr.port()));
+        let worker = worker(&other);
+        async move { worker.oneshot(request).await.map(|answer| answer.status()) }
+    });
     for answer in futures::future::join_all(requests).await {
-        assert_eq!(answer.unwrap().status(), 200);
+        assert_eq!(answer.unwrap(), 200);
     }
     // One backoff step: the delay doubles to at least `min_delay` (1 s), for
     // the other worker too, whose own config says 100 ms.
@@ -729,8 +750,9 @@ async fn an_unreachable_store_falls_back_to_local_limits_with_one_warning_when_f
         let answer = worker(&registry)
             .oneshot(full_request(&format!("http://local.test:{}/{page}", addr.port())))
             .await
-            .unwrap();
-        assert_eq!(answer.status(), 200);
+            .unwrap()
+            .status();
+        assert_eq!(answer, 200);
     }
     // Still throttled: by the local delay.
     let gaps = site.gaps();
@@ -998,10 +1020,18 @@ async fn a_fleet_has_one_autothrottle_delay_in_redis() {
     // A's response takes 2 s: the fleet's delay becomes max(2, (0.1 + 2) /
     // 2) = 2 s. B's takes 5 ms: (2 + 0.005) / 2, about 1 s. Alone, B's
     // would be its configured 100 ms.
-    let answer = worker(&a).oneshot(full_request(&uri("/long"))).await.unwrap();
-    assert_eq!(answer.status(), 200);
-    let answer = worker(&b).oneshot(full_request(&uri("/"))).await.unwrap();
-    assert_eq!(answer.status(), 200);
+    let answer = worker(&a)
+        .oneshot(full_request(&uri("/long")))
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(answer, 200);
+    let answer = worker(&b)
+        .oneshot(full_request(&uri("/")))
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(answer, 200);
     let mut delay = Duration::ZERO;
     for _ in 0..100 {
         // The fleet's answer lands in the background.
