@@ -317,8 +317,19 @@ impl Registry {
             }
             return;
         }
-        let now = ended.unwrap_or_else(Instant::now);
-        let stamp = ended_stamp.unwrap_or_else(|| Stamp::of(now));
+        // A transfer that ended after its head (no reading of the end)
+        // counts from its head, as the scheduler's lanes do: the clock is
+        // read only if the lock is needed.
+        let head = match outcome {
+            Outcome::Response { answered_at, .. } => answered_at,
+            Outcome::NoResponse => None,
+        };
+        let stamp = match (ended_stamp, ended) {
+            (Some(stamp), _) => stamp,
+            (None, Some(ended)) => Stamp::of(ended),
+            (None, None) => head.unwrap_or_else(|| Stamp::of(Instant::now())),
+        };
+        let now = || ended.unwrap_or_else(Instant::now);
         let global = fast.global();
         match fast.end(departed_at, stamp, latency(outcome, departed_at, stamp)) {
             Ended::Open => {
@@ -330,7 +341,7 @@ impl Registry {
                 }
                 if let Some(registry) = fast.registry() {
                     // The lock's epilogue lets the first waiter go.
-                    registry.with_shard_at(fast.shard, Some(now), |scheduler, now, _| {
+                    registry.with_shard_at(fast.shard, Some(now()), |scheduler, now, _| {
                         if due {
                             // Requests on words take no lock, so the
                             // eviction work arriving requests do under it
@@ -341,7 +352,7 @@ impl Registry {
                 }
             }
             Ended::Adopted => match fast.registry() {
-                Some(registry) => registry.with_shard_at(fast.shard, Some(now), |scheduler, now, wake| {
+                Some(registry) => registry.with_shard_at(fast.shard, Some(now()), |scheduler, now, wake| {
                     scheduler.finish_adopted(fast, outcome, departed_at, (now, Some(stamp)), wake)
                 }),
                 None => {

@@ -351,11 +351,17 @@ where
                     if left {
                         ticket.apply_head_reports(&collect::take(registry));
                     }
-                    let answered_at = departed.unwrap_or_else(Instant::now);
+                    // Answered in the poll that handed it over: its
+                    // departure's reading (and stamp) is the head's too.
+                    let answered_at = match (departed, this.write_stamp.is_none()) {
+                        (Some(_), true) => ticket.departure_stamp(),
+                        _ => None,
+                    }
+                    .unwrap_or_else(|| Stamp::of(departed.unwrap_or_else(Instant::now)));
                     let outcome = Outcome::Response {
                         status,
                         adjust_autothrottle,
-                        answered_at: Some(Stamp::of(answered_at)),
+                        answered_at: Some(answered_at),
                     };
                     let ticket = this.ticket.take().expect("the ticket is taken only here");
                     let transfer = Transfer::new(ticket, outcome);

@@ -442,6 +442,14 @@ impl Ticket {
         Some(instant)
     }
 
+    /// The stamp of the request's departure, once it departed.
+    pub(crate) fn departure_stamp(&self) -> Option<Stamp> {
+        match self.stage {
+            Stage::Departed { at, .. } => Some(at),
+            _ => None,
+        }
+    }
+
     /// [`depart`](Self::depart) for a request whose client stamps its write
     /// ([`crate::departure`]): takes the hand-over reading the first time,
     /// and departs at the later of it and the stamp once the stamp came
