@@ -253,6 +253,4 @@ pub const MECHANISMS: &[(&str, TurnOff)] = &[
     ("pools", |builder| builder.permit_pools(false)),
     // Queue places on stripes: one count.
     ("stripes", |builder| builder.queue_place_stripes(false)),
-    // Per-thread registry handles: one per throttle.
-    ("handles", |builder| builder.thread_handles(false)),
 ];

@@ -67,7 +67,6 @@ pub struct RegistryBuilder {
     shards: Option<usize>,
     permit_pools: bool,
     place_stripes: bool,
-    thread_handles: bool,
     scope_manager: Option<ManagerFactory>,
 }
 
@@ -108,7 +107,6 @@ impl Default for RegistryBuilder {
             shards: None,
             permit_pools: true,
             place_stripes: true,
-            thread_handles: true,
             scope_manager: None,
         }
     }
@@ -353,18 +351,6 @@ impl RegistryBuilder {
         self
     }
 
-    /// A hook for the project's benches and tests, hidden from the docs:
-    /// it may change or go in any release. Whether a throttle shares out
-    /// per-thread handles on the registry, so that requests of different
-    /// threads write different reference counts (default `true`); `false`
-    /// gives every request of a throttle one handle.
-    #[doc(hidden)]
-    #[must_use]
-    pub fn thread_handles(mut self, enabled: bool) -> Self {
-        self.thread_handles = enabled;
-        self
-    }
-
     /// Checks every value and builds the registry.
     ///
     /// # Errors
@@ -527,7 +513,6 @@ impl RegistryBuilder {
                     .collect(),
                 resolver: self.resolver,
                 resolves_hosts: self.resolves_hosts,
-                thread_handles: self.thread_handles,
                 max_queued: self.max_queued,
                 settings,
                 queue_places,

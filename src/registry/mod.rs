@@ -306,9 +306,6 @@ struct RegistryShared {
     /// Whether the resolver is the built-in [`HostResolver`](crate::scope::HostResolver)
     /// (then the throttle finds a host's scope by name, without a key).
     resolves_hosts: bool,
-    /// Whether throttles share out per-thread handles on the registry
-    /// (`RegistryBuilder::thread_handles`, a bench hook).
-    thread_handles: bool,
     /// The scope configs, read without the lock to judge responses.
     configs: Arc<configs::ConfigTable>,
     /// The hash of scope names, the shards' indexes' own.
@@ -385,12 +382,6 @@ impl Registry {
     #[doc(hidden)]
     pub fn debug_home_of(&self, name: &str) -> usize {
         self.home(name)
-    }
-
-    /// Whether throttles share out per-thread handles on this registry
-    /// (see `throttle::handles`).
-    pub(crate) fn thread_handles(&self) -> bool {
-        self.shared.thread_handles
     }
 
     /// Locks shard `shard`'s scheduler.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::errors::{InnerErrors, StoreErrors};
-use super::handles::Handles;
+use super::handles::Handle;
 use super::Throttle;
 use crate::registry::Registry;
 use crate::scope::Scopes;
@@ -34,9 +34,9 @@ use crate::scope::Scopes;
 /// store's error.
 #[derive(Debug, Clone)]
 pub struct ThrottleLayer<M = InnerErrors> {
-    /// The registry, and the handles the requests of every service the
+    /// The registry, and the handle the requests of every service the
     /// layer makes keep (see `handles.rs`): made once, shared by them all.
-    handles: Arc<Handles>,
+    handle: Arc<Handle>,
     fixed: Option<Scopes>,
     record_scopes: bool,
     mode: PhantomData<fn() -> M>,
@@ -46,7 +46,7 @@ impl ThrottleLayer {
     /// A layer that throttles through `registry`.
     pub fn new(registry: Registry) -> Self {
         ThrottleLayer {
-            handles: Handles::new(registry),
+            handle: Handle::new(registry),
             fixed: None,
             record_scopes: false,
             mode: PhantomData,
@@ -60,7 +60,7 @@ impl ThrottleLayer {
     /// inner service's error must convert into `tower::BoxError`.
     pub fn store_errors(self) -> ThrottleLayer<StoreErrors> {
         ThrottleLayer {
-            handles: self.handles,
+            handle: self.handle,
             fixed: self.fixed,
             record_scopes: self.record_scopes,
             mode: PhantomData,
@@ -101,7 +101,7 @@ impl<S, M> Layer<S> for ThrottleLayer<M> {
     type Service = Throttle<S, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let mut throttle = Throttle::with_mode(inner, self.handles.clone(), self.fixed.clone());
+        let mut throttle = Throttle::with_mode(inner, self.handle.clone(), self.fixed.clone());
         throttle.record_scopes = self.record_scopes;
         throttle
     }

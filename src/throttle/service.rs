@@ -10,7 +10,7 @@ use tower_service::Service;
 use super::body::ThrottledBody;
 use super::errors::{ErrorMode, InnerErrors};
 use super::future::ResponseFuture;
-use super::handles::Handles;
+use super::handles::Handle;
 
 use super::ticket::Ticket;
 use crate::readiness::take_readied;
@@ -43,8 +43,8 @@ use crate::waited::WaitCause;
 /// this handle already reserved: each clone calls `poll_ready` for itself.
 pub struct Throttle<S, M = InnerErrors> {
     inner: S,
-    /// The registry, and the handles its requests keep (see `handles.rs`).
-    handles: Arc<Handles>,
+    /// The registry, and the handle its requests keep (see `handles.rs`).
+    handle: Arc<Handle>,
     fixed: Option<Scopes>,
     pub(super) record_scopes: bool,
     /// Reserves queue places; each clone has its own (it keeps the state of
@@ -70,7 +70,7 @@ impl<S: fmt::Debug, M> fmt::Debug for Throttle<S, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Throttle")
             .field("inner", &self.inner)
-            .field("registry", self.handles.registry())
+            .field("registry", self.handle.registry())
             .field("fixed", &self.fixed)
             .finish_non_exhaustive()
     }
@@ -80,10 +80,10 @@ impl<S: Clone, M> Clone for Throttle<S, M> {
     fn clone(&self) -> Self {
         Throttle {
             inner: self.inner.clone(),
-            handles: self.handles.clone(),
+            handle: self.handle.clone(),
             fixed: self.fixed.clone(),
             record_scopes: self.record_scopes,
-            places: self.handles.registry().queue_places(),
+            places: self.handle.registry().queue_places(),
             reserved: Reserved::Nothing,
             place_wait: None,
             mode: PhantomData,
@@ -92,11 +92,11 @@ impl<S: Clone, M> Clone for Throttle<S, M> {
 }
 
 impl<S, M> Throttle<S, M> {
-    pub(crate) fn with_mode(inner: S, handles: Arc<Handles>, fixed: Option<Scopes>) -> Self {
-        let places = handles.registry().queue_places();
+    pub(crate) fn with_mode(inner: S, handle: Arc<Handle>, fixed: Option<Scopes>) -> Self {
+        let places = handle.registry().queue_places();
         Throttle {
             inner,
-            handles,
+            handle,
             places,
             fixed,
             record_scopes: false,
@@ -129,7 +129,7 @@ impl<S, M> Throttle<S, M> {
             // recorded once the inner service has the request.
             let place = self.places.take_reserved().expect("a place was just reserved");
             let place = (place, self.place_wait.take());
-            self.reserved = Reserved::Ticket(Ticket::enqueue(&self.handles, place, &scopes, Priority(0)));
+            self.reserved = Reserved::Ticket(Ticket::enqueue(&self.handle, place, &scopes, Priority(0)));
         }
         match &mut self.reserved {
             Reserved::Ticket(ticket) => ticket.poll_send(cx),
@@ -178,12 +178,12 @@ where
                     .unwrap_or_default();
                 let place = self.places.take_reserved().expect("poll_ready reserved a place");
                 let place = (place, self.place_wait.take());
-                Ticket::enqueue_resolved(&self.handles, place, &request, priority)
+                Ticket::enqueue_resolved(&self.handle, place, &request, priority)
             }
             _ => panic!("poll_ready must be called first"),
         };
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
-        let release_at_head = self.handles.registry().releases_at_head(&scopes);
+        let release_at_head = self.handle.registry().releases_at_head(&scopes);
         let record = self.record_scopes && !already_recorded;
         let inner = take_readied(&mut self.inner);
         ResponseFuture::new(

@@ -12,7 +12,7 @@ use tokio::time::{Instant, Sleep};
 
 use std::sync::Arc;
 
-use super::handles::{Handle, Handles};
+use super::handles::Handle;
 use super::lease::HeldLease;
 use crate::departure::stamp::WriteStamp;
 use crate::registry::{
@@ -48,8 +48,8 @@ pub(crate) struct Ticket {
 
 /// Who a request answers to.
 enum Owner {
-    /// A ticket of the registry's scheduler (the handle of the thread it
-    /// was admitted on: see `handles.rs`).
+    /// A ticket of the registry's scheduler (its throttle's handle: see
+    /// `handles.rs`).
     Scheduler(Arc<Handle>),
     /// Admitted at once on this lane of a plain scope (`id` is the
     /// scope's), without a ticket: its end frees the lane.
@@ -188,12 +188,12 @@ impl Ticket {
     /// reported as soon as it happens.
     #[inline]
     fn new(
-        handles: &Handles,
+        handle: &Arc<Handle>,
         admission: Admission,
         (place, place_wait): (Reserved<'_>, Option<Instant>),
         scopes: &Scopes,
     ) -> Self {
-        let registry = handles.registry();
+        let registry = handle.registry();
         let fleet = registry.fleet().is_some();
         if let Admission::Fast(fast) = &admission {
             // The inner layers find the scopes being handed over by it.
@@ -202,9 +202,9 @@ impl Ticket {
         let (id, admitted, owner) = match admission {
             // No ticket of the scheduler's: an id it never gives.
             Admission::Fast(fast) => (TicketId::MAX, Some(false), Owner::Word(fast)),
-            Admission::Ticket(id, admitted) => (id, admitted, Owner::Scheduler(handles.here())),
+            Admission::Ticket(id, admitted) => (id, admitted, Owner::Scheduler(handle.clone())),
             // Nothing to report early: a plain scope has no gap.
-            Admission::Plain(scope, lane) => (scope, Some(false), Owner::Plain(handles.here(), lane)),
+            Admission::Plain(scope, lane) => (scope, Some(false), Owner::Plain(handle.clone(), lane)),
             // The registry queues such a request in the shard that holds
             // its scope instead.
             Admission::Elsewhere => unreachable!("a request admitted in a shard that gave its scope away"),
@@ -231,26 +231,26 @@ impl Ticket {
     /// limit allows. Whoever hands it to the inner service then reports that
     /// with [`depart`](Self::depart).
     pub(crate) fn enqueue(
-        handles: &Handles,
+        handle: &Arc<Handle>,
         place: (Reserved<'_>, Option<Instant>),
         scopes: &Scopes,
         priority: Priority,
     ) -> Self {
-        let admission = handles.registry().enqueue(scopes, priority);
-        Ticket::new(handles, admission, place, scopes)
+        let admission = handle.registry().enqueue(scopes, priority);
+        Ticket::new(handle, admission, place, scopes)
     }
 
     /// [`enqueue`](Self::enqueue) for `request`, its scopes resolved as the
     /// throttle does; also returns them.
     #[inline]
     pub(crate) fn enqueue_resolved<B>(
-        handles: &Handles,
+        handle: &Arc<Handle>,
         place: (Reserved<'_>, Option<Instant>),
         request: &http::Request<B>,
         priority: Priority,
     ) -> (Self, Scopes) {
-        let (admission, scopes) = handles.registry().enqueue_resolved(request, priority);
-        let ticket = Ticket::new(handles, admission, place, &scopes);
+        let (admission, scopes) = handle.registry().enqueue_resolved(request, priority);
+        let ticket = Ticket::new(handle, admission, place, &scopes);
         (ticket, scopes)
     }
 
