@@ -75,6 +75,19 @@ fn client(
         .service(loopback_client())
 }
 
+/// Every scope free, but site B's: one lane, 500 ms between sends.
+fn registry_for(b: SocketAddr) -> Registry {
+    Registry::builder()
+        .max_concurrency(64)
+        .default_scope(free())
+        .scope(
+            b.ip().to_string(),
+            free().concurrency(1).delay(Duration::from_millis(500)),
+        )
+        .build()
+        .unwrap()
+}
+
 fn get(uri: &str) -> http::Request<Full<Bytes>> {
     http::Request::get(uri).body(Full::default()).unwrap()
 }
@@ -91,15 +104,7 @@ async fn each_hop_to_another_host_is_admitted_in_that_hosts_scope() {
         "/robots.txt" => text("User-agent: *\nAllow: /\n"),
         _ => moved_to(&target),
     });
-    let registry = Registry::builder()
-        .max_concurrency(64)
-        .default_scope(free())
-        .scope(
-            b.ip().to_string(),
-            free().concurrency(1).delay(Duration::from_millis(500)),
-        )
-        .build()
-        .unwrap();
+    let registry = registry_for(b);
     let client = client(&registry);
     let pages = (0..5).map(|page| {
         let client = client.clone();
@@ -266,18 +271,6 @@ mod with_reqwest {
         let target = format!("http://{b}/there");
         let a = site([127, 0, 0, 224], &a_arrivals, move |_| moved_to(&target));
         (a, b, b_arrivals)
-    }
-
-    fn registry_for(b: SocketAddr) -> Registry {
-        Registry::builder()
-            .max_concurrency(64)
-            .default_scope(free())
-            .scope(
-                b.ip().to_string(),
-                free().concurrency(1).delay(Duration::from_millis(500)),
-            )
-            .build()
-            .unwrap()
     }
 
     #[tokio::test]
