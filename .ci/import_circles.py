@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Finds import circles between the crate's modules: two modules that each
-use the other (issue 22). Reads every `use` and `crate::`/`super::` path in
-src/ outside comments and `#[cfg(test)] mod tests`; exits 1 on a circle."""
+"""Finds import circles between the crate's modules: modules that reach each
+other through their imports, two of them (each uses the other) or more
+(a -> b -> c -> a). Reads every `use` and every `crate::`/`super::` path
+written inline in src/, outside comments and `#[cfg(test)] mod tests`;
+exits 1 on a circle."""
 import os,re,sys,itertools
 root=os.path.join(os.path.dirname(os.path.abspath(__file__)),'..','src')
 # map file -> module path
@@ -46,11 +48,37 @@ for m,p in mods.items():
             t=resolve(m,base+[item])
             if t and t!=m: edges.add((m,t))
 def is_ancestor(a,b): return len(a)<len(b) and b[:len(a)]==a
-cyc=[(a,b) for (a,b) in edges if (b,a) in edges and a<b]
 # A parent that re-exports its child's items (`pub use child::Item`) while
 # the child uses the parent's is the module tree, not a circle.
-circles=[(a,b) for (a,b) in cyc if not (is_ancestor(a,b) or is_ancestor(b,a))]
-for a,b in sorted(circles): print('::'.join(a) or 'crate','<->','::'.join(b) or 'crate')
+graph={}
+for a,b in edges:
+    if not (is_ancestor(a,b) or is_ancestor(b,a)): graph.setdefault(a,set()).add(b)
+def circles_of(graph):
+    """The strongly connected components of more than one module (Tarjan)."""
+    index,low,stack,on,found=[{},{},[],set(),[]]
+    def visit(v):
+        index[v]=low[v]=len(index); stack.append(v); on.add(v)
+        for w in sorted(graph.get(v,())):
+            if w not in index: visit(w); low[v]=min(low[v],low[w])
+            elif w in on: low[v]=min(low[v],index[w])
+        if low[v]==index[v]:
+            comp=[]
+            while True:
+                w=stack.pop(); on.discard(w); comp.append(w)
+                if w==v: break
+            if len(comp)>1: found.append(sorted(comp))
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index: visit(v)
+    return found
+name=lambda m:'::'.join(m) or 'crate'
+circles=circles_of(graph)
+for comp in circles:
+    members=set(comp)
+    print('circle:',', '.join(name(m) for m in comp))
+    for a,b in sorted(edges):
+        if a in members and b in members and b in graph.get(a,()): print('   ',name(a),'->',name(b))
+allowed=sum(1 for (a,b) in edges if (b,a) in edges and a<b and (is_ancestor(a,b) or is_ancestor(b,a)))
 print(len(circles),'import circles between modules (comments, doc links and tests not counted;',
-      len(cyc)-len(circles),'parent <-> child pairs allowed)')
+      allowed,'parent <-> child pairs allowed)')
 sys.exit(1 if circles else 0)

@@ -111,8 +111,11 @@ pub use layer::{
 pub use resolve::{FixedResolver, Lookup, Resolve, Resolved, SystemResolver};
 pub use service::IpScope;
 
-use crate::registry::IP_SCOPE_PREFIX;
 use crate::scope::Scope;
+
+/// How the names of IP scopes begin: the registry gives such scopes the
+/// IP scopes' config.
+pub(crate) const IP_SCOPE_PREFIX: &str = "ip:";
 
 /// The server address a request was throttled for (a request extension
 /// [`IpScope`] sets): the address to connect to.

@@ -16,6 +16,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use smallvec::SmallVec;
 
 use super::config::ScopeConfig;
+use crate::ip::IP_SCOPE_PREFIX;
 use crate::scope::{Scope, Scopes};
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -51,9 +52,6 @@ impl Table {
         }
     }
 }
-
-/// How the names of IP scopes begin (see `crate::ip`).
-pub(crate) const IP_SCOPE_PREFIX: &str = "ip:";
 
 impl ConfigTable {
     /// A table of `default` and the scopes' `own` configs (already

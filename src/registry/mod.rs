@@ -224,7 +224,6 @@ use crate::error::ConfigError;
 use crate::scope::{handover, RequestHead, Scope, ScopeResolver, Scopes};
 use crate::store::StoreHandle;
 use crate::time::{saturating_add, Stamp};
-pub(crate) use configs::IP_SCOPE_PREFIX;
 pub(crate) use fast_path::FastScope;
 pub(crate) use places::{PlaceHandle, QueuePlace, Reserved};
 pub(crate) use report::collect;
