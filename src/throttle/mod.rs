@@ -111,6 +111,7 @@ mod lease;
 mod service;
 mod store_admission;
 mod ticket;
+mod wake_timer;
 
 pub use body::ThrottledBody;
 pub use errors::{ErrorMode, InnerErrors, StoreErrors};

@@ -10,7 +10,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::lease::HeldLease;
-use super::ticket::{Ticket, WakeTimer};
+use super::ticket::Ticket;
+use super::wake_timer::WakeTimer;
 use crate::scope::Scope;
 use crate::store::{
     backend::{Answer, Grant, LeaseId, StoreFuture},
