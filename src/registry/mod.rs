@@ -474,12 +474,25 @@ impl Registry {
         now: Option<Instant>,
         act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
     ) -> T {
+        self.with_shard_timed::<NESTED, T>(shard, |_| now.unwrap_or_else(Instant::now), act)
+    }
+
+    /// [`with_shard_in`](Self::with_shard_in), at the instant `now` gives
+    /// once the lock is taken: it may look at the scheduler to tell
+    /// whether the clock must be read at all.
+    #[inline(always)]
+    fn with_shard_timed<const NESTED: bool, T>(
+        &self,
+        shard: usize,
+        now: impl FnOnce(&Scheduler) -> Instant,
+        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
+    ) -> T {
         // Empty until something is woken: no allocation on the common path.
         let mut wake = WakeList::new();
         let mut follow_up = None;
         let result = {
             let mut scheduler = self.lock_shard(shard);
-            let now = now.unwrap_or_else(Instant::now);
+            let now = now(&scheduler);
             let result = act(&mut scheduler, now, &mut wake);
             let settle = scheduler.settle_global(now, &mut wake);
             // Checked inline: the common case leaves nothing to do.

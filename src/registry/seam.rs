@@ -221,6 +221,34 @@ impl Registry {
         self.finish_reported((shard, id), outcome, departed_at, (ended, ended_stamp), collected);
     }
 
+    /// Ends request `id` whose response head came at `head` (its
+    /// `outcome`) and whose body has just ended, as [`finish`](Self::finish)
+    /// would with no reports left (those of the head were applied then).
+    /// Its lanes count from the head (the next gap, and the time its scope
+    /// became idle, run from there), so the clock is read only when a
+    /// waiter may go now.
+    pub(crate) fn finish_transfer(
+        &self,
+        id: Finishing,
+        outcome: Outcome,
+        departed_at: Option<Stamp>,
+        head: (Instant, Stamp),
+    ) {
+        if self.fleet().is_some_and(|fleet| fleet.learns) {
+            return self.finish(id, outcome, departed_at, (None, None), &[]);
+        }
+        let (shard, id) = decode_finishing(id);
+        let now = |scheduler: &Scheduler| match scheduler.end_lets_someone_go(id) {
+            true => Instant::now(),
+            false => head.0,
+        };
+        self.with_shard_timed::<false, ()>(shard, now, |scheduler, now, wake| {
+            // Spares the conversion when `now` is the head.
+            let stamp = (now == head.0).then_some(head.1);
+            scheduler.finish_request(id, outcome, departed_at, (now, stamp), wake)
+        });
+    }
+
     /// [`finish`](Self::finish) with reports to apply (or a fleet that
     /// learns together) of request `id` of shard `shard`.
     #[inline(never)]

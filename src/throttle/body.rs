@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use tokio::time::Instant;
 
 use super::ticket::Ticket;
 use crate::registry::Outcome;
@@ -46,13 +47,20 @@ pin_project! {
 pub(crate) struct Transfer {
     ticket: Ticket,
     outcome: Outcome,
+    /// When the head came (its stamp is the outcome's): the lanes count
+    /// from there.
+    head: Instant,
 }
 
 impl Transfer {
     /// The transfer of the request of `ticket`, which answered with
-    /// `outcome`.
-    pub(crate) fn new(ticket: Ticket, outcome: Outcome) -> Self {
-        Transfer { ticket, outcome }
+    /// `outcome` at `head`.
+    pub(crate) fn new(ticket: Ticket, outcome: Outcome, head: Instant) -> Self {
+        Transfer {
+            ticket,
+            outcome,
+            head,
+        }
     }
 }
 
@@ -60,7 +68,7 @@ impl Drop for Transfer {
     fn drop(&mut self) {
         // The response's one report: latency to the head, status, and the
         // lanes freed, under one lock.
-        self.ticket.finish(self.outcome);
+        self.ticket.finish_transfer(self.outcome, self.head);
     }
 }
 

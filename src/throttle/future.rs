@@ -353,18 +353,19 @@ where
                     }
                     // Answered in the poll that handed it over: its
                     // departure's reading (and stamp) is the head's too.
+                    let head = departed.unwrap_or_else(Instant::now);
                     let answered_at = match (departed, this.write_stamp.is_none()) {
                         (Some(_), true) => ticket.departure_stamp(),
                         _ => None,
                     }
-                    .unwrap_or_else(|| Stamp::of(departed.unwrap_or_else(Instant::now)));
+                    .unwrap_or_else(|| Stamp::of(head));
                     let outcome = Outcome::Response {
                         status,
                         adjust_autothrottle,
                         answered_at: Some(answered_at),
                     };
                     let ticket = this.ticket.take().expect("the ticket is taken only here");
-                    let transfer = Transfer::new(ticket, outcome);
+                    let transfer = Transfer::new(ticket, outcome, head);
                     return Poll::Ready(Ok(response.map(|body| ThrottledBody::holding(body, transfer))));
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),

@@ -531,6 +531,34 @@ impl Ticket {
         drop(end);
     }
 
+    /// [`finish`](Self::finish) at the end of the transfer of a response
+    /// whose head came at `head`: on the scheduler, the end counts from
+    /// the head and reads the clock only when a waiter may go (see
+    /// `Registry::finish_transfer`), as it does on a word.
+    pub(crate) fn finish_transfer(&mut self, outcome: Outcome, head: Instant) {
+        let Some(end) = self.end(None) else {
+            return;
+        };
+        let finishing = match &self.owner {
+            Owner::Scheduler(handle) => Some((handle, Finishing::Ticket(self.id))),
+            Owner::Plain(handle, lane) => Some((handle, Finishing::Plain(self.id, *lane))),
+            Owner::Word(_) => None,
+        };
+        match (finishing, outcome) {
+            (
+                Some((handle, id)),
+                Outcome::Response {
+                    answered_at: Some(stamp),
+                    ..
+                },
+            ) => handle
+                .registry()
+                .finish_transfer(id, outcome, end.departed_at, (head, stamp)),
+            _ => self.finish_in_registry(outcome, &end, None, &[]),
+        }
+        drop(end);
+    }
+
     /// [`finish_at`](Self::finish_at), applying first, under the same
     /// lock, the reports the feedback layers left for this request (see
     /// [`collect`](super::report::collect)).
