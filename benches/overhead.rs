@@ -71,16 +71,16 @@
 //! ```
 
 use std::time::{Duration, Instant};
-use tower_throttle::throttle::ThrottledBody;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use tower::{Service, ServiceExt};
+use tower::Service;
 use tower_throttle::registry::RegistryBuilder;
 use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
 
 #[path = "variants/mod.rs"]
 mod variants;
 
+use variants::backlog::{backlog_semaphore, backlog_throttle, drive_backlog};
 use variants::{
     bare, drive, governor_keyed, unthrottled_builder, unthrottled_registry, unthrottled_scope, uris,
     Governor, LockedShards, Locks, MECHANISMS,
@@ -540,89 +540,6 @@ impl LayerService for ThrottleLayer {
     fn layer_service<S>(&self, inner: S) -> tower_throttle::Throttle<S> {
         tower::Layer::layer(self, inner)
     }
-}
-
-/// A backlog's in-flight limit: `loadtest` (b)'s, an API client's.
-const BACKLOG_LANES: usize = 64;
-
-/// Spawns `count` requests at once on the current thread, each a task
-/// calling its own clone of `service`, and waits for them all: a backlog
-/// far deeper than the lanes, so nearly every request waits.
-async fn drive_backlog<S, B>(service: &S, uri: &http::Uri, count: usize) -> Duration
-where
-    S: Service<http::Request<()>, Response = http::Response<B>> + Clone + 'static,
-    B: Send + 'static,
-    S::Error: std::fmt::Debug,
-{
-    let tasks = tokio::task::LocalSet::new();
-    tasks
-        .run_until(async {
-            let start = Instant::now();
-            let spawned: Vec<_> = (0..count)
-                .map(|_| {
-                    let service = service.clone();
-                    let request = variants::request(uri);
-                    tokio::task::spawn_local(async move { service.oneshot(request).await.unwrap() })
-                })
-                .collect();
-            for task in spawned {
-                std::hint::black_box(task.await.unwrap());
-            }
-            start.elapsed()
-        })
-        .await
-}
-
-/// The inner service of the backlog: answers after one yield, so the
-/// request is in flight across a turn of the runtime.
-fn yielding(
-) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = std::convert::Infallible>
-       + Clone
-       + 'static {
-    tower::service_fn(|_request: http::Request<()>| async {
-        tokio::task::yield_now().await;
-        Ok(http::Response::new(()))
-    })
-}
-
-/// The throttle over [`yielding`]: one scope of `BACKLOG_LANES` lanes,
-/// delay 0, and queue places for half the backlog (the other half waits
-/// in `poll_ready`).
-fn backlog_throttle(
-    count: usize,
-) -> impl Service<http::Request<()>, Response = http::Response<ThrottledBody<()>>, Error = tower::BoxError>
-       + Clone
-       + 'static {
-    let lanes = BACKLOG_LANES as u32;
-    let registry = Registry::builder()
-        .max_concurrency(lanes)
-        .max_queued(count / 2)
-        .default_scope(
-            ScopeConfig::default()
-                .concurrency(lanes)
-                .delay(Duration::ZERO)
-                .delay_per_slot(Duration::ZERO)
-                .jitter(0.0),
-        )
-        .build()
-        .unwrap();
-    tower::ServiceExt::map_err(ThrottleLayer::new(registry).layer_service(yielding()), Into::into)
-}
-
-/// The peer: a tokio semaphore of `BACKLOG_LANES` permits held across the
-/// inner call, as `loadtest`'s bare client holds one.
-fn backlog_semaphore(
-) -> impl Service<http::Request<()>, Response = http::Response<()>, Error = tower::BoxError> + Clone + 'static
-{
-    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(BACKLOG_LANES));
-    let inner = yielding();
-    tower::service_fn(move |request: http::Request<()>| {
-        let (permits, inner) = (permits.clone(), inner.clone());
-        async move {
-            let _permit = permits.acquire_owned().await?;
-            Ok::<_, tower::BoxError>(inner.oneshot(request).await?)
-        }
-    })
 }
 
 /// `backlog`: requests that wait. A backlog of 20 000 and 40 000 requests

@@ -12,6 +12,11 @@
 //! `governor` keyed check on the lower-cased host (1 key), and `Throttle`
 //! with one scope, with one scope and `record_scopes(true)`, and with
 //! 100 000 scopes visited round-robin (created by a warm-up pass first).
+//! Then requests that wait, as the bench's `backlog` group drives them:
+//! backlogs of 2 000 requests spawned at once against 64 lanes, through a
+//! tokio semaphore (`backlog_semaphore`) and through `Throttle`
+//! (`backlog_throttle`: one scope of 64 lanes, delay 0, queue places for
+//! half the backlog).
 //!
 //! # Why instructions rather than time
 //!
@@ -50,7 +55,8 @@
 //! `Ir/request` is the whole cost of one request, `overhead` that minus the
 //! bare service's: the cost of the layer. The ratios below the table are the
 //! ones the crate sets targets for (at most 2 × governor's keyed check),
-//! taken between overheads.
+//! taken between overheads, and for a backlog at most 1.5 × the semaphore,
+//! taken between whole requests.
 //!
 //! # Caveat
 //!
@@ -67,21 +73,29 @@ use std::time::{Duration, Instant};
 use tower::Layer;
 use tower_throttle::ThrottleLayer;
 
-const VARIANTS: [&str; 6] = [
+const VARIANTS: [&str; 8] = [
     "bare",
     "concurrency_limit",
     "governor_keyed",
     "throttle_1_scope",
     "throttle_1_scope_recorded",
     "throttle_100k_scopes",
+    "backlog_semaphore",
+    "backlog_throttle",
 ];
 
 #[path = "../benches/variants/mod.rs"]
 mod variants;
 
+use variants::backlog::{backlog_semaphore, backlog_throttle, drive_backlog};
 use variants::{bare, drive, governor_keyed, unthrottled_registry, uris};
 
 const MANY_SCOPES: usize = 100_000;
+
+/// The depth of each backlog of the `backlog_*` variants: that many
+/// requests spawned at once, against 64 lanes (`n` requests are `n /
+/// BACKLOG_DEPTH` backlogs in turn).
+const BACKLOG_DEPTH: usize = 2_000;
 
 const VALGRIND_ARGS: [&str; 3] = [
     "--tool=callgrind",
@@ -174,9 +188,29 @@ fn run_variant(variant: &str, n: u64) -> ExitCode {
             runtime.block_on(drive(&mut service, &many, MANY_SCOPES as u64));
             measured(&runtime, drive(&mut service, &many, n));
         }
+        "backlog_semaphore" => measured(&runtime, backlogs(&backlog_semaphore(), n)),
+        "backlog_throttle" => {
+            measured(&runtime, backlogs(&backlog_throttle(BACKLOG_DEPTH), n));
+        }
         other => return usage(&format!("unknown variant: {other}")),
     }
     ExitCode::SUCCESS
+}
+
+/// `n` requests through `service` as backlogs of [`BACKLOG_DEPTH`], one
+/// after the other.
+async fn backlogs<S, B>(service: &S, n: u64) -> Duration
+where
+    S: tower::Service<http::Request<()>, Response = http::Response<B>> + Clone + 'static,
+    B: Send + 'static,
+    S::Error: std::fmt::Debug,
+{
+    let uri = &uris(1)[0];
+    let mut elapsed = Duration::ZERO;
+    for _ in 0..n.div_ceil(BACKLOG_DEPTH as u64) {
+        elapsed += drive_backlog(service, uri, BACKLOG_DEPTH).await;
+    }
+    elapsed
 }
 
 /// Where callgrind counts (`--toggle-collect`): the requests, not the
@@ -252,18 +286,22 @@ fn measure(small: u64, large: u64) -> ExitCode {
         per_request.push((variant, cost));
     }
 
-    let overhead = |name: &str| {
-        let cost = |name: &str| {
-            per_request
-                .iter()
-                .find(|(variant, _)| *variant == name)
-                .unwrap()
-                .1
-        };
-        cost(name) - cost("bare")
+    let cost = |name: &str| {
+        per_request
+            .iter()
+            .find(|(variant, _)| *variant == name)
+            .unwrap()
+            .1
+    };
+    // The layers' ratios are of overheads over bare; a backlog's are of
+    // whole requests (the inner service's yield and the task's spawn are
+    // part of what waiting costs), as the `backlog` bench's times are.
+    let measure = |name: &str| match name.starts_with("backlog_") {
+        true => cost(name),
+        false => cost(name) - cost("bare"),
     };
     println!();
-    println!("target ratios (of overheads over bare):");
+    println!("target ratios (of overheads over bare; backlogs: of whole requests):");
     // `None`: printed for reference, no target (ConcurrencyLimit does no
     // keyed work, so it is no peer for a keyed limiter).
     for (label, numerator, denominator, target) in [
@@ -280,6 +318,12 @@ fn measure(small: u64, large: u64) -> ExitCode {
             Some(2.0),
         ),
         (
+            "backlog: throttle / semaphore",
+            "backlog_throttle",
+            "backlog_semaphore",
+            Some(1.5),
+        ),
+        (
             "throttle 1 scope / concurrency_limit",
             "throttle_1_scope",
             "concurrency_limit",
@@ -292,7 +336,7 @@ fn measure(small: u64, large: u64) -> ExitCode {
             None,
         ),
     ] {
-        let (numerator, denominator) = (overhead(numerator), overhead(denominator));
+        let (numerator, denominator) = (measure(numerator), measure(denominator));
         if denominator <= 0.0 {
             println!("  {label:<38} n/a (denominator {denominator:.1})");
             continue;

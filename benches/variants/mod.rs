@@ -13,6 +13,8 @@ use governor::{Quota, RateLimiter};
 use tower::{Service, ServiceExt};
 use tower_throttle::{Registry, ScopeConfig};
 
+pub mod backlog;
+
 /// The bare inner service: answers at once.
 pub fn bare() -> impl Service<
     http::Request<()>,
