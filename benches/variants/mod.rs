@@ -251,6 +251,4 @@ pub const MECHANISMS: &[(&str, TurnOff)] = &[
     ("shards", |builder| builder.shards(1)),
     // Global permits in per-thread (and per-shard) pools: one count.
     ("pools", |builder| builder.permit_pools(false)),
-    // Queue places on stripes: one count.
-    ("stripes", |builder| builder.queue_place_stripes(false)),
 ];

@@ -66,7 +66,6 @@ pub struct RegistryBuilder {
     lock_free_plain_scopes: bool,
     shards: Option<usize>,
     permit_pools: bool,
-    place_stripes: bool,
     scope_manager: Option<ManagerFactory>,
 }
 
@@ -106,7 +105,6 @@ impl Default for RegistryBuilder {
             lock_free_plain_scopes: true,
             shards: None,
             permit_pools: true,
-            place_stripes: true,
             scope_manager: None,
         }
     }
@@ -340,17 +338,6 @@ impl RegistryBuilder {
         self
     }
 
-    /// A hook for the project's benches and tests, hidden from the docs:
-    /// it may change or go in any release. Whether the `max_queued` places
-    /// are spread over stripes, four per core (default `true`); `false`
-    /// keeps one count.
-    #[doc(hidden)]
-    #[must_use]
-    pub fn queue_place_stripes(mut self, enabled: bool) -> Self {
-        self.place_stripes = enabled;
-        self
-    }
-
     /// Checks every value and builds the registry.
     ///
     /// # Errors
@@ -497,7 +484,7 @@ impl RegistryBuilder {
             let global = schedulers[0].global().clone();
             let configs = schedulers[0].config_table();
             let schedulers = schedulers.into_iter();
-            let queue_places = places::QueuePlaces::new(self.max_queued, self.place_stripes);
+            let queue_places = places::QueuePlaces::new(self.max_queued);
             RegistryShared {
                 uid: next_registry_uid(),
                 global,
