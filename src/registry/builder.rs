@@ -65,7 +65,6 @@ pub struct RegistryBuilder {
     fleet_learning: bool,
     lock_free_plain_scopes: bool,
     shards: Option<usize>,
-    permit_pools: bool,
     scope_manager: Option<ManagerFactory>,
 }
 
@@ -104,7 +103,6 @@ impl Default for RegistryBuilder {
             fleet_learning: true,
             lock_free_plain_scopes: true,
             shards: None,
-            permit_pools: true,
             scope_manager: None,
         }
     }
@@ -326,18 +324,6 @@ impl RegistryBuilder {
         self
     }
 
-    /// A hook for the project's benches and tests, hidden from the docs:
-    /// it may change or go in any release. Whether global permits are
-    /// shared out over per-thread (and per-shard) pools when
-    /// `max_concurrency` is large enough (default `true`); `false` keeps
-    /// one count.
-    #[doc(hidden)]
-    #[must_use]
-    pub fn permit_pools(mut self, enabled: bool) -> Self {
-        self.permit_pools = enabled;
-        self
-    }
-
     /// Checks every value and builds the registry.
     ///
     /// # Errors
@@ -460,11 +446,6 @@ impl RegistryBuilder {
             scheduler
         } else {
             scheduler.without_fast_path()
-        };
-        let scheduler = if self.permit_pools {
-            scheduler
-        } else {
-            scheduler.without_permit_pools()
         };
         // With a store, every send reserves through it: one shard.
         let shards = match self.store {
