@@ -47,12 +47,11 @@
 //! `SCALING_WORKLOADS=bare,scopes_10k` runs only the workloads it names.
 //! `SCALING_LINES_ONLY=1` skips criterion's own samples of the `scaling`
 //! group and prints the lines alone (a minute instead of three).
-//! `SCALING_OFF=words,shards,pools,stripes` (any of them, or
+//! `SCALING_OFF=words,shards` (either, or
 //! `all`) follows each throttle workload with itself with that performance
-//! mechanism off (`scopes_10k-no_pools`), through the registry builder's
+//! mechanism off (`scopes_10k-no_words`), through the registry builder's
 //! hidden bench hooks: the lock-free words of plain scopes, the shards
-//! (one lock instead), the per-thread permit pools, the queue places'
-//! stripes. Each mechanism's worth is
+//! (one lock instead). Each mechanism's worth is
 //! then measured in one run, its samples taken in turn with the workload's.
 //!
 //! The `backlog` group measures requests that wait: 20 000 and 40 000

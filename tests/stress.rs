@@ -87,16 +87,13 @@ const SMALL: Shape = Shape {
     words: true,
 };
 
-/// Permits enough that requests on words take them from per-thread pools
-/// (at least 32 per pool, four pools per core: `fast_path.rs`), fewer than
-/// the busy sites' lanes, so the global limit binds and permits spare in
-/// one thread's pool must reach requests waiting on another.
-fn pooled() -> Shape {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    let pools = (cores * 4).min(64).next_power_of_two() as u32;
+/// Many permits, fewer than the busy sites' lanes, so the global limit
+/// binds while requests on words on several threads take and give back
+/// permits without the lock.
+fn large_global_limit() -> Shape {
     Shape {
         lanes: 1_024,
-        max_concurrency: 32 * pools,
+        max_concurrency: 256,
         sites: 2,
         // Long enough for the requests to fill every permit.
         latency_us: 20_000,
@@ -139,41 +136,28 @@ async fn a_sharded_registry_with_words_keeps_every_limit_while_closed_at_random(
     stress(SMALL, Duration::ZERO, true, 8).await;
 }
 
-/// Two busy plain sites on their words under a global limit large enough
-/// for the permits' pools and smaller than the sites' lanes: requests on
-/// four worker threads take permits from their threads' pools in batches,
-/// the limit fills, requests wait for it in the scheduler while permits
-/// come back to the pools, and the words admit again once nobody waits.
-/// The global limit holds (counted by the inner service), every request
-/// ends, everything is released.
-///
-/// Checked against broken pools (trials, not kept): a batch taken past the
-/// maximum fails it ("a limit was exceeded"), and so does a batch given
-/// back to the global count but left in the pool ("stuck"). A `has_room`
-/// that does not count the spares passes here, since later releases
-/// rescue the waiters: the loom model of the last permit going back to a
-/// pool (`loom/tests/word.rs`) is what fails on that.
+/// Two busy plain sites on their words under a large global limit,
+/// smaller than the sites' lanes: requests on four worker threads take
+/// permits without the lock, the limit fills, requests wait for it in the
+/// scheduler while permits come back, and the words admit again once
+/// nobody waits. The global limit holds (counted by the inner service),
+/// every request ends, everything is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_global_limit_in_pools_of_permits_holds_on_busy_words() {
-    stress(pooled(), Duration::ZERO, false, 8).await;
+async fn a_large_global_limit_holds_on_busy_words() {
+    stress(large_global_limit(), Duration::ZERO, false, 8).await;
 }
 
-/// [`a_global_limit_in_pools_of_permits_holds_on_busy_words`] with every
-/// request admitted and ended under its shard's lock (no words) over
-/// sixteen sites in eight shards: each shard's scheduler takes permits
-/// from its own pool in batches and gives them back there, and the
-/// limit, its use and every release hold as on words.
-///
-/// Checked against a broken lock path (a trial, not kept): a scheduler
-/// that refills its pool without taking the batch from the global count
-/// fails it ("a limit was exceeded"). Where a permit goes back (its pool,
-/// another, the global count) is no bug: the count holds the spares too.
+/// [`a_large_global_limit_holds_on_busy_words`] with every request
+/// admitted and ended under its shard's lock (no words) over sixteen
+/// sites in eight shards: the shards' schedulers take and give back
+/// permits on the one count, and the limit, its use and every release
+/// hold as on words.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_global_limit_in_pools_of_permits_holds_under_the_shards_locks() {
+async fn a_large_global_limit_holds_under_the_shards_locks() {
     let shape = Shape {
         sites: 16,
         words: false,
-        ..pooled()
+        ..large_global_limit()
     };
     stress(shape, Duration::ZERO, false, 8).await;
 }
@@ -351,8 +335,7 @@ async fn stress(shape: Shape, delay: Duration, disturbed: bool, shards: usize) {
         0,
         "a limit was exceeded"
     );
-    // The requests drew on the global limit hard (with pools: permits
-    // went through the threads' pools in batches).
+    // The requests drew on the global limit hard.
     let peak = limits.peak.load(Ordering::SeqCst);
     assert!(
         peak * 2 >= shape.max_concurrency,

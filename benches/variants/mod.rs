@@ -251,8 +251,4 @@ pub const MECHANISMS: &[(&str, TurnOff)] = &[
     ("words", |builder| builder.lock_free_plain_scopes(false)),
     // Shards with a joint shard: one shard.
     ("shards", |builder| builder.shards(1)),
-    // Global permits in per-thread (and per-shard) pools: one count.
-    ("pools", |builder| builder.permit_pools(false)),
-    // Queue places on stripes: one count.
-    ("stripes", |builder| builder.queue_place_stripes(false)),
 ];

@@ -90,9 +90,9 @@ fn a_word_is_retired_only_with_nothing_in_flight_and_never_admits_after() {
 #[test]
 fn a_waiter_queued_as_the_last_permit_comes_back_is_always_let_go() {
     loom::model(|| {
-        let permits = Arc::new(Permits::with_pools(1, 0, 0));
+        let permits = Arc::new(Permits::new(1));
         // A request on a word holds the only permit.
-        assert!(permits.take_locked(None));
+        assert!(permits.take_locked());
         let release = {
             let permits = permits.clone();
             thread::spawn(move || permits.release())
@@ -115,12 +115,12 @@ fn a_waiter_queued_as_the_last_permit_comes_back_is_always_let_go() {
 #[test]
 fn a_permit_taken_without_the_lock_never_passes_the_maximum() {
     loom::model(|| {
-        let permits = Arc::new(Permits::with_pools(1, 0, 0));
+        let permits = Arc::new(Permits::new(1));
         let taker = {
             let permits = permits.clone();
-            thread::spawn(move || permits.try_take(0))
+            thread::spawn(move || permits.try_take())
         };
-        let scheduler_took = permits.has_room() && permits.take_locked(None);
+        let scheduler_took = permits.has_room() && permits.take_locked();
         let took = taker.join().unwrap();
         assert!(!(took && scheduler_took), "one permit, taken twice");
         assert_eq!(permits.in_flight(), u32::from(took) + u32::from(scheduler_took));
@@ -138,10 +138,10 @@ fn a_permit_taken_without_the_lock_never_passes_the_maximum() {
 fn a_waiter_queued_in_one_shard_as_another_gives_the_last_permit_back_is_let_go() {
     use loom::sync::atomic::{AtomicUsize, Ordering};
     loom::model(|| {
-        let permits = Arc::new(Permits::with_pools(1, 0, 0));
+        let permits = Arc::new(Permits::new(1));
         let waiters = Arc::new(AtomicUsize::new(0));
         // A request of the other shard holds the only permit.
-        assert!(permits.take_locked(None));
+        assert!(permits.take_locked());
         let releasing_shard = {
             let (permits, waiters) = (permits.clone(), waiters.clone());
             thread::spawn(move || {
@@ -159,117 +159,5 @@ fn a_waiter_queued_in_one_shard_as_another_gives_the_last_permit_back_is_let_go(
         if queued {
             assert!(served_here || served_there, "the waiter is let go by one of the shards");
         }
-    });
-}
-
-/// With pools: the last permit goes back to its pool's spare (not to the
-/// global count) as the scheduler queues a waiter: the release sees the
-/// waiter, or the scheduler's look at every pool sees the spare. The
-/// second permit was taken from the first pool's spare by a caller of the
-/// other pool (a pool refills a batch at a time).
-#[test]
-fn a_waiter_queued_as_the_last_permit_goes_back_to_a_pool_is_always_let_go() {
-    loom::model(|| {
-        // Two permits, two pools, batches of two.
-        let permits = Arc::new(Permits::with_pools(2, 2, 2));
-        assert!(permits.try_take(0), "pool 0 takes the batch");
-        assert!(permits.try_take(1), "pool 1 takes pool 0's spare");
-        let release = {
-            let permits = permits.clone();
-            thread::spawn(move || permits.release_to(0))
-        };
-        let queued = !permits.has_room();
-        let served = queued && permits.publish_queued(true);
-        let release_saw_waiters = release.join().unwrap();
-        if queued {
-            assert!(served || release_saw_waiters, "the waiter is let go by someone");
-        }
-        // The scheduler lets the waiter go: the permit is there to take.
-        if served || release_saw_waiters {
-            // Under the lock of the scheduler of pool 1, whose own pool
-            // is empty.
-            assert!(permits.take_locked(Some(1)), "the free permit is found");
-        } else {
-            assert_eq!(permits.in_flight(), 1);
-        }
-    });
-}
-
-/// With pools: a pool's spare reaches two batches and one goes back to the
-/// global count (the spare first, then the count) as the scheduler queues
-/// a waiter for the last permit: one of the two sees the other.
-#[test]
-fn a_batch_given_back_as_a_waiter_queues_never_strands_it() {
-    loom::model(|| {
-        // Two permits, two pools, batches of one: the second release to
-        // pool 0 gives one back to the global count.
-        let permits = Arc::new(Permits::with_pools(2, 2, 1));
-        assert!(permits.try_take(0));
-        assert!(permits.try_take(0));
-        assert!(!permits.has_room());
-        assert!(!permits.release_to(0), "nobody waits yet");
-        // Pool 0's spare: 1. A caller of pool 1 takes it.
-        assert!(permits.try_take(1));
-        let release = {
-            let permits = permits.clone();
-            // Spare back to 1, then 2 of 1 + 1: one goes back to the count.
-            thread::spawn(move || [permits.release_to(0), permits.release_to(0)])
-        };
-        let queued = !permits.has_room();
-        let served = queued && permits.publish_queued(true);
-        let saw = release.join().unwrap();
-        if queued {
-            assert!(served || saw.contains(&true), "the waiter is let go by someone");
-        }
-        assert_eq!(permits.in_flight(), 0);
-    });
-}
-
-/// With pools: callers of two pools take at once, one without the lock
-/// and one under it, while a third permit goes back: together they never
-/// pass the maximum, and every permit is counted once.
-#[test]
-fn permits_taken_from_pools_never_pass_the_maximum() {
-    loom::model(|| {
-        let permits = Arc::new(Permits::with_pools(2, 2, 2));
-        assert!(permits.try_take(0), "pool 0 takes the batch, one spare");
-        let taker = {
-            let permits = permits.clone();
-            thread::spawn(move || permits.try_take(1))
-        };
-        let scheduler_took = permits.take_locked(Some(1));
-        let took = taker.join().unwrap();
-        assert!(!(took && scheduler_took), "one permit left, taken twice");
-        assert!(took || scheduler_took, "the spare permit was free to take");
-        assert_eq!(permits.in_flight(), 2);
-        assert!(!permits.has_room());
-    });
-}
-
-/// With pools: the scheduler of pool 1 takes from its own pool's spare
-/// under its lock (a batch it took earlier) as a caller of pool 0 without
-/// the lock, its own pool and the global count empty, takes that spare
-/// too: never two owners of one permit, and the count exact once both
-/// give theirs back, each to its own pool.
-#[test]
-fn a_schedulers_own_spare_is_taken_once_when_another_pool_takes_it_too() {
-    loom::model(|| {
-        // Two permits, two pools, batches of two: the scheduler of pool 1
-        // takes both, one for its request, one spare.
-        let permits = Arc::new(Permits::with_pools(2, 2, 2));
-        assert!(permits.take_locked(Some(1)), "pool 1 takes the batch, one spare");
-        let taker = {
-            let permits = permits.clone();
-            thread::spawn(move || permits.try_take(0))
-        };
-        let scheduler_took = permits.take_locked(Some(1));
-        let took = taker.join().unwrap();
-        assert!(took != scheduler_took, "the one spare permit is taken exactly once");
-        assert_eq!(permits.in_flight(), 2);
-        // Both go back: the scheduler's to its pool, the caller's to its own.
-        assert!(!permits.release_to(1));
-        assert!(!permits.release_to(0));
-        assert_eq!(permits.in_flight(), 0);
-        assert!(permits.has_room());
     });
 }

@@ -65,8 +65,6 @@ pub struct RegistryBuilder {
     fleet_learning: bool,
     lock_free_plain_scopes: bool,
     shards: Option<usize>,
-    permit_pools: bool,
-    place_stripes: bool,
     scope_manager: Option<ManagerFactory>,
 }
 
@@ -105,8 +103,6 @@ impl Default for RegistryBuilder {
             fleet_learning: true,
             lock_free_plain_scopes: true,
             shards: None,
-            permit_pools: true,
-            place_stripes: true,
             scope_manager: None,
         }
     }
@@ -328,29 +324,6 @@ impl RegistryBuilder {
         self
     }
 
-    /// A hook for the project's benches and tests, hidden from the docs:
-    /// it may change or go in any release. Whether global permits are
-    /// shared out over per-thread (and per-shard) pools when
-    /// `max_concurrency` is large enough (default `true`); `false` keeps
-    /// one count.
-    #[doc(hidden)]
-    #[must_use]
-    pub fn permit_pools(mut self, enabled: bool) -> Self {
-        self.permit_pools = enabled;
-        self
-    }
-
-    /// A hook for the project's benches and tests, hidden from the docs:
-    /// it may change or go in any release. Whether the `max_queued` places
-    /// are spread over stripes, four per core (default `true`); `false`
-    /// keeps one count.
-    #[doc(hidden)]
-    #[must_use]
-    pub fn queue_place_stripes(mut self, enabled: bool) -> Self {
-        self.place_stripes = enabled;
-        self
-    }
-
     /// Checks every value and builds the registry.
     ///
     /// # Errors
@@ -474,11 +447,6 @@ impl RegistryBuilder {
         } else {
             scheduler.without_fast_path()
         };
-        let scheduler = if self.permit_pools {
-            scheduler
-        } else {
-            scheduler.without_permit_pools()
-        };
         // With a store, every send reserves through it: one shard.
         let shards = match self.store {
             Some(_) => 1,
@@ -497,7 +465,7 @@ impl RegistryBuilder {
             let global = schedulers[0].global().clone();
             let configs = schedulers[0].config_table();
             let schedulers = schedulers.into_iter();
-            let queue_places = places::QueuePlaces::new(self.max_queued, self.place_stripes);
+            let queue_places = places::QueuePlaces::new(self.max_queued);
             RegistryShared {
                 uid: next_registry_uid(),
                 global,

@@ -63,25 +63,6 @@
 //! then admits nothing (so it cannot pass those waiters), and a request
 //! ending on an open scope takes the lock to let the first of them go.
 //!
-//! With a limit large enough (at least 32 permits per pool: 256 on a
-//! 2-core machine), requests on words take their permits from *pools*,
-//! one 128-byte line each, four per core, a pool per thread (threads are
-//! given pools in turn): a pool takes a batch from the counter and keeps
-//! what its requests give back, up to two batches, so two threads on one
-//! hot scope no longer write the counter's line on every request. Permits
-//! spare in a pool are anyone's: a caller whose pool and the counter are
-//! out takes them, and they count as room when requests wait (see
-//! [`Permits`](word::Permits)). Requests through a home shard's lock use
-//! the same pools, the shard's number standing for the thread's: a request
-//! admitted under home shard `s`'s lock takes its permit from pool `s`
-//! (round the pools) and gives it back there, so two threads on many
-//! scopes stop writing the counter's line on every admission and every
-//! end; the pool's line passes between cores with the shard's lock, as the
-//! shard's own lines do. The joint shard, which every request of several
-//! scopes locks, and a registry of one shard keep the counter: their pool
-//! would pass between cores with the one lock exactly as the counter does,
-//! and the `scaling` bench's `multi_scope_2` measured slower with it.
-//!
 //! # Checked by loom
 //!
 //! Both protocols, the word's open bit and count and the global count with
@@ -178,15 +159,8 @@ struct ShardSlots {
 
 impl GlobalFlight {
     /// `max` permits, for a registry of `shards` shards (at most
-    /// [`MAX_SHARDS`]), shared out over four pools per core when `pooled`
-    /// and `max` allows (see [`Permits::new`]).
-    pub(crate) fn new(max: u32, shards: usize, pooled: bool) -> Self {
-        let pools = if pooled { default_pool_count() } else { 1 };
-        Self::with_permits(Permits::new(max, pools), shards)
-    }
-
-    /// `permits`, for a registry of `shards` shards.
-    fn with_permits(permits: Permits, shards: usize) -> Self {
+    /// [`MAX_SHARDS`]).
+    pub(crate) fn new(max: u32, shards: usize) -> Self {
         debug_assert!((1..=MAX_SHARDS).contains(&shards));
         GlobalFlight {
             read_mostly: ReadMostly {
@@ -199,7 +173,9 @@ impl GlobalFlight {
                     oldest_idle: AtomicU64::new(NEVER),
                 })
                 .collect(),
-            counts: Counts { permits },
+            counts: Counts {
+                permits: Permits::new(max),
+            },
         }
     }
 
@@ -330,8 +306,7 @@ impl GlobalFlight {
         true
     }
 
-    /// Requests in flight now (a snapshot while requests come and go;
-    /// it reads every pool: not for every request).
+    /// Requests in flight now.
     pub(crate) fn in_flight(&self) -> u32 {
         self.counts.permits.in_flight()
     }
@@ -342,35 +317,17 @@ impl GlobalFlight {
         self.counts.permits.has_room()
     }
 
-    /// Takes a permit under the lock of a scheduler whose requests use
-    /// pool `pool` (none: the global count), if one is free (see
+    /// Takes a permit under the lock, if one is free (see
     /// [`Permits::take_locked`]).
     #[must_use]
-    pub(crate) fn take_locked(&self, pool: Option<usize>) -> bool {
-        self.counts.permits.take_locked(pool)
+    pub(crate) fn take_locked(&self) -> bool {
+        self.counts.permits.take_locked()
     }
 
     /// Gives a permit back; whether requests wait for one (then the caller
     /// must let the first go, under the lock).
     pub(crate) fn release(&self) -> bool {
         self.counts.permits.release()
-    }
-
-    /// Gives back a permit a request on a word took, to this thread's
-    /// pool; whether requests wait for one, as [`release`](Self::release)
-    /// says.
-    pub(crate) fn release_from_word(&self) -> bool {
-        self.counts.permits.release_to(pool_here())
-    }
-
-    /// Gives back a permit the lock of a scheduler whose requests use pool
-    /// `pool` took (or adopted), to that pool (none: to the global count);
-    /// whether requests wait for one, as [`release`](Self::release) says.
-    pub(crate) fn release_locked(&self, pool: Option<usize>) -> bool {
-        match pool {
-            Some(pool) => self.counts.permits.release_to(pool),
-            None => self.counts.permits.release(),
-        }
     }
 
     /// Whether requests were last said to wait for a permit.
@@ -385,22 +342,6 @@ impl GlobalFlight {
     pub(crate) fn publish_queued(&self, queued: bool) -> bool {
         self.counts.permits.publish_queued(queued)
     }
-}
-
-/// Four pools of permits per core, a power of two, at most [`MAX_POOLS`]:
-/// threads that run at once seldom share one.
-fn default_pool_count() -> usize {
-    super::shards::four_per_core(MAX_POOLS)
-}
-
-/// The most pools a registry's permits are shared out over.
-const MAX_POOLS: usize = 64;
-
-/// This thread's pool of permits (before the registry's mask): its
-/// thread number, so threads started together use different lines.
-#[inline(always)]
-fn pool_here() -> usize {
-    super::shards::thread_number()
 }
 
 /// A plain scope's lock-free state; see the [module docs](self).
@@ -555,7 +496,7 @@ impl FastScope {
     /// nobody is left to wait for them.
     pub(crate) fn end_orphaned(&self) {
         let _ = self.state.end();
-        let _ = self.global.release_from_word();
+        let _ = self.global.release();
     }
 
     /// Admits a request on the open word when a lane is free.
@@ -572,7 +513,7 @@ impl FastScope {
     /// (from a thread's cache, or under the lock on a cache miss).
     pub(crate) fn admit(&self) -> bool {
         let global = &self.global;
-        if !global.counts.permits.try_take(pool_here()) {
+        if !global.counts.permits.try_take() {
             return false;
         }
         if self.try_admit() {
@@ -581,7 +522,7 @@ impl FastScope {
         // The permit goes back; requests that started waiting for one
         // meanwhile are the caller's lock path's business (it closes the
         // scope or queues, and the scheduler rechecks the count).
-        let _ = global.release_from_word();
+        let _ = global.release();
         false
     }
 
@@ -720,85 +661,5 @@ pub(crate) mod hot {
                 hot.slots[slot] = Some((registry, scope.clone(), own_key));
             }
         });
-    }
-}
-
-#[cfg(test)]
-mod permit_pools {
-    use super::word::Permits;
-    use super::GlobalFlight;
-
-    #[test]
-    fn the_bench_hook_keeps_one_count() {
-        assert!(GlobalFlight::new(1_000, 1, true).counts.permits.pool_count() > 0);
-        assert_eq!(GlobalFlight::new(1_000, 8, false).counts.permits.pool_count(), 0);
-    }
-
-    #[test]
-    fn a_small_limit_is_one_count_and_a_large_one_is_shared_out() {
-        assert_eq!(
-            Permits::new(16, 8).pool_count(),
-            0,
-            "the default limit: one count"
-        );
-        assert_eq!(Permits::new(1_000, 1).pool_count(), 0, "one pool is one count");
-        assert_eq!(Permits::new(1_000, 8).pool_count(), 8);
-        assert_eq!(Permits::new(1_000, 6).pool_count(), 8, "a power of two");
-    }
-
-    #[test]
-    fn pools_never_give_more_than_the_maximum_and_spares_are_anyones() {
-        let permits = Permits::new(1_000, 8);
-        // Pool 0 takes one: a batch leaves the global count, the rest
-        // spare in pool 0.
-        assert!(permits.try_take(0));
-        assert_eq!(permits.in_flight(), 1);
-        // Callers of pool 1 and the lock take all the others, pool 0's
-        // spares included.
-        let mut taken = 1;
-        while permits.try_take(1) || permits.take_locked(Some(2)) {
-            taken += 1;
-            assert!(taken <= 1_000, "more than the maximum");
-        }
-        assert_eq!(taken, 1_000);
-        assert_eq!(permits.in_flight(), 1_000);
-        assert!(!permits.has_room());
-        assert!(
-            !(0..8).any(|pool| permits.try_take(pool)),
-            "none left in any pool"
-        );
-        for pool in 0..taken {
-            assert!(!permits.release_to(pool), "nobody waits");
-        }
-        assert_eq!(permits.in_flight(), 0, "every permit back, spares not counted");
-        assert!(permits.has_room());
-    }
-
-    #[test]
-    fn waiters_find_spare_permits_wherever_they_were_given_back() {
-        let permits = Permits::new(1_000, 8);
-        let mut taken = 0;
-        while permits.try_take(taken) {
-            taken += 1;
-        }
-        assert_eq!(taken, 1_000);
-        // One goes back to pool 3's spare, then a request queues.
-        assert!(!permits.release_to(3));
-        assert!(permits.publish_queued(true), "the spare is room");
-        assert!(
-            !permits.try_take(5),
-            "no take without the lock while requests wait"
-        );
-        assert!(
-            permits.take_locked(None),
-            "the joint shard's scheduler (no pool of its own) takes the spare for its waiter"
-        );
-        assert!(!permits.publish_queued(true), "none left");
-        // Released while requests wait: the releaser is told to let the
-        // waiter go, and the scheduler finds the permit in pool 0.
-        assert!(permits.release_to(0), "the releaser lets the waiter go");
-        assert_eq!(permits.in_flight(), 999);
-        assert!(permits.take_locked(Some(6)));
-        assert!(!permits.publish_queued(false));
     }
 }

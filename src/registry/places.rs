@@ -10,18 +10,11 @@
 //! line. (tokio's semaphore, used before, takes its wait list's mutex on
 //! every release: about 190 instructions per request where this takes 30.)
 //!
-//! The count is spread over *stripes*, one 128-byte line each (four per
-//! core, a power of two). Each handle (one per `Throttle` clone) takes its
-//! places from a stripe of its own and gives them back to it, so callers
-//! on several threads, each with its clone, write no line in common: the
-//! handles made on one thread go round the stripes from a number each
-//! thread is given in turn. A handle whose stripe is empty takes from the
-//! others; only when every stripe is empty does its caller wait. (One
-//! counter for all, as before, moved its line between the cores on every
-//! request: 30 to 60 ns per request at two threads in `cargo bench
-//! --bench overhead -- scaling`'s `scopes_10k`.) A handle keeps the place it
-//! reserved itself, and gives it back without touching the places' `Arc`;
-//! only a request that waits takes a [`QueuePlace`] holding the `Arc`.
+//! The count sits on a 128-byte line of its own, apart from the places'
+//! `Arc` counts (a `Throttle` clone clones the `Arc`) and the wait list.
+//! A handle (one per `Throttle` clone) keeps the place it reserved
+//! itself, and gives it back without touching the places' `Arc`; only a
+//! request that waits takes a [`QueuePlace`] holding the `Arc`.
 //!
 //! A woken caller that goes away before it takes the place it was woken
 //! for passes the wake-up on, so a place never sits free while others
@@ -29,7 +22,6 @@
 //! woken waiter whose place was taken meanwhile (by a caller on the fast
 //! path) lines up again at the back.
 
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -39,7 +31,7 @@ use std::task::{Context, Poll, Waker};
 #[derive(Debug)]
 pub(crate) struct QueuePlaces {
     /// The free places.
-    stripes: Stripes,
+    free: FreePlaces,
     /// Whether the wait list may be non-empty (read without its lock on
     /// every release).
     has_waiters: AtomicBool,
@@ -74,97 +66,17 @@ impl WaitList {
     }
 }
 
-/// The count of free places, spread over stripes (see the module docs).
-#[derive(Debug)]
-struct Stripes(Box<[Arc<Stripe>]>);
-
-/// One stripe's free places, on a line of its own (its `Arc`'s counts
-/// on another: a handle holds its stripe, so that its request reaches the
-/// count in one step).
+/// The count of free places, on a line of its own (128 bytes: cores
+/// fetch adjacent lines in pairs).
 #[derive(Debug)]
 #[repr(align(128))]
-struct Stripe(AtomicUsize);
-
-/// Four stripes per core, as many shards as the registry has by default:
-/// few enough that a caller who finds its own empty looks at the others
-/// quickly.
-fn default_stripe_count() -> usize {
-    super::shards::four_per_core(MAX_STRIPES)
-}
-
-/// The most stripes a registry's places are spread over.
-const MAX_STRIPES: usize = 64;
-
-thread_local! {
-    /// How many handles this thread made.
-    static HANDLES_HERE: Cell<usize> = const { Cell::new(0) };
-}
-
-/// A stripe number for a handle made on this thread: the thread's first
-/// handle gets the thread's number (threads are given them in turn, so
-/// threads started together use different lines), and each next handle
-/// the number after. A `Throttle` clone is often made on one thread and
-/// used on another (a spawned task's is): handles made in a row on one
-/// thread spread over the stripes, so tasks running at once on several
-/// threads seldom share one.
-fn next_stripe_here() -> usize {
-    let made = HANDLES_HERE.with(|made| made.replace(made.get().wrapping_add(1)));
-    super::shards::thread_number().wrapping_add(made)
-}
-
-impl Stripes {
-    /// `max` free places over `count` stripes (a power of two), as evenly
-    /// as they go.
-    fn new(max: usize, count: usize) -> Self {
-        debug_assert!(count.is_power_of_two(), "stripes are found by a mask");
-        let stripes = (0..count)
-            .map(|index| {
-                let free = max / count + usize::from(index < max % count);
-                Arc::new(Stripe(AtomicUsize::new(free)))
-            })
-            .collect();
-        Stripes(stripes)
-    }
-
-    /// A stripe for a handle made on the calling thread (see
-    /// [`next_stripe_here`]).
-    fn next_here(&self) -> &Arc<Stripe> {
-        &self.0[next_stripe_here() & (self.0.len() - 1)]
-    }
-
-    fn free(&self) -> usize {
-        self.0.iter().map(|stripe| stripe.0.load(Ordering::SeqCst)).sum()
-    }
-
-    /// Takes a place from stripe `first`, or else from any other; false
-    /// when every stripe was empty as it looked.
-    #[inline]
-    fn try_take(&self, first: &Stripe) -> bool {
-        take_one(first) || self.try_take_any()
-    }
-
-    /// Takes a place from any stripe, looking at each once.
-    #[inline(never)]
-    fn try_take_any(&self) -> bool {
-        self.0.iter().any(|stripe| take_one(stripe))
-    }
-}
-
-/// Takes one place from `stripe`, if it has one.
-#[inline]
-fn take_one(stripe: &Stripe) -> bool {
-    stripe
-        .0
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |free| free.checked_sub(1))
-        .is_ok()
-}
+struct FreePlaces(AtomicUsize);
 
 impl QueuePlaces {
-    /// `max` free places, over stripes when `striped` (else one count).
-    pub(crate) fn new(max: usize, striped: bool) -> Arc<Self> {
-        let stripes = if striped { default_stripe_count() } else { 1 };
+    /// `max` free places.
+    pub(crate) fn new(max: usize) -> Arc<Self> {
         Arc::new(QueuePlaces {
-            stripes: Stripes::new(max, stripes),
+            free: FreePlaces(AtomicUsize::new(max)),
             has_waiters: AtomicBool::new(false),
             waiters: Mutex::new(WaitList::default()),
         })
@@ -172,24 +84,24 @@ impl QueuePlaces {
 
     /// How many places are free now.
     pub(crate) fn free(&self) -> usize {
-        self.stripes.free()
+        self.free.0.load(Ordering::SeqCst)
     }
 
-    /// The stripe of a handle made on the calling thread now.
-    fn stripe_here(&self) -> Arc<Stripe> {
-        self.stripes.next_here().clone()
-    }
-
+    /// Takes a place, if one is free.
     #[inline]
-    fn try_take(&self, stripe: &Stripe) -> bool {
-        self.stripes.try_take(stripe)
+    fn try_take(&self) -> bool {
+        self.free
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |free| free.checked_sub(1))
+            .is_ok()
     }
 
+    /// Gives a place back, and wakes the first waiter if any may wait.
     #[inline]
-    fn give_back(&self, stripe: &Stripe) {
+    fn give_back(&self) {
         // Seen by a caller that lines up from now on, or it sees that
         // someone waits (both sequentially consistent): see `poll_reserve`.
-        stripe.0.fetch_add(1, Ordering::SeqCst);
+        self.free.0.fetch_add(1, Ordering::SeqCst);
         if self.has_waiters.load(Ordering::SeqCst) {
             self.wake_first();
         }
@@ -223,8 +135,7 @@ pub(crate) struct QueuePlace {
 
 impl Drop for QueuePlace {
     fn drop(&mut self) {
-        // A stripe of the thread it ends on: its request may have moved.
-        self.places.give_back(self.places.stripes.next_here());
+        self.places.give_back();
     }
 }
 
@@ -258,7 +169,7 @@ impl Reserved<'_> {
 
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
-        self.handle.give_back();
+        self.handle.places.give_back();
     }
 }
 
@@ -273,20 +184,14 @@ pub(crate) struct PlaceHandle {
     waiting: Option<u64>,
     /// Whether it holds a place its request has not taken yet.
     reserved: bool,
-    /// The stripe it takes places from and gives them back to first,
-    /// found once when it is made rather than per request (see
-    /// [`next_stripe_here`]).
-    stripe: Arc<Stripe>,
 }
 
 impl PlaceHandle {
     pub(crate) fn new(places: Arc<QueuePlaces>) -> Self {
-        let stripe = places.stripe_here();
         PlaceHandle {
             places,
             waiting: None,
             reserved: false,
-            stripe,
         }
     }
 
@@ -296,7 +201,7 @@ impl PlaceHandle {
         if self.reserved {
             return Poll::Ready(());
         }
-        if self.try_take() {
+        if self.places.try_take() {
             self.took();
             return Poll::Ready(());
         }
@@ -304,7 +209,7 @@ impl PlaceHandle {
         // Announce the wait before looking again, so that a place given
         // back in between is either seen here or wakes someone.
         self.places.has_waiters.store(true, Ordering::SeqCst);
-        if self.places.stripes.try_take_any() {
+        if self.places.try_take() {
             self.leave_line(&mut list);
             if list.queue.is_empty() {
                 self.places.has_waiters.store(false, Ordering::SeqCst);
@@ -319,18 +224,6 @@ impl PlaceHandle {
             None => self.waiting = Some(list.line_up(cx.waker().clone())),
         }
         Poll::Pending
-    }
-
-    /// Takes a place from this handle's stripe, or else from any other.
-    #[inline]
-    fn try_take(&self) -> bool {
-        self.places.try_take(&self.stripe)
-    }
-
-    /// Gives a place back to this handle's stripe.
-    #[inline]
-    fn give_back(&self) {
-        self.places.give_back(&self.stripe);
     }
 
     /// The place this handle reserved, for its request; `None` when it
@@ -375,7 +268,7 @@ impl PlaceHandle {
 impl Drop for PlaceHandle {
     fn drop(&mut self) {
         if self.reserved {
-            self.give_back();
+            self.places.give_back();
         }
         if self.waiting.is_none() {
             return;
@@ -420,21 +313,9 @@ mod tests {
         count.0.load(Ordering::SeqCst)
     }
 
-    /// `max` places.
-    fn places(max: usize) -> Arc<QueuePlaces> {
-        QueuePlaces::new(max, true)
-    }
-
-    #[test]
-    fn without_stripes_the_places_are_one_count() {
-        let places = QueuePlaces::new(100, false);
-        assert_eq!(places.stripes.0.len(), 1);
-        assert_eq!(places.free(), 100);
-    }
-
     #[test]
     fn places_are_taken_until_none_is_left_and_come_back_when_given_back() {
-        let places = places(2);
+        let places = QueuePlaces::new(2);
         let (_, waker) = counter();
         let mut cx = Context::from_waker(&waker);
         let mut first = PlaceHandle::new(places.clone());
@@ -453,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_kept_place_is_given_back_when_its_request_ends_and_a_dropped_one_at_once() {
-        let places = places(1);
+        let places = QueuePlaces::new(1);
         let (_, waker) = counter();
         let mut cx = Context::from_waker(&waker);
         let mut handle = PlaceHandle::new(places.clone());
@@ -490,7 +371,7 @@ mod tests {
     /// The places of a registry with one place, a handle holding it, and
     /// `count` handles waiting for it, in line in this order.
     fn one_place_held_and_waiting(count: usize) -> (Arc<QueuePlaces>, PlaceHandle, Vec<Waiter>) {
-        let places = places(1);
+        let places = QueuePlaces::new(1);
         let (_, waker) = counter();
         let mut held = PlaceHandle::new(places.clone());
         assert!(held.poll_reserve(&mut Context::from_waker(&waker)).is_ready());
@@ -547,7 +428,7 @@ mod tests {
 
     #[test]
     fn polling_again_while_waiting_keeps_the_spot_and_the_latest_waker() {
-        let places = places(1);
+        let places = QueuePlaces::new(1);
         let (_, waker) = counter();
         let mut held = PlaceHandle::new(places.clone());
         assert!(held.poll_reserve(&mut Context::from_waker(&waker)).is_ready());
@@ -597,60 +478,8 @@ mod tests {
     }
 
     #[test]
-    fn stripes_share_the_places_out_evenly_and_lend_them_across() {
-        let stripes = Stripes::new(10, 4);
-        let each: Vec<usize> = stripes
-            .0
-            .iter()
-            .map(|stripe| stripe.0.load(Ordering::SeqCst))
-            .collect();
-        assert_eq!(each, [3, 3, 2, 2]);
-        assert_eq!(stripes.free(), 10);
-        // One place in another stripe than this thread's: still taken.
-        let one = Stripes::new(1, 4);
-        let mine = one.next_here().clone();
-        let theirs = one
-            .0
-            .iter()
-            .find(|stripe| !Arc::ptr_eq(stripe, &mine))
-            .expect("four stripes");
-        one.0[0].0.store(0, Ordering::SeqCst);
-        theirs.0.store(1, Ordering::SeqCst);
-        assert!(one.try_take(&mine), "taken from another stripe");
-        assert!(!one.try_take(&mine), "none left in any stripe");
-        mine.0.fetch_add(1, Ordering::SeqCst);
-        assert!(one.try_take(&mine));
-        assert_eq!(one.free(), 0);
-    }
-
-    #[test]
-    fn a_place_given_back_to_another_stripe_wakes_the_waiter_and_is_taken_across() {
-        let places = places(1);
-        let (_, waker) = counter();
-        let (count, waiter_waker) = counter();
-        let mut waiter = PlaceHandle::new(places.clone());
-        // A handle of another thread's stripe holds the only place.
-        let mut giver = PlaceHandle::new(places.clone());
-        let mine = waiter.stripe.clone();
-        giver.stripe = (places.stripes.0.iter())
-            .find(|stripe| !Arc::ptr_eq(stripe, &mine))
-            .expect("several stripes")
-            .clone();
-        assert!(giver.poll_reserve(&mut Context::from_waker(&waker)).is_ready());
-        assert!(waiter
-            .poll_reserve(&mut Context::from_waker(&waiter_waker))
-            .is_pending());
-        drop(giver);
-        assert_eq!(woken(&count), 1);
-        assert!(waiter
-            .poll_reserve(&mut Context::from_waker(&waiter_waker))
-            .is_ready());
-        assert_eq!(places.free(), 0);
-    }
-
-    #[test]
     fn many_threads_never_hold_more_places_than_there_are_and_give_all_back() {
-        let places = places(3);
+        let places = QueuePlaces::new(3);
         let held = Arc::new(AtomicUsize::new(0));
         let threads: Vec<_> = (0..4)
             .map(|_| {

@@ -136,17 +136,8 @@ pub(crate) struct Scheduler {
     /// Whether the warning for the current crossing was given.
     delayed_warned: bool,
     metrics: Metrics,
-    /// Whether the global permits are shared out over pools when the limit
-    /// allows (`RegistryBuilder::permit_pools`, a bench hook).
-    permit_pools: bool,
     /// This scheduler's shard of its registry (see [`shards`](super::shards)).
     shard: usize,
-    /// The pool of global permits the requests admitted under this lock
-    /// take from and give back to: the shard's own (round the pools) for
-    /// a home shard of several; none (the global count) for the joint
-    /// shard, which every request of several scopes locks, and for a
-    /// registry of one shard (see "The global limit" in `fast_path.rs`).
-    permit_pool: Option<usize>,
     /// This shard in the ids it gives (0 in the joint shard).
     id_tag: usize,
     /// What the shards share, when there are several.
@@ -186,7 +177,7 @@ impl Scheduler {
             tickets: Slab::new(),
             next_seq: 0,
             max_concurrency,
-            global: Arc::new(GlobalFlight::new(max_concurrency, 1, true)),
+            global: Arc::new(GlobalFlight::new(max_concurrency, 1)),
             fast_allowed: true,
             word_owner: None,
             last_one_scope: ScopeId::MAX,
@@ -203,9 +194,7 @@ impl Scheduler {
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
             delayed_warned: false,
             metrics: Metrics::default(),
-            permit_pools: true,
             shard: JOINT,
-            permit_pool: None,
             id_tag: 0,
             across: None,
             elsewhere: HashMap::new(),
@@ -220,7 +209,7 @@ impl Scheduler {
     /// least 2) with its settings, which share its configs, a global count
     /// and an [`Across`] (with the count of scopes `max_scopes` bounds).
     pub(crate) fn into_shards(mut self, shards: usize) -> Vec<Scheduler> {
-        let global = Arc::new(GlobalFlight::new(self.max_concurrency, shards, self.permit_pools));
+        let global = Arc::new(GlobalFlight::new(self.max_concurrency, shards));
         let across = Arc::new(Across::new(shards));
         let max_scopes = self.eviction.max_scopes;
         (0..shards)
@@ -234,7 +223,6 @@ impl Scheduler {
                 one.metrics = self.metrics;
                 one.global = global.clone();
                 one.shard = shard;
-                one.permit_pool = (shard != JOINT).then_some(shard);
                 one.id_tag = crate::registry::shards::encode(shard, 0);
                 one.across = Some(across.clone());
                 one
@@ -611,7 +599,7 @@ impl Scheduler {
         if !ours {
             // Never: an adopted request keeps its scope from eviction. Its
             // permit still goes back.
-            self.global.release_locked(self.permit_pool);
+            self.global.release();
             return;
         }
         let seat = Seat {
@@ -692,14 +680,6 @@ impl Scheduler {
             registry,
             metrics: self.metrics,
         });
-        self
-    }
-
-    /// Keeps the global permits in one count, never in pools (a bench
-    /// hook: `RegistryBuilder::permit_pools`).
-    pub(crate) fn without_permit_pools(mut self) -> Self {
-        self.permit_pools = false;
-        self.global = Arc::new(GlobalFlight::new(self.max_concurrency, 1, false));
         self
     }
 
@@ -795,11 +775,10 @@ impl Scheduler {
         if scope.has_waiters() {
             return None;
         }
-        let (global, pool) = (&self.global, self.permit_pool);
-        let lane =
-            scope
-                .state
-                .take_plain_lane(now, self.max_concurrency, (now, || global.take_locked(pool)))?;
+        let global = &self.global;
+        let lane = scope
+            .state
+            .take_plain_lane(now, self.max_concurrency, (now, || global.take_locked()))?;
         self.metrics.sent(&scope.state.key);
         Some(lane)
     }
@@ -844,7 +823,7 @@ impl Scheduler {
                 _ => return false,
             }
         }
-        if !self.global.take_locked(self.permit_pool) {
+        if !self.global.take_locked() {
             return false;
         }
         match (&ticket.seats, first_lane) {
@@ -1060,7 +1039,7 @@ impl Scheduler {
                 self.dirty.push(seat.scope);
             }
         }
-        self.global.release_locked(self.permit_pool);
+        self.global.release();
         if !self.global_queue.is_empty() {
             self.serve_global_queue(now, wake);
         }

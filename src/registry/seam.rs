@@ -361,7 +361,7 @@ impl Registry {
         let global = fast.global();
         match fast.end(departed_at, stamp, latency(outcome, departed_at, stamp)) {
             Ended::Open => {
-                let waiters = global.release_from_word();
+                let waiters = global.release();
                 fast.metrics.in_flight(|| global.in_flight());
                 let due = global.eviction_due(fast.evict_slot, stamp);
                 if !(waiters || due) {
@@ -384,7 +384,7 @@ impl Registry {
                     scheduler.finish_adopted(fast, outcome, departed_at, (now, Some(stamp)), wake)
                 }),
                 None => {
-                    let _ = global.release_from_word();
+                    let _ = global.release();
                 }
             },
         }

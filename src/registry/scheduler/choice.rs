@@ -90,7 +90,7 @@ impl Scheduler {
         }
         // Taken here, the last check: an admitted waiter is sent at once
         // (`Verdict::Admit` means its permit is taken).
-        if self.older_global_waiter_elsewhere(order) || !self.global.take_locked(self.permit_pool) {
+        if self.older_global_waiter_elsewhere(order) || !self.global.take_locked() {
             return Verdict::Global;
         }
         Verdict::Admit
