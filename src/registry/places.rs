@@ -85,11 +85,10 @@ struct Stripes(Box<[Arc<Stripe>]>);
 #[repr(align(128))]
 struct Stripe(AtomicUsize);
 
-/// Four stripes per core, as many shards as the registry has by default:
-/// few enough that a caller who finds its own empty looks at the others
+/// Four stripes per core: few enough that a caller who finds its own empty looks at the others
 /// quickly.
 fn default_stripe_count() -> usize {
-    super::shards::four_per_core(MAX_STRIPES)
+    super::threads::four_per_core(MAX_STRIPES)
 }
 
 /// The most stripes a registry's places are spread over.
@@ -109,7 +108,7 @@ thread_local! {
 /// threads seldom share one.
 fn next_stripe_here() -> usize {
     let made = HANDLES_HERE.with(|made| made.replace(made.get().wrapping_add(1)));
-    super::shards::thread_number().wrapping_add(made)
+    super::threads::thread_number().wrapping_add(made)
 }
 
 impl Stripes {

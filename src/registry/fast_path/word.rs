@@ -111,9 +111,8 @@ impl Word {
 /// With a limit large enough to share out (see [`Permits::new`]), the
 /// count is split in two: `taken`, on one line, counts the permits out of
 /// the global pool, and each of the pools (a line each, one per thread
-/// group on words, see `pool_here` in the parent module, and one per
-/// shard group under the shards' locks) keeps permits taken out
-/// in a batch and not in use, its *spare*. A request takes from its own
+/// group on words, see `pool_here` in the parent module) keeps permits
+/// taken out in a batch and not in use, its *spare*. A request takes from its own
 /// pool's spare and gives back to it, so threads on different pools share
 /// no line on most requests; a pool refills a batch at a time from
 /// `taken`, and gives a batch back when it holds two. A spare is free to
@@ -336,13 +335,6 @@ impl Permits {
         if given.is_ok() {
             self.taken.fetch_sub(batch, Ordering::SeqCst);
         }
-    }
-
-    /// Whether requests were last said to wait for a permit (by
-    /// [`publish_queued`](Self::publish_queued)).
-    #[inline]
-    pub(crate) fn queued(&self) -> bool {
-        self.queued.load(Ordering::Relaxed)
     }
 
     /// Says, under the lock, whether requests wait for a permit; true when
