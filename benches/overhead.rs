@@ -26,9 +26,7 @@
 //! end without the lock would),
 //! `one_scope_locked` (every admission under the lock),
 //! `scopes_10k_together` (both threads in the same order from the same
-//! start, so they meet on every scope),
-//! `scopes_10k_one_shard` and `multi_scope_2_one_shard` (a registry of one
-//! shard; the default is four per core) and
+//! start, so they meet on every scope) and
 //! `scopes_10k_split` (each thread
 //! a registry of its own: the ceiling any split of the registry's state
 //! could reach here). After criterion's own
@@ -47,11 +45,10 @@
 //! `SCALING_WORKLOADS=bare,scopes_10k` runs only the workloads it names.
 //! `SCALING_LINES_ONLY=1` skips criterion's own samples of the `scaling`
 //! group and prints the lines alone (a minute instead of three).
-//! `SCALING_OFF=words,shards` (either, or
+//! `SCALING_OFF=words` (or
 //! `all`) follows each throttle workload with itself with that performance
 //! mechanism off (`scopes_10k-no_words`), through the registry builder's
-//! hidden bench hooks: the lock-free words of plain scopes, the shards
-//! (one lock instead). Each mechanism's worth is
+//! hidden bench hook: the lock-free words of plain scopes. Its worth is
 //! then measured in one run, its samples taken in turn with the workload's.
 //!
 //! The `backlog` group measures requests that wait: 20 000 and 40 000
@@ -255,9 +252,9 @@ fn workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
             uris(SCALING_SCOPES),
         ),
         // The floor of any registry of locked shards over the same 10 000
-        // hosts: each request locks its host's shard (one of eight, the
-        // default on two cores) twice, as the throttle's lock path does,
-        // and counts itself in and out; nothing else.
+        // hosts: each request locks its host's shard (one of eight) twice,
+        // as the throttle's lock path locks the registry, and counts itself
+        // in and out; nothing else.
         workload(
             "locked_shards_10k",
             peer(tower::util::Either::Right(LockedShards::new(
@@ -352,13 +349,6 @@ fn throttled_workloads<B: Clone>(
             vec![unthrottled_builder()],
             [uris(SCALING_SCOPES), uris(SCALING_SCOPES)].concat(),
         ),
-        // `scopes_10k` on a registry of one shard (the default is four per
-        // core): the comparison in the same run.
-        workload(
-            "scopes_10k_one_shard",
-            vec![unthrottled_builder().shards(1)],
-            uris(SCALING_SCOPES),
-        ),
         // The ceiling of any split of the registry's state: each thread
         // drives a registry of its own over the same 10 000 scopes, so the
         // threads share nothing of the throttle's (`speedup` against
@@ -370,13 +360,6 @@ fn throttled_workloads<B: Clone>(
             uris(SCALING_SCOPES),
         ),
         workload("multi_scope_2", vec![two_scopes()], uris(SCALING_SCOPES)),
-        // `multi_scope_2` on one shard (by default every request's two
-        // scopes live in the joint shard of several).
-        workload(
-            "multi_scope_2_one_shard",
-            vec![two_scopes().shards(1)],
-            uris(SCALING_SCOPES),
-        ),
         workload("ip_scoped_10k", vec![ip_scoped()], uris(SCALING_SCOPES)),
     ]
 }

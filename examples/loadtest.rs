@@ -103,10 +103,10 @@
 //! wrapped in `StampingConnector`), by which time the site's kernel has the
 //! bytes.
 //!
-//! `--off words,shards` (either, or `all`) builds
-//! the throttled runs' registry with those performance mechanisms off,
-//! through the registry builder's hidden bench hooks: the lock-free words
-//! of plain scopes, the shards (one lock). For measuring
+//! `--off words` (or `all`) builds
+//! the throttled runs' registry with that performance mechanism off,
+//! through the registry builder's hidden bench hook: the lock-free words
+//! of plain scopes. For measuring
 //! what each is worth end to end; the bare runs do not change.
 //!
 //! `--busy N` makes the machine busy, as a client host with other work on it
@@ -469,7 +469,7 @@ usage: loadtest [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N]
                     return of the socket write of the request head
                     (DepartureStampLayer::at_socket_write)
   --off M,...       the throttled runs without these performance mechanisms
-                    (words, shards, or all)
+                    (words, or all)
   -h, --help        this text";
 
 const USAGE: &str = "expected [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | \
@@ -493,9 +493,7 @@ fn mechanisms_off(names: Option<String>) -> Result<u8, String> {
         }
         match MECHANISMS.iter().position(|(mechanism, _)| *mechanism == name) {
             Some(bit) => Ok(off | 1 << bit),
-            None => Err(format!(
-                "--off: unknown mechanism {name:?} (words, shards or all)"
-            )),
+            None => Err(format!("--off: unknown mechanism {name:?} (words or all)")),
         }
     })
 }

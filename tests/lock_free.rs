@@ -9,46 +9,18 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tower_throttle::throttle::ThrottledBody;
 
 use tokio::time::Instant;
 use tower::{Service, ServiceExt};
 use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
 
-/// When the inner service got each request (by its path), relative to
-/// the test's start.
-type Calls = Arc<Mutex<Vec<(String, Duration)>>>;
+mod support;
+use support::Calls;
 
-/// A throttled client whose inner service answers each request after the
-/// milliseconds its query asks (`?ms=1000`; none: at once) and records
-/// when it got it.
-fn client(
-    registry: &Registry,
-    start: Instant,
-    calls: &Calls,
-) -> impl Service<
-    http::Request<()>,
-    Response = http::Response<ThrottledBody<()>>,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone {
-    let calls = calls.clone();
-    let inner = tower::service_fn(move |request: http::Request<()>| {
-        let path = request.uri().path().to_owned();
-        let latency = request
-            .uri()
-            .query()
-            .and_then(|query| query.strip_prefix("ms="))
-            .map_or(0, |ms| ms.parse().unwrap());
-        calls.lock().unwrap().push((path, start.elapsed()));
-        async move {
-            tokio::time::sleep(Duration::from_millis(latency)).await;
-            Ok::<_, Infallible>(http::Response::new(()))
-        }
-    });
-    tower::Layer::layer(&ThrottleLayer::new(registry.clone()), inner)
+/// A request's label in the calls its client records: its path.
+fn path(uri: &http::Uri) -> String {
+    uri.path().to_owned()
 }
 
 fn plain(lanes: u32) -> ScopeConfig {
@@ -119,7 +91,7 @@ const MS: Duration = Duration::from_millis(1);
 async fn ten_requests(lock_free: bool) -> (Option<u64>, tower_throttle::ScopeStats) {
     let registry = registry(lock_free, 16, 4);
     let calls = Calls::default();
-    let client = client(&registry, Instant::now(), &calls);
+    let client = support::timed_client(&registry, Instant::now(), &calls, path);
     warm(&client, "a.test").await;
     let before = registry.debug_lock_count();
     for i in 0..10 {
@@ -156,7 +128,7 @@ async fn a_busy_plain_scope_admits_and_ends_without_the_lock() {
 async fn requests_on_a_word_count_in_flight_in_the_stats() {
     let registry = registry(true, 16, 4);
     let calls = Calls::default();
-    let client = client(&registry, Instant::now(), &calls);
+    let client = support::timed_client(&registry, Instant::now(), &calls, path);
     warm(&client, "a.test").await;
     let before = registry.debug_lock_count();
     let tasks = [
@@ -220,7 +192,7 @@ where
 async fn a_new_delay_closes_the_word_and_counts_its_requests_in_flight() {
     let run = |lock_free| {
         scenario(lock_free, 16, 2, |registry, start, calls| async move {
-            let client = client(&registry, start, &calls);
+            let client = support::timed_client(&registry, start, &calls, path);
             warm(&client, "a.test").await;
             let a = spawn(&client, "http://a.test/a?ms=1000");
             let b = spawn(&client, "http://a.test/b?ms=1000");
@@ -249,7 +221,7 @@ async fn a_new_delay_closes_the_word_and_counts_its_requests_in_flight() {
 async fn a_waiter_closes_the_word_and_goes_when_the_adopted_request_ends() {
     let run = |lock_free| {
         scenario(lock_free, 16, 1, |registry, start, calls| async move {
-            let client = client(&registry, start, &calls);
+            let client = support::timed_client(&registry, start, &calls, path);
             warm(&client, "a.test").await;
             let a = spawn(&client, "http://a.test/a?ms=1000");
             tokio::time::sleep(10 * MS).await;
@@ -300,7 +272,7 @@ where
 async fn the_global_limit_holds_across_words_and_frees_its_waiters() {
     let run = |lock_free| {
         scenario(lock_free, 1, 4, |registry, start, calls| async move {
-            let client = client(&registry, start, &calls);
+            let client = support::timed_client(&registry, start, &calls, path);
             let (a, b) = one_on_x_and_one_waiting_on_y(&registry, &client).await;
             let c = spawn(&client, "http://x.test/c");
             a.await.unwrap();
@@ -327,7 +299,7 @@ async fn idle_scopes_are_evicted_while_only_words_are_busy() {
         .build()
         .unwrap();
     let calls = Calls::default();
-    let client = client(&registry, Instant::now(), &calls);
+    let client = support::timed_client(&registry, Instant::now(), &calls, path);
     client.clone().oneshot(get("http://idle.test/")).await.unwrap();
     warm(&client, "busy.test").await;
     assert_eq!(registry.stats().scopes_tracked, 2);
@@ -347,7 +319,7 @@ async fn idle_scopes_are_evicted_while_only_words_are_busy() {
 async fn a_request_ending_on_an_open_word_lets_a_global_waiter_go() {
     let run = |lock_free| {
         scenario(lock_free, 1, 4, |registry, start, calls| async move {
-            let client = client(&registry, start, &calls);
+            let client = support::timed_client(&registry, start, &calls, path);
             let (a, b) = one_on_x_and_one_waiting_on_y(&registry, &client).await;
             a.await.unwrap();
             tokio::time::timeout(Duration::from_secs(60), b)

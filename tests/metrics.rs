@@ -40,9 +40,7 @@ fn crawl_and_snapshot(per_scope: bool) -> Vec<Metric> {
         for host in ["a", "b", "c", "a"] {
             let request = get(&format!("https://{host}.example/"));
             service.ready().await.unwrap().call(request).await.unwrap();
-            // Each scope idle from its own instant: across shards, the
-            // least recently used goes first to the nanosecond (scopes idle
-            // since the same instant in two shards go in shard order).
+            // Each scope idle from its own instant.
             tokio::time::advance(Duration::from_millis(1)).await;
         }
         registry.feedback(&Scopes::from("a.example"), Feedback::backoff());

@@ -162,8 +162,6 @@ struct Scenario {
     scopes: Vec<ScopeSpec>,
     requests: Vec<RequestSpec>,
     changes: Vec<ConfigChange>,
-    /// The registry's shards (1, 2 or 8: see `RegistryBuilder::shards`).
-    shards: usize,
 }
 
 fn delay_ms() -> impl Strategy<Value = u64> {
@@ -249,10 +247,9 @@ fn scenario(max_requests: usize) -> impl Strategy<Value = Scenario> {
                 }),
                 0..=4,
             ),
-            prop::sample::select(vec![1usize, 2, 8]),
         )
             .prop_map(
-                |(max_concurrency, max_queued, seed, scopes, requests, mut changes, shards)| {
+                |(max_concurrency, max_queued, seed, scopes, requests, mut changes)| {
                     changes.sort_by_key(|change| change.at_ms);
                     Scenario {
                         max_concurrency,
@@ -261,7 +258,6 @@ fn scenario(max_requests: usize) -> impl Strategy<Value = Scenario> {
                         scopes,
                         requests,
                         changes,
-                        shards,
                     }
                 },
             )
@@ -562,8 +558,7 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
     let mut builder = Registry::builder()
         .max_concurrency(scenario.max_concurrency)
         .max_queued(scenario.max_queued)
-        .jitter_seed(scenario.seed)
-        .shards(scenario.shards);
+        .jitter_seed(scenario.seed);
     for (index, spec) in scenario.scopes.iter().enumerate() {
         builder = builder.scope(scope_name(index), spec.config());
     }

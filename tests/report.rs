@@ -35,16 +35,13 @@ fn config(lanes: u32, delay: Duration) -> ScopeConfig {
 
 /// The registry locks one request through RetryAfter → Backoff under a
 /// throttle costs, for a response with `status` and `headers`, with
-/// `scopes`, on a registry of one shard (on a sharded one, a first
-/// request of several scopes also takes the locks of its scopes' homes to
-/// move them: see the sharded twin below); `None` in a release build.
+/// `scopes`; `None` in a release build.
 async fn locks_for(
     scopes: &[&str],
     status: u16,
     headers: &[(&'static str, &'static str)],
 ) -> Option<(u64, Registry)> {
     let registry = Registry::builder()
-        .shards(1)
         .default_scope(config(1, Duration::ZERO))
         .build()
         .unwrap();
@@ -130,52 +127,6 @@ async fn a_response_costs_the_completions_lock_whatever_its_layers_report() {
                 assert!(stats.held_for.is_some(), "{scope}: hold applied");
                 assert!(stats.announced.is_some(), "{scope}: announced limits recorded");
             }
-        }
-    }
-}
-
-/// The same on a registry of eight shards, once the scopes are where they
-/// live (a first request of several scopes takes its scopes' homes' locks
-/// to move them to the joint shard): a request's reports ride with its
-/// completion in its scope's shard, or in the joint shard for several
-/// scopes.
-#[tokio::test(start_paused = true)]
-async fn a_response_costs_the_completions_lock_on_a_sharded_registry_too() {
-    const LIMITED: &[(&str, &str)] = &[("retry-after", "5"), ("ratelimit", "\"default\";r=0;t=30")];
-    for scopes in [&["a"][..], &["a", "b", "c"][..]] {
-        let registry = Registry::builder()
-            .shards(8)
-            .default_scope(
-                ScopeConfig::default()
-                    .delay(Duration::ZERO)
-                    .delay_per_slot(Duration::ZERO)
-                    .jitter(0.0),
-            )
-            .build()
-            .unwrap();
-        // The scopes in place: a request of several scopes takes the lock
-        // of each home it moves one from, inside the joint shard's.
-        let moving = match scopes.len() {
-            1 => 0,
-            _ => scopes
-                .iter()
-                .filter(|scope| registry.debug_home_of(scope) != 0)
-                .count() as u64,
-        };
-        if let Some((locks, _)) = locks_through(registry.clone(), scopes, 200, &[]).await {
-            assert_eq!(locks, 2 + moving, "{scopes:?}, moving {moving}");
-        }
-        let Some((locks, registry)) = locks_through(registry, scopes, 429, LIMITED).await else {
-            eprintln!("a release build does not count locks: nothing to check");
-            return;
-        };
-        // The reports at the head under the request's shard's lock, the
-        // lanes at the body's end under it again.
-        assert_eq!(locks, 3, "{scopes:?}");
-        for scope in scopes {
-            let stats = registry.scope_stats(scope).unwrap();
-            assert_eq!(stats.backoff_level, 1, "{scope}: backoff applied");
-            assert!(stats.held_for.is_some(), "{scope}: hold applied");
         }
     }
 }

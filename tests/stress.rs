@@ -73,7 +73,7 @@ struct Shape {
     /// Whether one request in four also names a group scope.
     groups: bool,
     /// Whether busy plain scopes may admit on their lock-free words (else
-    /// every request goes through its shard's lock).
+    /// every request goes through the lock).
     words: bool,
 }
 
@@ -105,7 +105,7 @@ fn large_global_limit() -> Shape {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn parallel_requests_with_cancellations_keep_every_limit_and_release_everything() {
-    stress(SMALL, Duration::from_micros(200), false, 1).await;
+    stress(SMALL, Duration::from_micros(200), false).await;
 }
 
 /// The same with delay 0: the scopes are plain, so busy ones admit and
@@ -117,23 +117,7 @@ async fn parallel_requests_with_cancellations_keep_every_limit_and_release_every
 /// global limit, on four worker threads; the invariants as above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn plain_scopes_on_their_lock_free_words_keep_every_limit_while_closed_at_random() {
-    stress(SMALL, Duration::ZERO, true, 1).await;
-}
-
-/// The first stress on a registry of eight shards: requests of one scope
-/// go to their scope's shard, requests of two scopes (a site and a group)
-/// to the joint shard, and the sites they name leave their homes for it
-/// while other threads send to them; the invariants as above.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_sharded_registry_keeps_every_limit_and_releases_everything() {
-    stress(SMALL, Duration::from_micros(200), false, 8).await;
-}
-
-/// The second stress (plain scopes on their words, closed at random) on a
-/// registry of eight shards.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_sharded_registry_with_words_keeps_every_limit_while_closed_at_random() {
-    stress(SMALL, Duration::ZERO, true, 8).await;
+    stress(SMALL, Duration::ZERO, true).await;
 }
 
 /// Two busy plain sites on their words under a large global limit,
@@ -144,22 +128,21 @@ async fn a_sharded_registry_with_words_keeps_every_limit_while_closed_at_random(
 /// every request ends, everything is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_large_global_limit_holds_on_busy_words() {
-    stress(large_global_limit(), Duration::ZERO, false, 8).await;
+    stress(large_global_limit(), Duration::ZERO, false).await;
 }
 
 /// [`a_large_global_limit_holds_on_busy_words`] with every request
-/// admitted and ended under its shard's lock (no words) over sixteen
-/// sites in eight shards: the shards' schedulers take and give back
-/// permits on the one count, and the limit, its use and every release
-/// hold as on words.
+/// admitted and ended under the scheduler's lock (no words) over sixteen
+/// sites: the scheduler takes and gives back permits on the one count,
+/// and the limit, its use and every release hold as on words.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_large_global_limit_holds_under_the_shards_locks() {
+async fn a_large_global_limit_holds_under_the_lock() {
     let shape = Shape {
         sites: 16,
         words: false,
         ..large_global_limit()
     };
-    stress(shape, Duration::ZERO, false, 8).await;
+    stress(shape, Duration::ZERO, false).await;
 }
 
 /// The plain config of the stress scopes, with `delay`.
@@ -214,9 +197,8 @@ fn disturb(
 /// cancelled, some with a group scope beside their site (when the shape
 /// says), against an inner service that counts what it sees in flight;
 /// with `disturbed`, the sites' limits change at random meanwhile.
-async fn stress(shape: Shape, delay: Duration, disturbed: bool, shards: usize) {
+async fn stress(shape: Shape, delay: Duration, disturbed: bool) {
     let registry = Registry::builder()
-        .shards(shards)
         .max_concurrency(shape.max_concurrency)
         .max_queued(200)
         .lock_free_plain_scopes(shape.words)

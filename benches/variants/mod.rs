@@ -114,7 +114,7 @@ impl<B> Governor<B> {
 /// the scaling bench's 10 000 scopes: the key hashed to one of `shards`
 /// mutexes (each on lines of its own), locked once to count the request
 /// in on its key and once more to count it out, as the throttle's lock
-/// path locks the scope's shard at admission and at the end. Built with
+/// path takes the registry's lock at admission and at the end. Built with
 /// [`Locks::Once`], it only counts the request in: what a registry whose
 /// requests end without the lock would pay.
 pub type LockedShards<B> = Keyed<ShardCounts, B>;
@@ -249,6 +249,4 @@ pub type TurnOff = fn(tower_throttle::registry::RegistryBuilder) -> tower_thrott
 pub const MECHANISMS: &[(&str, TurnOff)] = &[
     // Lock-free words for plain scopes.
     ("words", |builder| builder.lock_free_plain_scopes(false)),
-    // Shards with a joint shard: one shard.
-    ("shards", |builder| builder.shards(1)),
 ];

@@ -127,37 +127,3 @@ fn a_permit_taken_without_the_lock_never_passes_the_maximum() {
     });
 }
 
-/// With shards (`src/registry/shards.rs`), a request queues for a global
-/// permit in one shard (the shards' shared count of such waiters goes up,
-/// then that shard's epilogue publishes the flag and looks for a free
-/// permit) while another shard gives the last permit back under its own
-/// lock (then its epilogue reads the shared count and, with a waiter and a
-/// free permit, has the waiter's shard let it go). One of the two always
-/// sees the other: the waiter is never left with a permit free.
-#[test]
-fn a_waiter_queued_in_one_shard_as_another_gives_the_last_permit_back_is_let_go() {
-    use loom::sync::atomic::{AtomicUsize, Ordering};
-    loom::model(|| {
-        let permits = Arc::new(Permits::new(1));
-        let waiters = Arc::new(AtomicUsize::new(0));
-        // A request of the other shard holds the only permit.
-        assert!(permits.take_locked());
-        let releasing_shard = {
-            let (permits, waiters) = (permits.clone(), waiters.clone());
-            thread::spawn(move || {
-                let _ = permits.release();
-                waiters.load(Ordering::SeqCst) > 0 && permits.has_room()
-            })
-        };
-        // The waiting shard: no permit free, the request queues.
-        let queued = !permits.has_room();
-        if queued {
-            waiters.store(1, Ordering::SeqCst);
-        }
-        let served_here = queued && permits.publish_queued(true);
-        let served_there = releasing_shard.join().unwrap();
-        if queued {
-            assert!(served_here || served_there, "the waiter is let go by one of the shards");
-        }
-    });
-}

@@ -64,7 +64,6 @@ pub struct RegistryBuilder {
     store_failure: StoreFailure,
     fleet_learning: bool,
     lock_free_plain_scopes: bool,
-    shards: Option<usize>,
     scope_manager: Option<ManagerFactory>,
 }
 
@@ -102,7 +101,6 @@ impl Default for RegistryBuilder {
             store_failure: StoreFailure::default(),
             fleet_learning: true,
             lock_free_plain_scopes: true,
-            shards: None,
             scope_manager: None,
         }
     }
@@ -311,19 +309,6 @@ impl RegistryBuilder {
         self
     }
 
-    /// A hook for the project's benches and tests, hidden from the docs:
-    /// it may change or go in any release. How many locks the scope state
-    /// is split across: a power of two from 1 to 256 (default: four per
-    /// core; one with a store, where asking for more is an error). Every
-    /// limit and the order of waiters within a scope are the same whatever
-    /// the count.
-    #[doc(hidden)]
-    #[must_use]
-    pub fn shards(mut self, shards: usize) -> Self {
-        self.shards = Some(shards);
-        self
-    }
-
     /// Checks every value and builds the registry.
     ///
     /// # Errors
@@ -367,22 +352,6 @@ impl RegistryBuilder {
         }
         if let Some(window) = self.quota_window {
             config::validate_window("quota_window", window)?;
-        }
-        if let Some(shards) = self.shards {
-            if !shards.is_power_of_two() || shards > super::shards::MAX_SHARDS {
-                return Err(ConfigError::new(
-                    "shards",
-                    shards,
-                    "must be a power of two from 1 to 256",
-                ));
-            }
-            if shards > 1 && self.store.is_some() {
-                return Err(ConfigError::new(
-                    "shards",
-                    shards,
-                    "a registry with a store has one shard (every send reserves through the store)",
-                ));
-            }
         }
         Ok(())
     }
@@ -447,24 +416,11 @@ impl RegistryBuilder {
         } else {
             scheduler.without_fast_path()
         };
-        // With a store, every send reserves through it: one shard.
-        let shards = match self.store {
-            Some(_) => 1,
-            None => self.shards.unwrap_or_else(default_shards),
-        };
-        let schedulers = match shards {
-            1 => vec![scheduler],
-            shards => scheduler.into_shards(shards),
-        };
         let shared = Arc::new_cyclic(|registry| {
             // Its words reach the registry weakly: they live in it.
-            let schedulers: Vec<Scheduler> = schedulers
-                .into_iter()
-                .map(|scheduler| scheduler.with_word_owner(registry.clone()))
-                .collect();
-            let global = schedulers[0].global().clone();
-            let configs = schedulers[0].config_table();
-            let schedulers = schedulers.into_iter();
+            let scheduler = scheduler.with_word_owner(registry.clone());
+            let global = scheduler.global().clone();
+            let configs = scheduler.config_table();
             let queue_places = places::QueuePlaces::new(self.max_queued);
             RegistryShared {
                 uid: next_registry_uid(),
@@ -475,10 +431,7 @@ impl RegistryBuilder {
                 locks: std::sync::atomic::AtomicU64::new(0),
                 backoff_statuses,
                 configs,
-                names: super::shards::NameHash::default(),
-                shards: schedulers
-                    .map(|scheduler| super::Shard(Mutex::new(scheduler)))
-                    .collect(),
+                scheduler: Box::new(super::Locked(Mutex::new(scheduler))),
                 resolver: self.resolver,
                 resolves_hosts: self.resolves_hosts,
                 max_queued: self.max_queued,
@@ -491,13 +444,6 @@ impl RegistryBuilder {
         });
         Ok(Registry { shared })
     }
-}
-
-/// The shards of a registry whose builder was not told (see
-/// [`RegistryBuilder::shards`]): four per core the machine has, as a power
-/// of two, at most [`MAX_SHARDS`](super::shards::MAX_SHARDS).
-fn default_shards() -> usize {
-    super::shards::four_per_core(super::shards::MAX_SHARDS)
 }
 
 /// A number no other registry of this process has (the thread caches of

@@ -79,7 +79,6 @@ pub(crate) use word::Ended;
 use word::{Permits, Word};
 
 use super::metrics::Metrics;
-use super::shards::MAX_SHARDS;
 use super::ticket::ScopeId;
 use super::{Registry, RegistryShared};
 use crate::scope::Scope;
@@ -93,11 +92,6 @@ mod atomic {
     pub(super) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 }
 
-/// The slot of [`GlobalFlight`]'s eviction due instants that names the
-/// registry-wide hint, the earliest over the shards of a sharded registry
-/// (shard `n`'s own is slot `n`).
-pub(crate) const EVICT_HINT: usize = MAX_SHARDS;
-
 /// A due instant that never comes.
 const NEVER: u64 = u64::MAX;
 
@@ -105,18 +99,15 @@ const NEVER: u64 = u64::MAX;
 /// open scopes; see the [module docs](self).
 ///
 /// Each part sits on cache lines of its own, by who writes it: what every
-/// request reads and rarely anyone writes (the flag, the registry-wide
-/// eviction hint) first; then each shard's published eviction state,
-/// which its own lock's holder writes (as often as every request, when
-/// requests go round a shard's scopes oldest first, as a crawl does);
-/// then the count every request writes. A shard's write thus never sends
-/// another core the lines it reads on every request.
+/// request reads and rarely anyone writes (the flag) first; then when
+/// eviction work is next due, which the lock's holder writes (as often as
+/// every request, when requests go round the scopes oldest first, as a
+/// crawl does); then the count every request writes. The lock's write
+/// thus never sends another core the lines it reads on every request.
 #[derive(Debug)]
 pub(crate) struct GlobalFlight {
     read_mostly: ReadMostly,
-    /// Per shard of the registry: when its eviction work is next due, and
-    /// when its oldest eviction candidate joined.
-    shards: Box<[ShardSlots]>,
+    evict: EvictDue,
     counts: Counts,
 }
 
@@ -134,58 +125,32 @@ struct ReadMostly {
     /// Whether a word was ever opened: until then a request does not look
     /// for one.
     words_exist: AtomicBool,
-    /// With several shards, the earliest instant eviction work is due in
-    /// any of them (a stamp's value; `u64::MAX`: never; a lower bound: see
-    /// [`sweep_started`](GlobalFlight::sweep_started)). A request that ends
-    /// on an open word reads it (its shard's slot, with one shard) and
-    /// takes the lock to do the work once it is due, as arriving requests
-    /// do under the lock.
-    evict_hint: AtomicU64,
 }
 
-/// What one shard publishes for the others, on lines of its own (128
-/// bytes: a core's adjacent-line prefetch fetches lines in pairs).
+/// When the scheduler's eviction work is next due, on lines of its own
+/// (128 bytes: a core's adjacent-line prefetch fetches lines in pairs).
 #[derive(Debug)]
 #[repr(align(128))]
-struct ShardSlots {
-    /// When eviction work is next due in the shard (a stamp's value;
-    /// `u64::MAX`: never).
-    evict_due: AtomicU64,
-    /// When the shard's oldest eviction candidate joined (its key, see
-    /// `Scheduler::front_key`; `u64::MAX`: none), with shards: past
-    /// `max_scopes`, the shard with the oldest evicts first.
-    oldest_idle: AtomicU64,
+struct EvictDue {
+    /// A stamp's value; `u64::MAX`: never. A request that ends on an open
+    /// word reads it and takes the lock to do the work once it is due, as
+    /// arriving requests do under the lock.
+    due: AtomicU64,
 }
 
 impl GlobalFlight {
-    /// `max` permits, for a registry of `shards` shards (at most
-    /// [`MAX_SHARDS`]).
-    pub(crate) fn new(max: u32, shards: usize) -> Self {
-        debug_assert!((1..=MAX_SHARDS).contains(&shards));
+    /// `max` permits.
+    pub(crate) fn new(max: u32) -> Self {
         GlobalFlight {
             read_mostly: ReadMostly {
                 words_exist: AtomicBool::new(false),
-                evict_hint: AtomicU64::new(NEVER),
             },
-            shards: (0..shards)
-                .map(|_| ShardSlots {
-                    evict_due: AtomicU64::new(NEVER),
-                    oldest_idle: AtomicU64::new(NEVER),
-                })
-                .collect(),
+            evict: EvictDue {
+                due: AtomicU64::new(NEVER),
+            },
             counts: Counts {
                 permits: Permits::new(max),
             },
-        }
-    }
-
-    /// The due instant in slot `slot`: a shard's, or at [`EVICT_HINT`]
-    /// the registry-wide hint.
-    #[inline(always)]
-    fn due_slot(&self, slot: usize) -> &AtomicU64 {
-        match slot {
-            EVICT_HINT => &self.read_mostly.evict_hint,
-            shard => &self.shards[shard].evict_due,
         }
     }
 
@@ -202,108 +167,18 @@ impl GlobalFlight {
         }
     }
 
-    /// Sets when eviction work is next due in `shard` (under its lock).
-    pub(crate) fn set_evict_due(&self, shard: usize, due: Option<Stamp>) {
+    /// Sets when eviction work is next due (under the lock).
+    pub(crate) fn set_evict_due(&self, due: Option<Stamp>) {
         let due = due.map_or(NEVER, Stamp::value);
-        let slot = &self.shards[shard].evict_due;
-        if slot.load(Ordering::Relaxed) != due {
-            slot.store(due, Ordering::Relaxed);
+        if self.evict.due.load(Ordering::Relaxed) != due {
+            self.evict.due.store(due, Ordering::Relaxed);
         }
     }
 
-    /// Sets when eviction work is next due in `shard` of several (under
-    /// its lock), and lowers the registry-wide hint to it: the store is
-    /// sequenced before the release of the `fetch_min`, so a sweep whose
-    /// swap reads the hint after it also reads this slot (see
-    /// [`sweep_started`](Self::sweep_started)).
-    pub(crate) fn set_evict_due_sharded(&self, shard: usize, due: Option<Stamp>) {
-        self.set_evict_due(shard, due);
-        self.rehint(shard);
-    }
-
-    /// Whether eviction work is due at `now` in slot `slot`: a shard's,
-    /// or [`EVICT_HINT`] (some shard's, with shards).
+    /// Whether eviction work is due at `now`.
     #[inline(always)]
-    pub(crate) fn eviction_due(&self, slot: usize, now: Stamp) -> bool {
-        now.value() >= self.due_slot(slot).load(Ordering::Relaxed)
-    }
-
-    /// The registry-wide hint (see [`EVICT_HINT`]): a stamp's value, or
-    /// `u64::MAX` (never).
-    #[inline(always)]
-    pub(crate) fn evict_hint(&self) -> u64 {
-        self.read_mostly.evict_hint.load(Ordering::Relaxed)
-    }
-
-    /// Sets when `shard`'s oldest eviction candidate joined (its key;
-    /// under its lock).
-    pub(crate) fn set_oldest_idle(&self, shard: usize, key: Option<u64>) {
-        self.shards[shard]
-            .oldest_idle
-            .store(key.unwrap_or(NEVER), Ordering::Relaxed);
-    }
-
-    /// When `shard`'s oldest eviction candidate joined (its key;
-    /// `u64::MAX`: none).
-    pub(crate) fn oldest_idle_of(&self, shard: usize) -> u64 {
-        self.shards[shard].oldest_idle.load(Ordering::Relaxed)
-    }
-
-    /// The shard whose oldest eviction candidate joined first, if any has
-    /// one, of the shards `skip` has (one flag per
-    /// shard) and does not set.
-    pub(crate) fn shard_with_oldest_candidate(&self, skip: &[bool]) -> Option<usize> {
-        (0..skip.len())
-            .filter(|&shard| !skip[shard])
-            .map(|shard| (self.oldest_idle_of(shard), shard))
-            .filter(|&(idle, _)| idle != NEVER)
-            .min()
-            .map(|(_, shard)| shard)
-    }
-
-    /// The earliest key of the oldest candidates of the first `shards`
-    /// shards but `except` and those `skip` sets (one flag per shard, if
-    /// any; `u64::MAX`: none has a candidate).
-    pub(crate) fn oldest_idle_but(&self, skip: &[bool], shards: usize, except: usize) -> u64 {
-        (0..shards)
-            .filter(|&shard| shard != except && !skip.get(shard).copied().unwrap_or(false))
-            .map(|shard| self.oldest_idle_of(shard))
-            .min()
-            .unwrap_or(NEVER)
-    }
-
-    /// Lowers the registry-wide hint to `shard`'s due instant.
-    pub(crate) fn rehint(&self, shard: usize) {
-        let due = self.shards[shard].evict_due.load(Ordering::Relaxed);
-        if due != NEVER {
-            self.read_mostly.evict_hint.fetch_min(due, Ordering::Release);
-        }
-    }
-
-    /// Starts a sweep of the shards' due eviction work at `now`: true when
-    /// this caller is to do it (the hint was due, and is now `NEVER` until
-    /// the shards' dues come back into it); false when another caller
-    /// already took it.
-    ///
-    /// Why no due instant is lost: every shard writes its slot, then
-    /// lowers the hint with a release `fetch_min`; the sweep swaps the hint
-    /// with acquire, then reads every slot and lowers the hint to each
-    /// (after doing that shard's work if it is due). A `fetch_min` before
-    /// the swap in the hint's order is read by the swap, so its slot's
-    /// store is seen by the sweep's read of that slot, which brings it
-    /// back; one after the swap lands in the hint itself. A slot read
-    /// stale only ever brings back an earlier instant: a sweep that finds
-    /// nothing to do, never a due one missed.
-    pub(crate) fn sweep_started(&self, now: Stamp) -> bool {
-        let was = self.read_mostly.evict_hint.swap(NEVER, Ordering::AcqRel);
-        if was > now.value() {
-            // Another caller swept first: give back what came since.
-            if was != NEVER {
-                self.read_mostly.evict_hint.fetch_min(was, Ordering::Release);
-            }
-            return false;
-        }
-        true
+    pub(crate) fn eviction_due(&self, now: Stamp) -> bool {
+        now.value() >= self.evict.due.load(Ordering::Relaxed)
     }
 
     /// Requests in flight now.
@@ -328,12 +203,6 @@ impl GlobalFlight {
     /// must let the first go, under the lock).
     pub(crate) fn release(&self) -> bool {
         self.counts.permits.release()
-    }
-
-    /// Whether requests were last said to wait for a permit.
-    #[inline]
-    pub(crate) fn queued(&self) -> bool {
-        self.counts.permits.queued()
     }
 
     /// Says, under the lock, whether requests wait for a permit; true when
@@ -371,14 +240,8 @@ pub(crate) struct FastScope {
     /// response yet), moved by responses that end on the word. Concurrent
     /// ends may drop a sample: it is a moving average for stats.
     latency: AtomicU64,
-    /// The scope's id in its shard's scheduler.
+    /// The scope's id in the scheduler.
     pub(crate) id: ScopeId,
-    /// The shard whose scheduler holds the scope.
-    pub(crate) shard: usize,
-    /// The slot of [`GlobalFlight`]'s eviction due instants a request that
-    /// ends on the word reads: its shard's, or [`EVICT_HINT`] with shards
-    /// (eviction work due in any shard is any request's).
-    pub(crate) evict_slot: usize,
     /// The scope's key (the cache compares names).
     pub(crate) key: Scope,
     /// The registry's global count.
@@ -394,10 +257,6 @@ pub(crate) struct FastScope {
 /// What a scope's word is made with, from its registry.
 #[derive(Debug, Clone)]
 pub(crate) struct WordOwner {
-    /// The shard of the scheduler that opens the words.
-    pub(crate) shard: usize,
-    /// The eviction slot its words read (see [`FastScope::evict_slot`]).
-    pub(crate) evict_slot: usize,
     pub(crate) global: Arc<GlobalFlight>,
     pub(super) registry: Weak<RegistryShared>,
     pub(crate) metrics: Metrics,
@@ -414,8 +273,6 @@ impl FastScope {
             last_end: AtomicU64::new(0),
             latency: AtomicU64::new(0),
             id,
-            shard: owner.shard,
-            evict_slot: owner.evict_slot,
             key,
             global: owner.global.clone(),
             registry: owner.registry.clone(),

@@ -173,10 +173,11 @@
 //! they allow next) is `scope_state`; the queues, the all-or-nothing
 //! dispatch and the timers are the `scheduler`, pure (every call is given
 //! `now`) and unit-tested at fixed instants; this file is the [`Registry`]
-//! handle around the locked scheduler (one, or one per shard: see
-//! `shards.rs`), and `seam.rs` the few calls through
-//! which a throttled request's ticket (in [`throttle`](crate::throttle))
-//! queues, polls, departs and finishes. What a response says reaches the
+//! handle around the scheduler behind the registry's one lock, and
+//! `seam.rs` the few calls through which a throttled request's ticket (in
+//! [`throttle`](crate::throttle)) queues, polls, departs and finishes. Only
+//! the lock-free words of busy plain scopes (`fast_path.rs`) run outside
+//! that lock. What a response says reaches the
 //! scopes through `report.rs`. Each file's own docs say what it holds.
 
 mod autothrottle;
@@ -195,7 +196,6 @@ mod report;
 mod scheduler;
 mod scope_state;
 mod seam;
-pub(crate) mod shards;
 mod stats;
 mod ticket;
 
@@ -223,7 +223,7 @@ use tokio::time::Instant;
 use crate::error::ConfigError;
 use crate::scope::{handover, RequestHead, Scope, ScopeResolver, Scopes};
 use crate::store::StoreHandle;
-use crate::time::{saturating_add, Stamp};
+use crate::time::saturating_add;
 pub(crate) use fast_path::FastScope;
 pub(crate) use places::{PlaceHandle, QueuePlace, Reserved};
 pub(crate) use report::collect;
@@ -271,9 +271,9 @@ pub struct Registry {
 /// line takes it from every other core's cache).
 #[repr(align(128))]
 struct RegistryShared {
-    /// The scope state, split by the scopes' names (one shard unless the
-    /// builder asked for more; see [`shards`]), the joint shard first.
-    shards: Box<[Shard]>,
+    /// The scope state and the queues, behind the registry's one lock
+    /// (boxed: its lines are not those every request reads).
+    scheduler: Box<Locked>,
     /// This registry's number, for the threads' caches of open scopes.
     uid: u64,
     /// The requests in flight over all scopes, shared with the scheduler.
@@ -307,33 +307,11 @@ struct RegistryShared {
     resolves_hosts: bool,
     /// The scope configs, read without the lock to judge responses.
     configs: Arc<configs::ConfigTable>,
-    /// The hash of scope names, the shards' indexes' own.
-    names: shards::NameHash,
 }
 
-/// One shard's scheduler behind its lock, on cache lines of its own.
+/// The scheduler behind its lock, on cache lines of its own.
 #[repr(align(128))]
-struct Shard(Mutex<Scheduler>);
-
-/// What a lock's epilogue leaves to do once it is released (sharded
-/// registries only).
-struct FollowUp {
-    /// A shard whose global waiter may have a permit now.
-    settle: Option<usize>,
-    /// Scopes whose home shard is done with them: the joint shard takes
-    /// their state.
-    drained: Vec<Scope>,
-    /// Eviction work is due in some shard (the registry-wide hint says
-    /// so): this caller sweeps the shards (see
-    /// [`sweep_evictions`](Registry::sweep_evictions)).
-    sweep: bool,
-    /// The shard made a scope past `max_scopes` and could not make room
-    /// itself: the shards with the oldest idle scopes make it (see
-    /// [`make_room_across`](Registry::make_room_across)).
-    room: bool,
-    /// The instant the lock ran at.
-    now: Instant,
-}
+struct Locked(Mutex<Scheduler>);
 
 impl fmt::Debug for Registry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -375,130 +353,59 @@ impl Registry {
         None
     }
 
-    /// A hook for the project's tests, hidden from the docs: it may change
-    /// or go in any release. The home shard of scope `name` (0, the joint
-    /// shard, with one shard): how tests pick scopes of other shards.
-    #[doc(hidden)]
-    pub fn debug_home_of(&self, name: &str) -> usize {
-        self.home(name)
-    }
-
-    /// Locks shard `shard`'s scheduler.
+    /// Locks the scheduler.
     #[inline]
-    fn lock_shard(&self, shard: usize) -> MutexGuard<'_, Scheduler> {
+    fn lock(&self) -> MutexGuard<'_, Scheduler> {
         #[cfg(debug_assertions)]
         self.shared.locks.fetch_add(1, Ordering::Relaxed);
         // The scheduler never panics while holding the lock, but if a
         // tracing subscriber did, its state is still consistent.
-        self.shared.shards[shard]
+        self.shared
+            .scheduler
             .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether the registry has more than one shard.
+    /// [`with_scheduler_at`](Self::with_scheduler_at), now.
     #[inline(always)]
-    fn is_sharded(&self) -> bool {
-        self.shared.shards.len() > 1
-    }
-
-    /// How many shards.
-    fn shard_count(&self) -> usize {
-        self.shared.shards.len()
-    }
-
-    /// The shard scope `name` belongs to first.
-    #[inline(always)]
-    fn home(&self, name: &str) -> usize {
-        if !self.is_sharded() {
-            return shards::JOINT;
-        }
-        shards::home_of_hash(self.shared.names.of(name), self.shard_count())
-    }
-
-    /// [`home`](Self::home) of the scope whose name has hash `hash`.
-    #[inline(always)]
-    fn home_hashed(&self, hash: u64) -> usize {
-        if !self.is_sharded() {
-            return shards::JOINT;
-        }
-        shards::home_of_hash(hash, self.shard_count())
-    }
-
-    /// [`with_shard_at`](Self::with_shard_at) on the only shard, now: for
-    /// what only a registry of one shard does (a store's calls; reports
-    /// applied under one lock).
     fn with_scheduler<T>(&self, act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T) -> T {
         self.with_scheduler_at(None, act)
     }
 
-    /// [`with_scheduler`](Self::with_scheduler) at `now`.
+    /// Locks the scheduler, runs `act` with the current instant (or `now`,
+    /// when the caller has just read the clock: an instant read before the
+    /// lock is at most a little early, which only makes the scheduler's
+    /// checks stricter) and a list to collect wakers in, lets the global
+    /// permits given back meanwhile go to the requests waiting for them,
+    /// unlocks, then wakes them. Waking after the lock is released keeps a
+    /// woken task that runs at once on another thread from contending for
+    /// it; this is the one place that does it.
     #[inline(always)]
     fn with_scheduler_at<T>(
         &self,
         now: Option<Instant>,
         act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
     ) -> T {
-        debug_assert!(!self.is_sharded(), "a sharded registry routes each call by scope");
-        self.with_shard_at(shards::JOINT, now, act)
+        self.with_scheduler_timed(|_| now.unwrap_or_else(Instant::now), act)
     }
 
-    /// Locks shard `shard`'s scheduler, runs `act` with the current instant
-    /// (or `now`, when the caller has just read the clock: an instant read
-    /// before the lock is at most a little early, which only makes the
-    /// scheduler's checks stricter) and a list to collect wakers in,
-    /// unlocks, then wakes them. Waking after the lock is released keeps a
-    /// woken task that runs at once on another thread from contending for
-    /// it; this is the one place that does it. With several shards, the
-    /// lock's epilogue may leave work for other shards (a global waiter to
-    /// let go, scopes moving to or from the joint shard), done once the
-    /// lock is released; with one, there never is any.
-    #[inline(always)]
-    fn with_shard_at<T>(
-        &self,
-        shard: usize,
-        now: Option<Instant>,
-        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
-    ) -> T {
-        self.with_shard_in::<false, T>(shard, now, act)
-    }
-
-    /// [`with_shard_at`](Self::with_shard_at), from the follow-up of
-    /// another lock when `NESTED`: then what its own epilogue leaves to do
-    /// for eviction (a sweep, room to make) is left to the next request,
-    /// so that one request's follow-ups never chain.
-    #[inline(always)]
-    fn with_shard_in<const NESTED: bool, T>(
-        &self,
-        shard: usize,
-        now: Option<Instant>,
-        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
-    ) -> T {
-        self.with_shard_timed::<NESTED, T>(shard, |_| now.unwrap_or_else(Instant::now), act)
-    }
-
-    /// [`with_shard_in`](Self::with_shard_in), at the instant `now` gives
-    /// once the lock is taken: it may look at the scheduler to tell
+    /// [`with_scheduler_at`](Self::with_scheduler_at), at the instant `now`
+    /// gives once the lock is taken: it may look at the scheduler to tell
     /// whether the clock must be read at all.
     #[inline(always)]
-    fn with_shard_timed<const NESTED: bool, T>(
+    fn with_scheduler_timed<T>(
         &self,
-        shard: usize,
         now: impl FnOnce(&Scheduler) -> Instant,
         act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
     ) -> T {
         // Empty until something is woken: no allocation on the common path.
         let mut wake = WakeList::new();
-        let mut follow_up = None;
         let result = {
-            let mut scheduler = self.lock_shard(shard);
+            let mut scheduler = self.lock();
             let now = now(&scheduler);
             let result = act(&mut scheduler, now, &mut wake);
-            let settle = scheduler.settle_global(now, &mut wake);
-            // Checked inline: the common case leaves nothing to do.
-            if settle.is_some() || scheduler.needs_epilogue(now) {
-                follow_up = Some(self.shard_epilogue(&mut scheduler, settle, now));
-            }
+            scheduler.settle_global(now, &mut wake);
             scheduler.report_levels();
             result
         };
@@ -509,206 +416,7 @@ impl Registry {
                 waker.wake();
             }
         }
-        if let Some(follow_up) = follow_up {
-            self.follow_up::<NESTED>(&follow_up);
-        }
         result
-    }
-
-    /// What a shard's lock leaves to do before it is released (several
-    /// shards only): the joint shard tells the homes of the scopes it
-    /// evicted to hold them again (their locks come after its own); a home
-    /// names the scopes it is done with, for the joint shard to take once
-    /// this lock is released; and eviction work due in any shard, or room
-    /// this shard could not make for a new scope, is noted for after the
-    /// release.
-    #[cold]
-    #[inline(never)]
-    fn shard_epilogue(
-        &self,
-        scheduler: &mut Scheduler,
-        settle: Option<usize>,
-        now: Instant,
-    ) -> Box<FollowUp> {
-        if scheduler.has_unplaced() {
-            for key in scheduler.take_unplaced() {
-                self.lock_shard(self.home(key.as_str())).take_back(&key);
-            }
-        }
-        let drained = if scheduler.has_leaving() {
-            scheduler.drained()
-        } else {
-            Vec::new()
-        };
-        scheduler.note_moving();
-        Box::new(FollowUp {
-            settle,
-            drained,
-            sweep: scheduler.sweep_due(now),
-            room: scheduler.take_room_wanted(),
-            now,
-        })
-    }
-
-    /// Does what a shard's lock left to do, after it was released: the
-    /// joint shard takes the state of the scopes their homes are done with
-    /// (both locks, the joint one first), the shard of the oldest request
-    /// waiting for a global permit lets it go, and (unless `NESTED`: see
-    /// [`with_shard_in`](Self::with_shard_in)) the shards
-    /// make room for a new scope and do the eviction work that is due.
-    /// Each lock here is taken alone.
-    #[cold]
-    #[inline(never)]
-    fn follow_up<const NESTED: bool>(&self, follow_up: &FollowUp) {
-        if !follow_up.drained.is_empty() {
-            self.with_shard_in::<NESTED, ()>(shards::JOINT, None, |joint, now, wake| {
-                for key in &follow_up.drained {
-                    let state = self.lock_shard(self.home(key.as_str())).hand_over_drained(key);
-                    if let Some(state) = state {
-                        joint.install(state, now, wake);
-                    }
-                }
-            });
-        }
-        if let Some(shard) = follow_up.settle {
-            // Its epilogue serves the global waiters.
-            self.with_shard_in::<NESTED, ()>(shard, None, |_, _, _| ());
-        }
-        if NESTED {
-            return;
-        }
-        if follow_up.room {
-            self.make_room_across(follow_up.now);
-        }
-        if follow_up.sweep {
-            self.sweep_evictions(follow_up.now);
-        }
-    }
-
-    /// Does the eviction work due at `now` in every shard, one lock at a
-    /// time: scopes idle past `idle_ttl` go whichever shard's requests
-    /// arrive, so a shard nobody sends to does not keep them. Each shard
-    /// looks at a few candidates at most, as under its own requests; one
-    /// that has more due after that says so in the hint again, for the
-    /// next request. See [`GlobalFlight::sweep_started`] for why no
-    /// shard's due instant is lost between the hint and the shards.
-    #[cold]
-    fn sweep_evictions(&self, now: Instant) {
-        let global = &self.shared.global;
-        let stamp = Stamp::of(now);
-        if !global.sweep_started(stamp) {
-            return;
-        }
-        for shard in 0..self.shard_count() {
-            if global.eviction_due(shard, stamp) {
-                self.with_shard_in::<true, ()>(shard, Some(now), |scheduler, now, _| {
-                    scheduler.evict_expired(now)
-                });
-            }
-            // Its due instant back into the hint, whether it was due or
-            // not (one that did not move since it was last published is
-            // not published again).
-            global.rehint(shard);
-        }
-    }
-
-    /// Makes room for a scope a shard made past `max_scopes` without
-    /// evicting one of its own (it had none idle, or older ones are in
-    /// other shards): the shard whose oldest idle scope is the oldest of
-    /// all evicts, one lock at a time, until the registry holds
-    /// `max_scopes` again, no shard has a candidate it can evict, or each
-    /// shard was asked twice (the work per request stays bounded; the next
-    /// new scope goes on). The order is least recently used across shards
-    /// to the second of each shard's oldest candidate.
-    #[cold]
-    fn make_room_across(&self, now: Instant) {
-        let global = &self.shared.global;
-        // Shards that evicted nothing this time (their front scopes kept,
-        // or put back for a second chance, behind another shard's older
-        // ones): asked again, they would put back the same.
-        let mut stuck = vec![false; self.shard_count()];
-        for _ in 0..2 * self.shard_count() {
-            let Some(shard) = global.shard_with_oldest_candidate(&stuck) else {
-                return;
-            };
-            // Measured against the shards still in play only: one whose
-            // oldest stays (held, say) must not keep the others' from going.
-            let elsewhere = global.oldest_idle_but(&stuck, stuck.len(), shard);
-            let shed = self.with_shard_in::<true, _>(shard, Some(now), |scheduler, now, _| {
-                scheduler.evict_past_max_scopes(elsewhere, now)
-            });
-            if !shed.over {
-                return;
-            }
-            stuck[shard] = !shed.evicted;
-        }
-    }
-
-    /// Runs `act` under the lock of the shard that holds scope `name`: its
-    /// home, or the joint shard once the home gave it away. `request`: for
-    /// a new request of the scope, which goes to the joint shard as soon as
-    /// the scope is leaving its home (every other operation goes to the
-    /// home until the scope left).
-    #[inline(always)]
-    fn with_scope_at<T>(
-        &self,
-        name: &str,
-        request: bool,
-        now: Option<Instant>,
-        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
-    ) -> T {
-        if self.is_sharded() {
-            return self.with_scope_sharded(name, request, now, act);
-        }
-        self.with_shard_at(shards::JOINT, now, act)
-    }
-
-    /// [`with_scope_at`](Self::with_scope_at) with several shards.
-    fn with_scope_sharded<T>(
-        &self,
-        name: &str,
-        request: bool,
-        now: Option<Instant>,
-        act: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T,
-    ) -> T {
-        let home = self.home(name);
-        let mut act = Some(act);
-        loop {
-            let done = self.with_shard_at(home, now, |scheduler, now, wake| {
-                let gone = match scheduler.placement(name) {
-                    None => false,
-                    Some(shards::Placement::Joint) => true,
-                    Some(shards::Placement::Leaving) => request,
-                };
-                if gone {
-                    return None;
-                }
-                let act = act.take()?;
-                Some(act(scheduler, now, wake))
-            });
-            if let Some(result) = done {
-                return result;
-            }
-            let done = self.with_shard_at(shards::JOINT, now, |joint, now, wake| {
-                if !joint.holds(name) {
-                    return None;
-                }
-                let act = act.take()?;
-                Some(act(joint, now, wake))
-            });
-            if let Some(result) = done {
-                return result;
-            }
-            // Evicted from the joint shard meanwhile: the home holds it
-            // again.
-        }
-    }
-
-    /// Runs `act` under each shard's lock in turn (for stats).
-    fn each_shard(&self, mut act: impl FnMut(&Scheduler)) {
-        for shard in 0..self.shard_count() {
-            act(&self.lock_shard(shard));
-        }
     }
 
     /// Replaces the config of scope `key` (or sets one for a scope not seen
@@ -732,9 +440,8 @@ impl Registry {
         // Before the config takes effect: a response judged by it must not
         // skip the lock.
         self.shared.backoff_statuses.add(&config);
-        let name = key.clone();
         let default = self.shared.configs.default_config();
-        self.with_scope_at(name.as_str(), false, None, |scheduler, now, wake| {
+        self.with_scheduler(|scheduler, now, wake| {
             config::warn_about_settings_without_effect(
                 key.as_str(),
                 &config,
@@ -764,7 +471,7 @@ impl Registry {
     /// Holds scope `key` until `until`. See [`hold`](Self::hold).
     fn hold_until(&self, key: impl Into<Scope>, until: Instant) {
         let key = key.into();
-        let held = self.with_scope_at(key.as_str(), false, None, |scheduler, now, wake| {
+        let held = self.with_scheduler(|scheduler, now, wake| {
             scheduler.hold(&key, until, now, wake);
             scheduler.hold_left(&key, now)
         });
@@ -791,7 +498,7 @@ impl Registry {
     /// `http_codes`). Cheaper than [`scope_config`](Self::scope_config):
     /// nothing is copied.
     pub(crate) fn is_backoff_status(&self, key: &str, status: u16) -> bool {
-        self.with_scope_at(key, false, None, |scheduler, _, _| scheduler.config_arc(key))
+        self.with_scheduler(|scheduler, _, _| scheduler.config_arc(key))
             .get_backoff()
             .is_backoff_status(status)
     }
@@ -803,7 +510,7 @@ impl Registry {
     /// An idle scope may be evicted with it.
     pub fn set_robots_delay(&self, key: impl Into<Scope>, crawl_delay: Option<Duration>) {
         let key = key.into();
-        self.with_scope_at(key.as_str(), false, None, |scheduler, now, wake| {
+        self.with_scheduler(|scheduler, now, wake| {
             scheduler.set_robots_delay(&key, crawl_delay, None, now, wake)
         });
     }
@@ -821,7 +528,7 @@ impl Registry {
         valid_until: Instant,
     ) {
         let key = key.into();
-        self.with_scope_at(key.as_str(), false, None, |scheduler, now, wake| {
+        self.with_scheduler(|scheduler, now, wake| {
             scheduler.set_robots_delay(&key, crawl_delay, Some(valid_until), now, wake)
         });
     }
@@ -834,9 +541,7 @@ impl Registry {
     #[cfg(test)]
     pub(crate) fn set_pacing(&self, key: impl Into<Scope>, pacing: Option<(Duration, Instant)>) {
         let key = key.into();
-        self.with_scope_at(key.as_str(), false, None, |scheduler, now, wake| {
-            scheduler.set_pacing(&key, pacing, now, wake)
-        });
+        self.with_scheduler(|scheduler, now, wake| scheduler.set_pacing(&key, pacing, now, wake));
     }
 
     /// The config scope `key` uses (its own, or the default one), with the
@@ -866,80 +571,22 @@ impl Registry {
 
     /// A snapshot of scope `key`, or `None` if the registry does not hold
     /// it (never seen, or evicted while idle).
-    ///
-    /// With shards (the scope state split across several locks), a scope
-    /// leaving its home shard for the joint one is counted whole: what its home holds, and the requests
-    /// that wait for it in the joint shard meanwhile.
     pub fn scope_stats(&self, key: &str) -> Option<ScopeStats> {
-        if self.is_sharded() {
-            return self.scope_stats_sharded(key);
-        }
-        self.with_shard_at(shards::JOINT, None, |scheduler, now, _| {
-            scheduler.scope_stats(key, now)
-        })
-    }
-
-    /// [`scope_stats`](Self::scope_stats) with several shards: the shard
-    /// that holds the scope; if that is a home the scope is leaving, the
-    /// joint shard's lock then the home's (the lock order), for the
-    /// requests waiting in the joint shard's placeholder with the limits
-    /// the home applies.
-    fn scope_stats_sharded(&self, key: &str) -> Option<ScopeStats> {
-        let (stats, leaving) = self.with_scope_at(key, false, None, |scheduler, now, _| {
-            let leaving = scheduler.placement(key) == Some(shards::Placement::Leaving);
-            (scheduler.scope_stats(key, now), leaving)
-        });
-        if !leaving {
-            return stats;
-        }
-        self.with_shard_at(shards::JOINT, None, |joint, now, _| {
-            let arriving = match joint.arriving_waiters(key) {
-                stats::InJoint::Arriving(waiters) => waiters,
-                // It arrived between the two locks: the joint shard has
-                // it whole.
-                stats::InJoint::Arrived => return joint.scope_stats(key, now),
-            };
-            // The home holds it until it hands it over, which takes this
-            // lock too.
-            self.lock_shard(self.home(key))
-                .leaving_scope_stats(key, arriving, now)
-        })
+        self.with_scheduler(|scheduler, now, _| scheduler.scope_stats(key, now))
     }
 
     /// The global counters: in flight, waiting, scopes tracked, evictions.
     /// Cheap whatever the number of scopes (nothing per scope is built);
     /// see [`all_scope_stats`](Self::all_scope_stats) for every scope.
     pub fn stats(&self) -> Stats {
-        let mut total: Option<Stats> = None;
-        self.each_shard(|scheduler| {
-            let stats = scheduler.stats();
-            match &mut total {
-                None => total = Some(stats),
-                Some(total) => total.add_shard(&stats),
-            }
-        });
-        total.expect("a registry has a shard")
+        self.lock().stats()
     }
 
     /// A snapshot of every scope the registry holds, sorted by name. Costs
     /// one [`ScopeStats`] per scope, under the registry's lock: for a
     /// dashboard, not for every request.
     pub fn all_scope_stats(&self) -> Vec<ScopeStats> {
-        self.with_shard_at(shards::JOINT, None, |joint, now, _| {
-            let mut all = joint.all_scope_stats(now);
-            if self.is_sharded() {
-                // Under the joint shard's lock (the lock order: the joint
-                // shard's, then a home's), so that no scope arrives in
-                // between: a scope leaving its home is listed once, by its
-                // home, with the requests that wait for it here.
-                let arriving = joint.all_arriving_waiters();
-                for shard in 1..self.shard_count() {
-                    all.extend(self.lock_shard(shard).all_scope_stats_with(now, &arriving));
-                }
-                all.sort_by(|a, b| a.scope.cmp(&b.scope));
-            }
-            all
-        })
+        self.with_scheduler(|scheduler, now, _| scheduler.all_scope_stats(now))
     }
 
     /// The scopes `request` is throttled by: its [`Scopes`] extension if it

@@ -199,27 +199,12 @@ impl Registry {
     }
 
     /// Applies `reports` (one per scope of `scopes`) under one lock.
-    /// With shards, each scope's report under its own shard's lock.
     fn apply_now(&self, scopes: &Scopes, reports: &[ScopeReport]) {
         let shared = self.sharing();
         let mut writes = Vec::new();
-        if self.is_sharded() {
-            for ((scope, expected_cost), report) in scopes.iter().zip(reports) {
-                self.with_scope_at(scope.as_str(), false, None, |scheduler, now, wake| {
-                    apply_report(
-                        scheduler,
-                        (scope, expected_cost, report),
-                        shared,
-                        (now, wake),
-                        &mut writes,
-                    );
-                });
-            }
-        } else {
-            self.with_scheduler(|scheduler, now, wake| {
-                apply_reports(scheduler, (scopes, reports), shared, (now, wake), &mut writes);
-            });
-        }
+        self.with_scheduler(|scheduler, now, wake| {
+            apply_reports(scheduler, (scopes, reports), shared, (now, wake), &mut writes);
+        });
         self.write_shared(writes);
     }
 
@@ -227,12 +212,6 @@ impl Registry {
     /// (its inner future is not done: a layer inside retried), under one
     /// lock.
     pub(crate) fn apply_collected_now(&self, collected: &[Collected]) {
-        if self.is_sharded() {
-            for report in collected {
-                self.apply_now(&report.scopes, &report.reports);
-            }
-            return;
-        }
         let mut writes = Vec::new();
         self.with_scheduler(|scheduler, now, wake| {
             self.apply_collected(scheduler, collected, (now, wake), &mut writes);

@@ -215,13 +215,6 @@ pub(crate) struct ScopeState {
     /// Whether it was used since it joined the candidates (it then gets a
     /// second chance under pressure).
     pub(crate) referenced: bool,
-    /// For a sharded registry (see [`shards`](super::shards)): a
-    /// placeholder in the joint shard for a scope still leaving its home,
-    /// which admits nothing until its state arrives.
-    pub(crate) arriving: bool,
-    /// Leaving its home for the joint shard once its requests there are
-    /// done.
-    pub(crate) leaving: bool,
     pub(crate) sent: u64,
     /// The latency average in nanoseconds + 1 (0 would be a latency
     /// too), once a response came; 8 bytes where `Option<Duration>` takes 16.
@@ -290,8 +283,6 @@ impl ScopeState {
             plain,
             evictable: false,
             referenced: false,
-            arriving: false,
-            leaving: false,
             sent: 0,
             latency: None,
         }
@@ -312,7 +303,7 @@ impl ScopeState {
     /// nothing contributed (what [`take_plain_lane`](Self::take_plain_lane)
     /// and the lock-free word need).
     pub(crate) fn is_plain_now(&self) -> bool {
-        self.plain && self.contributed.is_none() && !self.arriving
+        self.plain && self.contributed.is_none()
     }
 
     /// Takes in the requests of the scope's closed word (see
@@ -351,8 +342,7 @@ impl ScopeState {
     /// What the scope's limits say about sending, now, a request that costs
     /// `cost` in it.
     pub(crate) fn check(&self, now: Instant, effective: &Effective, cost: f64) -> ScopeCheck {
-        // A scope arriving from its home shard has its lanes there still.
-        if self.in_flight >= effective.concurrency || self.arriving {
+        if self.in_flight >= effective.concurrency {
             return ScopeCheck::Full;
         }
         let mut now_stamp = NowStamp::new(now);
@@ -564,7 +554,7 @@ impl ScopeState {
         max_concurrency: u32,
         (enqueued_at, global_permit): (Instant, impl FnOnce() -> bool),
     ) -> Option<usize> {
-        if self.contributed.is_some() || !self.plain || self.arriving {
+        if self.contributed.is_some() || !self.plain {
             return None;
         }
         if self.in_flight >= self.config.concurrency.min(max_concurrency) {

@@ -10,8 +10,7 @@ use tokio::time::Instant;
 
 use super::fast_path::{hot, Ended, FastScope};
 use super::report::Collected;
-use super::scheduler::{Admission, FastMode, Finishing, Outcome, Scheduler, TicketId, TicketPoll, WakeList};
-use super::shards;
+use super::scheduler::{Admission, FastMode, Finishing, Outcome, Scheduler, TicketId, TicketPoll};
 use super::ticket::WaitedInScheduler;
 use super::Registry;
 use crate::scope::{Priority, Scope, Scopes};
@@ -34,65 +33,10 @@ impl Registry {
             },
             _ => FastMode::Never,
         };
-        let admission = if scopes.len() > 1 {
-            self.enqueue_several(scopes, priority)
-        } else {
-            let name = key.as_str();
-            let enqueue = |scheduler: &mut Scheduler, now, wake: &mut WakeList| {
-                scheduler.enqueue(scopes, priority.0, mode, now, wake)
-            };
-            match self.with_shard_at(self.home(name), None, enqueue) {
-                // Its home gave the scope to the joint shard.
-                Admission::Elsewhere => self.enqueue_moved(name, enqueue),
-                admission => admission,
-            }
-        };
+        let admission = self
+            .with_scheduler(|scheduler, now, wake| scheduler.enqueue(scopes, priority.0, mode, now, wake));
         self.remember(&admission);
         admission
-    }
-
-    /// [`enqueue`](Self::enqueue)'s admission of a request of several
-    /// scopes: in the joint shard (see [`shards`]), the only one unless
-    /// the registry is sharded.
-    #[inline(never)]
-    fn enqueue_several(&self, scopes: &Scopes, priority: Priority) -> Admission {
-        self.with_shard_at(shards::JOINT, None, |joint, now, wake| {
-            if self.is_sharded() {
-                self.bring_to_joint(joint, scopes, now);
-            }
-            joint.enqueue(scopes, priority.0, FastMode::Never, now, wake)
-        })
-    }
-
-    /// Runs a request's admission `enqueue` in the shard that holds scope
-    /// `name`, which its home gave away (see [`shards`]).
-    #[cold]
-    #[inline(never)]
-    fn enqueue_moved<T>(
-        &self,
-        name: &str,
-        enqueue: impl FnOnce(&mut Scheduler, Instant, &mut WakeList) -> T + Copy,
-    ) -> T {
-        // Its home said so under its lock: straight to the joint shard,
-        // unless that shard evicted it meanwhile (its home holds it again).
-        self.with_shard_at(shards::JOINT, None, |joint, now, wake| {
-            joint.holds(name).then(|| enqueue(joint, now, wake))
-        })
-        .unwrap_or_else(|| self.with_scope_at(name, true, None, enqueue))
-    }
-
-    /// Has the joint shard hold every one of `scopes` (a request of
-    /// several scopes), taking them from their homes (whose locks come
-    /// after its own); see [`shards`].
-    fn bring_to_joint(&self, joint: &mut Scheduler, scopes: &Scopes, now: Instant) {
-        for (key, _) in scopes.iter() {
-            let home = self.home(key.as_str());
-            if home == shards::JOINT || joint.holds(key.as_str()) {
-                continue;
-            }
-            let given = self.lock_shard(home).give_away(key);
-            joint.receive(key, given, now);
-        }
     }
 
     /// Admits a request of the scope named `name` on its open word, if
@@ -156,16 +100,9 @@ impl Registry {
             Ok((fast, key)) => return (Admission::Fast(fast), Scopes::one(key)),
             Err(mode) => mode,
         };
-        // One hash of the name finds its home and its scope there.
-        let hash = self.shared.names.of(&name);
-        let enqueue = |scheduler: &mut Scheduler, now, wake: &mut WakeList| {
-            scheduler.enqueue_named((&name, hash), priority.0, mode, now, wake)
-        };
-        let (admission, scope) = match self.with_shard_at(self.home_hashed(hash), None, enqueue) {
-            // Its home gave the scope to the joint shard.
-            (Admission::Elsewhere, _) => self.enqueue_moved(&name, enqueue),
-            admitted => admitted,
-        };
+        let (admission, scope) = self.with_scheduler(|scheduler, now, wake| {
+            scheduler.enqueue_named(&name, priority.0, mode, now, wake)
+        });
         self.remember(&admission);
         (admission, Scopes::one(scope))
     }
@@ -178,8 +115,7 @@ impl Registry {
         id: TicketId,
         waker: &Waker,
     ) -> (TicketPoll, Option<Box<WaitedInScheduler>>) {
-        let (shard, id) = self.decode(id);
-        self.with_shard_at(shard, None, |scheduler, now, wake| {
+        self.with_scheduler(|scheduler, now, wake| {
             let polled = scheduler.poll_ticket(id, now, waker, wake);
             let waited = match polled {
                 TicketPoll::Sent { .. } => scheduler.take_waited(id),
@@ -191,10 +127,7 @@ impl Registry {
 
     /// Records that admitted ticket `id` departed at `at`.
     pub(crate) fn depart(&self, id: TicketId, at: Stamp) {
-        let (shard, id) = self.decode(id);
-        self.with_shard_at(shard, None, |scheduler, now, wake| {
-            scheduler.depart(id, at, now, wake)
-        });
+        self.with_scheduler(|scheduler, now, wake| scheduler.depart(id, at, now, wake));
     }
 
     /// Ends ticket `id` with `outcome`, applying first `departed_at` (a
@@ -210,15 +143,14 @@ impl Registry {
         (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
         collected: &[Collected],
     ) {
-        let (shard, id) = decode_finishing(id);
         let learns = self.fleet().is_some_and(|fleet| fleet.learns);
         if collected.is_empty() && !learns {
-            self.with_shard_at(shard, ended, |scheduler, now, wake| {
+            self.with_scheduler_at(ended, |scheduler, now, wake| {
                 scheduler.finish_request(id, outcome, departed_at, (now, ended_stamp), wake)
             });
             return;
         }
-        self.finish_reported((shard, id), outcome, departed_at, (ended, ended_stamp), collected);
+        self.finish_reported(id, outcome, departed_at, (ended, ended_stamp), collected);
     }
 
     /// Ends request `id` whose response head came at `head` (its
@@ -237,12 +169,11 @@ impl Registry {
         if self.fleet().is_some_and(|fleet| fleet.learns) {
             return self.finish(id, outcome, departed_at, (None, None), &[]);
         }
-        let (shard, id) = decode_finishing(id);
         let now = |scheduler: &Scheduler| match scheduler.end_lets_someone_go(id) {
             true => Instant::now(),
             false => head.0,
         };
-        self.with_shard_timed::<false, ()>(shard, now, |scheduler, now, wake| {
+        self.with_scheduler_timed(now, |scheduler, now, wake| {
             // Spares the conversion when `now` is the head.
             let stamp = (now == head.0).then_some(head.1);
             scheduler.finish_request(id, outcome, departed_at, (now, stamp), wake)
@@ -250,77 +181,38 @@ impl Registry {
     }
 
     /// [`finish`](Self::finish) with reports to apply (or a fleet that
-    /// learns together) of request `id` of shard `shard`.
+    /// learns together), under the same lock as the end.
     #[inline(never)]
     fn finish_reported(
         &self,
-        (shard, id): (usize, Finishing),
+        id: Finishing,
         outcome: Outcome,
         departed_at: Option<Stamp>,
         (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
         collected: &[Collected],
     ) {
-        let end = |scheduler: &mut Scheduler, now, wake: &mut WakeList| {
-            scheduler.finish_request(id, outcome, departed_at, (now, ended_stamp), wake)
-        };
-        if !self.is_sharded() {
-            let mut writes = Vec::new();
-            let samples = self.with_scheduler_at(ended, |scheduler, now, wake| {
-                self.apply_collected(scheduler, collected, (now, wake), &mut writes);
-                end(scheduler, now, wake);
-                scheduler.take_autothrottle_samples()
-            });
-            self.write_shared(writes);
-            if let Some(samples) = samples {
-                self.share_autothrottle(samples);
-            }
-            return;
-        }
-        // With several shards (no store, so nothing to write or share):
-        // the reports ride with the end when the request's shard holds
-        // every scope reported (a request's reports are about its own
-        // scopes, which live in its shard unless one of them moved since);
-        // otherwise the reports go first, each under its scope's shard's
-        // lock, then the end.
-        let ended_here = self.with_shard_at(shard, ended, |scheduler, now, wake| {
-            if !updates_all(scheduler, collected) {
-                return false;
-            }
-            self.apply_collected(scheduler, collected, (now, wake), &mut Vec::new());
-            end(scheduler, now, wake);
-            true
-        });
-        if !ended_here {
-            self.apply_collected_now(collected);
-            self.with_shard_at(shard, ended, end);
-        }
-    }
-
-    /// Applies the reports the feedback layers left for request `id` whose
-    /// response head came while its body streams on (its lanes go back at
-    /// the body's end): under its shard's lock when that shard holds every
-    /// scope reported, as [`finish`](Self::finish) would apply them;
-    /// otherwise each under its scope's shard's lock.
-    pub(crate) fn apply_head_reports(&self, id: Finishing, collected: &[Collected]) {
-        self.apply_head_reports_in(decode_finishing(id).0, collected);
-    }
-
-    /// [`apply_head_reports`](Self::apply_head_reports) of a request of
-    /// shard `shard` (one admitted on a word knows its shard).
-    pub(crate) fn apply_head_reports_in(&self, shard: usize, collected: &[Collected]) {
         let mut writes = Vec::new();
-        let applied = self.with_shard_at(shard, None, |scheduler, now, wake| {
-            if self.is_sharded() && !updates_all(scheduler, collected) {
-                return false;
-            }
+        let samples = self.with_scheduler_at(ended, |scheduler, now, wake| {
             self.apply_collected(scheduler, collected, (now, wake), &mut writes);
-            true
+            scheduler.finish_request(id, outcome, departed_at, (now, ended_stamp), wake);
+            scheduler.take_autothrottle_samples()
         });
-        if applied {
-            self.write_shared(writes);
-        } else {
-            self.apply_collected_now(collected);
+        self.write_shared(writes);
+        if let Some(samples) = samples {
+            self.share_autothrottle(samples);
         }
+    }
+
+    /// Applies the reports the feedback layers left for a request whose
+    /// response head came while its body streams on (its lanes go back at
+    /// the body's end), under one lock, as [`finish`](Self::finish) would
+    /// apply them.
+    pub(crate) fn apply_head_reports(&self, collected: &[Collected]) {
+        let mut writes = Vec::new();
+        self.with_scheduler(|scheduler, now, wake| {
+            self.apply_collected(scheduler, collected, (now, wake), &mut writes);
+        });
+        self.write_shared(writes);
     }
 
     /// Ends a request admitted on `fast`'s word, as [`finish`](Self::finish)
@@ -363,13 +255,14 @@ impl Registry {
             Ended::Open => {
                 let waiters = global.release();
                 fast.metrics.in_flight(|| global.in_flight());
-                let due = global.eviction_due(fast.evict_slot, stamp);
+                let due = global.eviction_due(stamp);
                 if !(waiters || due) {
                     return;
                 }
                 if let Some(registry) = fast.registry() {
-                    // The lock's epilogue lets the first waiter go.
-                    registry.with_shard_at(fast.shard, Some(now()), |scheduler, now, _| {
+                    // Every lock ends by serving the global queue: the
+                    // first waiter goes.
+                    registry.with_scheduler_at(Some(now()), |scheduler, now, _| {
                         if due {
                             // Requests on words take no lock, so the
                             // eviction work arriving requests do under it
@@ -380,7 +273,7 @@ impl Registry {
                 }
             }
             Ended::Adopted => match fast.registry() {
-                Some(registry) => registry.with_shard_at(fast.shard, Some(now()), |scheduler, now, wake| {
+                Some(registry) => registry.with_scheduler_at(Some(now()), |scheduler, now, wake| {
                     scheduler.finish_adopted(fast, outcome, departed_at, (now, Some(stamp)), wake)
                 }),
                 None => {
@@ -401,10 +294,7 @@ impl Registry {
         collected: &[Collected],
     ) {
         let mut writes = Vec::new();
-        let ended_here = self.with_shard_at(fast.shard, ended, |scheduler, now, wake| {
-            if self.is_sharded() && !updates_all(scheduler, collected) {
-                return false;
-            }
+        self.with_scheduler_at(ended, |scheduler, now, wake| {
             self.apply_collected(scheduler, collected, (now, wake), &mut writes);
             let stamp = Stamp::of(now);
             match fast.end(departed_at, stamp, latency(outcome, departed_at, stamp)) {
@@ -415,24 +305,14 @@ impl Registry {
                     scheduler.finish_adopted(fast, outcome, departed_at, (now, Some(stamp)), wake)
                 }
             }
-            true
         });
-        if !ended_here {
-            // A scope reported lives in another shard: each report under
-            // its scope's shard's lock first.
-            self.apply_collected_now(collected);
-            return Registry::finish_on_word(fast, outcome, departed_at, (ended, None), &[]);
-        }
         self.write_shared(writes);
     }
 
     /// The store reservation terms of admitted ticket `id`: its scopes
     /// with their effective limits now, and this send's jitter drawn.
     pub(crate) fn fleet_terms(&self, id: TicketId) -> Vec<ScopeTerms> {
-        let (shard, id) = self.decode(id);
-        self.with_shard_at(shard, None, |scheduler, now, _wake| {
-            scheduler.fleet_terms(id, now)
-        })
+        self.with_scheduler(|scheduler, now, _wake| scheduler.fleet_terms(id, now))
     }
 
     /// Applies what the store said about ticket `id`'s scopes (in the
@@ -441,48 +321,10 @@ impl Registry {
     /// what it learnt of the scopes whose copy is stale.
     pub(crate) fn apply_shared_facts(&self, id: TicketId, facts: &[SharedFacts]) {
         let stale = {
-            let (shard, id) = self.decode(id);
-            self.with_shard_at(shard, None, |scheduler, now, wake| {
-                scheduler.apply_shared_facts(id, facts, now, wake)
-            })
+            self.with_scheduler(|scheduler, now, wake| scheduler.apply_shared_facts(id, facts, now, wake))
         };
         if !stale.is_empty() {
             self.refresh_learnt(stale);
-        }
-    }
-}
-
-/// Whether `scheduler`'s shard takes the updates of every scope the
-/// `collected` reports are about (see `Scheduler::updates`).
-fn updates_all(scheduler: &Scheduler, collected: &[Collected]) -> bool {
-    collected.iter().all(|report| {
-        report
-            .scopes
-            .iter()
-            .all(|(scope, _)| scheduler.updates(scope.as_str()))
-    })
-}
-
-impl Registry {
-    /// The shard and the scheduler's own id of an id
-    /// an [`Admission`] names.
-    #[inline(always)]
-    fn decode(&self, id: usize) -> (usize, usize) {
-        shards::decode(id)
-    }
-}
-
-/// The shard and the scheduler's own id of a request to end.
-#[inline(always)]
-fn decode_finishing(id: Finishing) -> (usize, Finishing) {
-    match id {
-        Finishing::Ticket(id) => {
-            let (shard, id) = shards::decode(id);
-            (shard, Finishing::Ticket(id))
-        }
-        Finishing::Plain(scope, lane) => {
-            let (shard, scope) = shards::decode(scope);
-            (shard, Finishing::Plain(scope, lane))
         }
     }
 }

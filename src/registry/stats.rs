@@ -2,7 +2,6 @@
 //! and which source set them.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -10,8 +9,6 @@ use tokio::time::Instant;
 use super::feedback::AnnouncedLimits;
 use super::scheduler::{Scheduler, ScopeEntry};
 use super::scope_state::{Effective, LimitSource, Manager, ScopeState};
-use super::shards::Placement;
-use super::ticket::ScopeId;
 use crate::scope::Scope;
 use crate::time::{saturating_add, Stamp};
 
@@ -125,76 +122,7 @@ pub struct Stats {
     pub evictions: u64,
 }
 
-impl Stats {
-    /// Adds another shard's counts (the global ones, in flight and the
-    /// cap, are the same in every shard).
-    pub(crate) fn add_shard(&mut self, other: &Stats) {
-        self.waiting += other.waiting;
-        self.scopes_tracked += other.scopes_tracked;
-        self.evictions += other.evictions;
-    }
-}
-
-/// What the joint shard holds of a scope leaving its home.
-#[derive(Debug)]
-pub(crate) enum InJoint {
-    /// Its placeholder (or none yet), with the requests that wait for the
-    /// scope there.
-    Arriving(ArrivingWaiters),
-    /// The whole scope: it arrived.
-    Arrived,
-}
-
-/// The requests waiting for a leaving scope in the joint shard.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct ArrivingWaiters {
-    /// How many.
-    pub(crate) queued: usize,
-    /// The expected cost of the first of them in the scope.
-    pub(crate) head_cost: f64,
-}
-
 impl Scheduler {
-    /// (The joint shard.) What it holds of scope `key`, leaving its home.
-    pub(crate) fn arriving_waiters(&self, key: &str) -> InJoint {
-        match self.scope_with_id(key) {
-            Some((_, scope)) if !scope.state.arriving => InJoint::Arrived,
-            Some((id, scope)) => InJoint::Arriving(self.waiting_in_placeholder(id, scope)),
-            None => InJoint::Arriving(ArrivingWaiters::default()),
-        }
-    }
-
-    /// (The joint shard.) The requests waiting in scope `id`'s placeholder
-    /// (`scope`), for a scope still leaving its home.
-    fn waiting_in_placeholder(&self, id: ScopeId, scope: &ScopeEntry) -> ArrivingWaiters {
-        ArrivingWaiters {
-            queued: scope.queued(),
-            head_cost: self.head_cost(id),
-        }
-    }
-
-    /// (A home, under the joint shard's lock.) A snapshot of scope `key`,
-    /// leaving this home, with the requests that wait for it in the joint
-    /// shard: they come after those waiting here, and the limits that
-    /// hold them back are this home's until the scope arrives.
-    pub(crate) fn leaving_scope_stats(
-        &self,
-        key: &str,
-        arriving: ArrivingWaiters,
-        now: Instant,
-    ) -> Option<ScopeStats> {
-        let (id, scope) = self.scope_with_id(key)?;
-        let head_cost = match scope.queued() {
-            0 => arriving.head_cost,
-            _ => self.head_cost(id),
-        };
-        let mut stats = scope.stats_with(now, self.max_concurrency(), head_cost, arriving.queued);
-        if arriving.queued > 0 {
-            stats.idle_for = None;
-        }
-        Some(stats)
-    }
-
     pub(crate) fn scope_stats(&self, key: &str, now: Instant) -> Option<ScopeStats> {
         let (id, scope) = self.scope_with_id(key)?;
         Some(scope.stats(now, self.max_concurrency(), self.head_cost(id)))
@@ -211,38 +139,10 @@ impl Scheduler {
     }
 
     pub(crate) fn all_scope_stats(&self, now: Instant) -> Vec<ScopeStats> {
-        self.all_scope_stats_with(now, &HashMap::new())
-    }
-
-    /// (The joint shard.) The requests waiting in it for each scope still
-    /// leaving its home.
-    pub(crate) fn all_arriving_waiters(&self) -> HashMap<Scope, ArrivingWaiters> {
-        self.scopes_with_ids()
-            .filter(|(_, scope)| scope.state.arriving)
-            .map(|(id, scope)| (scope.state.key.clone(), self.waiting_in_placeholder(id, scope)))
-            .collect()
-    }
-
-    /// A snapshot of every scope this shard holds, sorted by name; a scope
-    /// leaving this home counts the requests `arriving` says wait for it
-    /// in the joint shard (see
-    /// [`leaving_scope_stats`](Self::leaving_scope_stats)).
-    pub(crate) fn all_scope_stats_with(
-        &self,
-        now: Instant,
-        arriving: &HashMap<Scope, ArrivingWaiters>,
-    ) -> Vec<ScopeStats> {
         let max_concurrency = self.max_concurrency();
         let mut scopes: Vec<ScopeStats> = self
             .scopes_with_ids()
-            // A scope arriving from its home shard is listed by its home.
-            .filter(|(_, scope)| !scope.state.arriving)
-            .filter_map(|(id, scope)| match arriving.get(&scope.state.key) {
-                Some(&waiters) if self.placement(scope.state.key.as_str()) == Some(Placement::Leaving) => {
-                    self.leaving_scope_stats(scope.state.key.as_str(), waiters, now)
-                }
-                _ => Some(scope.stats(now, max_concurrency, self.head_cost(id))),
-            })
+            .map(|(id, scope)| scope.stats(now, max_concurrency, self.head_cost(id)))
             .collect();
         scopes.sort_by(|a, b| a.scope.cmp(&b.scope));
         scopes
@@ -251,13 +151,7 @@ impl Scheduler {
 
 impl ScopeEntry {
     fn stats(&self, now: Instant, max_concurrency: u32, head_cost: f64) -> ScopeStats {
-        self.stats_with(now, max_concurrency, head_cost, 0)
-    }
-
-    /// [`stats`](Self::stats) with `elsewhere` more requests waiting for
-    /// the scope in another shard (after those here).
-    fn stats_with(&self, now: Instant, max_concurrency: u32, head_cost: f64, elsewhere: usize) -> ScopeStats {
-        let mut stats = self.scheduler_stats(now, max_concurrency, head_cost, elsewhere);
+        let mut stats = self.scheduler_stats(now, max_concurrency, head_cost);
         if let Some(fast) = self.open_fast() {
             // What the open word adds: its requests and sends, the latency
             // average it moves, and its last end as the idle instant.
@@ -274,16 +168,9 @@ impl ScopeEntry {
         stats
     }
 
-    /// The stats of what the scheduler itself holds, with `elsewhere`
-    /// more requests waiting for the scope in another shard.
-    fn scheduler_stats(
-        &self,
-        now: Instant,
-        max_concurrency: u32,
-        head_cost: f64,
-        elsewhere: usize,
-    ) -> ScopeStats {
-        let queued = self.queued() + elsewhere;
+    /// The stats of what the scheduler itself holds.
+    fn scheduler_stats(&self, now: Instant, max_concurrency: u32, head_cost: f64) -> ScopeStats {
+        let queued = self.queued();
         let scope = &self.state;
         let effective = scope.effective(now, max_concurrency);
         let contributions = scope.contributions();

@@ -1,6 +1,6 @@
 //! The registry handle requests keep while they are in flight.
 //!
-//! A request admitted under a shard's lock (a ticket of the scheduler, or a
+//! A request admitted under the registry's lock (a ticket of the scheduler, or a
 //! plain lane) keeps a handle on the registry until it ends, and takes the
 //! lock again through it. A throttle (and the services a
 //! [`ThrottleLayer`](super::ThrottleLayer) makes, and their clones) shares

@@ -203,9 +203,6 @@ impl Ticket {
             Admission::Ticket(id, admitted) => (id, admitted, Owner::Scheduler(handle.clone())),
             // Nothing to report early: a plain scope has no gap.
             Admission::Plain(scope, lane) => (scope, Some(false), Owner::Plain(handle.clone(), lane)),
-            // The registry queues such a request in the shard that holds
-            // its scope instead.
-            Admission::Elsewhere => unreachable!("a request admitted in a shard that gave its scope away"),
         };
         let stage = match admitted {
             // A request admitted at once gives its place back now.
@@ -633,18 +630,15 @@ impl Ticket {
     }
 
     /// Applies the reports the feedback layers left for this request when
-    /// its response head came and its body streams on: under one lock, its
-    /// shard's, as its end would have applied them.
+    /// its response head came and its body streams on: under one lock, as
+    /// its end would have applied them.
     pub(crate) fn apply_head_reports(&self, collected: &[Collected]) {
         match &self.owner {
-            Owner::Scheduler(handle) => handle
-                .registry()
-                .apply_head_reports(Finishing::Ticket(self.id), collected),
-            Owner::Plain(handle, lane) => handle
-                .registry()
-                .apply_head_reports(Finishing::Plain(self.id, *lane), collected),
+            Owner::Scheduler(handle) | Owner::Plain(handle, _) => {
+                handle.registry().apply_head_reports(collected)
+            }
             Owner::Word(fast) => match fast.registry() {
-                Some(registry) => registry.apply_head_reports_in(fast.shard, collected),
+                Some(registry) => registry.apply_head_reports(collected),
                 None => self.apply_reports(collected),
             },
         }

@@ -526,3 +526,40 @@ where
 {
     response.await.map(drop)
 }
+
+/// When the inner service of a [`timed_client`] got each request (by its
+/// label), relative to the test's start.
+pub type Calls = Arc<Mutex<Vec<(String, Duration)>>>;
+
+/// A throttled client of `registry` whose inner service answers each
+/// request after the milliseconds its query asks (`?ms=1000`; none: at
+/// once) and records in `calls` when it got it, by the request's `label`.
+pub fn timed_client(
+    registry: &tower_throttle::Registry,
+    start: Instant,
+    calls: &Calls,
+    label: fn(&http::Uri) -> String,
+) -> impl tower::Service<
+    http::Request<()>,
+    Response = http::Response<tower_throttle::throttle::ThrottledBody<()>>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone {
+    let calls = calls.clone();
+    let inner = tower::service_fn(move |request: http::Request<()>| {
+        let latency = request
+            .uri()
+            .query()
+            .and_then(|query| query.strip_prefix("ms="))
+            .map_or(0, |ms| ms.parse().unwrap());
+        calls
+            .lock()
+            .unwrap()
+            .push((label(request.uri()), start.elapsed()));
+        async move {
+            tokio::time::sleep(Duration::from_millis(latency)).await;
+            Ok::<_, Infallible>(http::Response::new(()))
+        }
+    });
+    tower::Layer::layer(&tower_throttle::ThrottleLayer::new(registry.clone()), inner)
+}

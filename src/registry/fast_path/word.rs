@@ -172,13 +172,6 @@ impl Permits {
         self.queued.load(Ordering::SeqCst)
     }
 
-    /// Whether requests were last said to wait for a permit (by
-    /// [`publish_queued`](Self::publish_queued)).
-    #[inline]
-    pub(crate) fn queued(&self) -> bool {
-        self.queued.load(Ordering::Relaxed)
-    }
-
     /// Says, under the lock, whether requests wait for a permit; true when
     /// a permit is free although they do (one was given back without the
     /// lock as they queued): the caller lets them go then.

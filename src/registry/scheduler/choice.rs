@@ -5,7 +5,7 @@
 
 use tokio::time::Instant;
 
-use super::{OrderKey, Scheduler, ScopeCheck, ScopeId, TicketId, Verdict, WakeList};
+use super::{Scheduler, ScopeCheck, ScopeId, TicketId, Verdict, WakeList};
 use crate::registry::LimitSource;
 use crate::waited::{CauseKey, WaitCause};
 
@@ -34,9 +34,6 @@ impl Scheduler {
                     if !ticket.in_global_queue {
                         ticket.in_global_queue = true;
                         self.global_queue.insert(ticket.order, id);
-                        if let Some(across) = &self.across {
-                            across.add_global_waiter(ticket.order, self.shard);
-                        }
                     }
                     return Err((WaitCause::GlobalConcurrency, Some(LimitSource::MaxConcurrency)));
                 }
@@ -90,22 +87,10 @@ impl Scheduler {
         }
         // Taken here, the last check: an admitted waiter is sent at once
         // (`Verdict::Admit` means its permit is taken).
-        if self.older_global_waiter_elsewhere(order) || !self.global.take_locked() {
+        if !self.global.take_locked() {
             return Verdict::Global;
         }
         Verdict::Admit
-    }
-
-    /// With shards: whether a request older than `order` waits for a
-    /// global permit in some shard (it goes first, as it would with one
-    /// lock, where the global queue is served before any scope).
-    fn older_global_waiter_elsewhere(&self, order: OrderKey) -> bool {
-        let Some(across) = &self.across else {
-            return false;
-        };
-        across
-            .first_global_waiter()
-            .is_some_and(|(first, _)| first < order)
     }
 
     /// The expected cost of the first waiter of `scope_id` there.

@@ -45,29 +45,11 @@ pub(crate) struct Eviction {
     front_expires: Option<Instant>,
     /// Scopes evicted since the registry was built.
     pub(crate) evicted: u64,
-    /// The due instant last told to the open words (and, with shards, to
-    /// the other shards).
+    /// The due instant last told to the open words.
     published_due: Option<Instant>,
-    /// The front candidate last told to the other shards (with shards;
-    /// see [`Scheduler::publish_eviction_due`]).
+    /// The front candidate when the due instant was last told (see
+    /// [`Scheduler::publish_eviction_due`]).
     published_front: Option<Candidate>,
-    /// Whether the current operation made a scope (with shards only): its
-    /// lock's epilogue checks `max_scopes` across shards.
-    made_scope: bool,
-    /// The registry-wide hint of due eviction work last read (with
-    /// shards), and the instant it stands for (`None`: never), so that a
-    /// lock's epilogue compares instants without converting one.
-    hint_seen: (u64, Option<Instant>),
-}
-
-/// What a shard's eviction for another shard's new scope did (see
-/// [`Scheduler::evict_past_max_scopes`]).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Shed {
-    /// Whether the registry still holds more than `max_scopes`.
-    pub(crate) over: bool,
-    /// Whether this shard evicted a scope.
-    pub(crate) evicted: bool,
 }
 
 /// An idle scope waiting for eviction: its id and the whole second (of a
@@ -139,8 +121,6 @@ impl Eviction {
             evicted: 0,
             published_due: None,
             published_front: None,
-            made_scope: false,
-            hint_seen: (u64::MAX, None),
         }
     }
 }
@@ -206,17 +186,11 @@ impl Scheduler {
         }
     }
 
-    /// When eviction work is next due, for the open words and, with
-    /// shards, for every shard's requests (see
-    /// [`GlobalFlight::eviction_due`](crate::registry::fast_path::GlobalFlight::eviction_due)),
-    /// and, with shards, when this shard's oldest candidate joined (see
-    /// [`front_key`](Self::front_key); past `max_scopes` the shards evict
-    /// in that order: see
-    /// [`Registry::make_room_across`](crate::registry::Registry)). Both
-    /// follow the front candidate: checked on every operation, one compare
-    /// while it stays. (A front used again since keeps the key it was
-    /// told with, to the nanosecond of its second: it is looked at first
-    /// and gets its second chance as with one shard.)
+    /// When eviction work is next due, for the requests that end on open
+    /// words (see
+    /// [`GlobalFlight::eviction_due`](crate::registry::fast_path::GlobalFlight::eviction_due)):
+    /// it follows the front candidate, checked on every operation, one
+    /// compare while it stays.
     #[inline(always)]
     pub(super) fn publish_eviction_due(&mut self) {
         let front = self.eviction.candidates.front().copied();
@@ -234,89 +208,31 @@ impl Scheduler {
         // Converted and written only when it moved.
         if due != self.eviction.published_due {
             self.eviction.published_due = due;
-            let due = due.map(Stamp::of);
-            match self.across {
-                Some(_) => self.global.set_evict_due_sharded(self.shard, due),
-                None => self.global.set_evict_due(self.shard, due),
-            }
+            self.global.set_evict_due(due.map(Stamp::of));
         }
-        if self.across.is_some() {
-            let key = self.front_key();
-            self.global.set_oldest_idle(self.shard, key);
-        }
-    }
-
-    /// When the front candidate joined the candidates, as a key that
-    /// orders the shards' fronts as one queue would: its whole second (the
-    /// order of each shard's queue), then, within the second, the exact
-    /// instant its scope became idle when that is when it joined (not
-    /// used since, nor put back); a candidate put back or used again
-    /// counts from the start of its second, so it looks older and is
-    /// looked at, and given its second chance, first. `None` without
-    /// candidates.
-    fn front_key(&self) -> Option<u64> {
-        let front = self.eviction.candidates.front()?;
-        let second = Stamp::from_coarse_secs(front.joined_secs);
-        let within = self
-            .scopes
-            .get(front.id as ScopeId)
-            .filter(|scope| !scope.state.referenced)
-            .and_then(|scope| scope.idle_since)
-            .filter(|idle| idle.coarse_secs() == front.joined_secs)
-            .map_or(0, |idle| idle.since(second).subsec_nanos());
-        Some(u64::from(front.joined_secs) << 32 | u64::from(within))
     }
 
     /// Makes room for a new scope when the registry holds `max_scopes`:
     /// evicts the least recently used idle scopes, looking at a few
     /// candidates at most. Called only when a scope is about to be created,
     /// before anything is dirty; every scope the current operation uses is
-    /// already marked busy, so none of them can go. With shards, only
-    /// while this shard's oldest candidate is the oldest of every shard's:
-    /// when it is not, or this shard has none, the scope is made past
-    /// `max_scopes` and the registry has the shards with the oldest
-    /// candidates make room once this lock is released (see
-    /// [`take_room_wanted`](Self::take_room_wanted)).
+    /// already marked busy, so none of them can go.
     pub(super) fn make_room(&mut self, now: Instant) {
-        let limit = self.eviction.max_scopes - 1;
-        if self.scopes_held() <= limit {
-            return;
-        }
-        let elsewhere = self.oldest_candidate_elsewhere();
-        self.evict_least_recently_used(limit, elsewhere, now);
-    }
-
-    /// (A shard of several, for another shard's new scope.) Evicts least
-    /// recently used idle scopes while the registry holds more than
-    /// `max_scopes` and this shard's oldest candidate is the oldest of
-    /// all, looking at a few candidates at most.
-    pub(crate) fn evict_past_max_scopes(&mut self, elsewhere: u64, now: Instant) -> Shed {
-        debug_assert!(self.dirty.is_empty(), "eviction runs between operations");
-        let before = self.eviction.evicted;
-        self.evict_least_recently_used(self.eviction.max_scopes, elsewhere, now);
-        Shed {
-            over: self.scopes_held() > self.eviction.max_scopes,
-            evicted: self.eviction.evicted > before,
-        }
+        self.evict_least_recently_used(self.eviction.max_scopes - 1, now);
     }
 
     /// Evicts least recently used idle scopes until the registry holds
-    /// `limit` scopes (with shards: or this shard's oldest candidate is not
-    /// the oldest of all), looking at [`MAX_LOOKS`] candidates at most,
-    /// and at each one once: a candidate that stays (used since it joined,
-    /// busy on its word, or still limited) goes back to the end, with a
-    /// due instant from now, so it is looked at again after the others
-    /// (in every shard).
-    fn evict_least_recently_used(&mut self, limit: usize, oldest_elsewhere: u64, now: Instant) {
+    /// `limit` scopes, looking at [`MAX_LOOKS`] candidates at most, and at
+    /// each one once: a candidate that stays (used since it joined, busy
+    /// on its word, or still limited) goes back to the end, with a due
+    /// instant from now, so it is looked at again after the others.
+    fn evict_least_recently_used(&mut self, limit: usize, now: Instant) {
         debug_assert!(self.dirty.is_empty(), "eviction runs between operations");
-        if self.scopes_held() <= limit {
+        if self.scopes.len() <= limit {
             return;
         }
         for _ in 0..MAX_LOOKS.min(self.eviction.candidates.len()) {
-            if self.scopes_held() <= limit {
-                return;
-            }
-            if oldest_elsewhere != u64::MAX && !self.front_is_oldest(oldest_elsewhere) {
+            if self.scopes.len() <= limit {
                 return;
             }
             let Some(candidate) = self.eviction.pop() else {
@@ -324,60 +240,6 @@ impl Scheduler {
             };
             self.look_at_candidate(candidate.id as ScopeId, true, now);
         }
-    }
-
-    /// Whether this shard's oldest candidate joined no later than
-    /// `elsewhere` (a [`front_key`](Self::front_key)): as early as any
-    /// other shard's.
-    fn front_is_oldest(&self, elsewhere: u64) -> bool {
-        self.front_key().is_some_and(|key| key <= elsewhere)
-    }
-
-    /// The key of the oldest eviction candidate of the other shards (see
-    /// [`front_key`](Self::front_key)), as they last published it (`u64::MAX` without shards, or
-    /// when none has one).
-    fn oldest_candidate_elsewhere(&self) -> u64 {
-        match &self.across {
-            Some(across) => self.global.oldest_idle_but(&[], across.shards(), self.shard),
-            None => u64::MAX,
-        }
-    }
-
-    /// (A shard of several.) Notes that this shard made a scope, for
-    /// [`take_room_wanted`](Self::take_room_wanted).
-    pub(super) fn note_scope_made(&mut self) {
-        self.eviction.made_scope = true;
-    }
-
-    /// (A shard of several.) Whether this shard made a scope in the
-    /// current operation.
-    #[inline(always)]
-    pub(crate) fn made_scope(&self) -> bool {
-        self.eviction.made_scope
-    }
-
-    /// (A shard of several, in its lock's epilogue.) Whether eviction work
-    /// is due at `now` in some shard (the registry-wide hint, see
-    /// [`Registry::sweep_evictions`](crate::registry::Registry)): a load
-    /// and a compare, the hint's instant converted once per value it
-    /// takes.
-    #[inline(always)]
-    pub(crate) fn sweep_due(&mut self, now: Instant) -> bool {
-        let hint = self.global.evict_hint();
-        if hint != self.eviction.hint_seen.0 {
-            let due = Stamp::from_value(hint)
-                .filter(|_| hint != u64::MAX)
-                .map(Stamp::instant);
-            self.eviction.hint_seen = (hint, due);
-        }
-        self.eviction.hint_seen.1.is_some_and(|due| now >= due)
-    }
-
-    /// (A shard of several, in its lock's epilogue.) Whether the registry
-    /// holds more than `max_scopes` after this shard made a scope: other
-    /// shards make room, once this lock is released.
-    pub(crate) fn take_room_wanted(&mut self) -> bool {
-        std::mem::take(&mut self.eviction.made_scope) && self.scopes_held() > self.eviction.max_scopes
     }
 
     fn look_at_candidate(&mut self, id: ScopeId, full: bool, now: Instant) {
@@ -412,7 +274,6 @@ impl Scheduler {
         }
         self.index.remove(id, &self.scopes);
         let scope = self.scopes.remove(id);
-        self.forget_placement(&scope.state.key);
         self.eviction.evicted += 1;
         self.metrics.evicted(&scope.state.key);
         tracing::trace!(
@@ -440,16 +301,6 @@ impl Scheduler {
 
     /// Scopes the registry holds now.
     pub(crate) fn scopes_tracked(&self) -> usize {
-        // A scope arriving in the joint shard is its home's still.
-        self.scopes.len() - self.arriving
-    }
-
-    /// The scopes the registry holds, in every shard: `max_scopes` bounds
-    /// them all.
-    fn scopes_held(&self) -> usize {
-        match &self.across {
-            Some(across) => across.levels().1,
-            None => self.scopes.len(),
-        }
+        self.scopes.len()
     }
 }

@@ -7,7 +7,27 @@ use hashbrown::HashTable;
 use slab::Slab;
 
 use super::{ScopeEntry, ScopeId};
-use crate::registry::shards::NameHash;
+
+/// The hash of scope names: one function for the whole process, seeded at
+/// random once (as foldhash's `RandomState` is), so that names that
+/// collide on purpose in one process do not in the next.
+#[derive(Debug, Clone)]
+struct NameHash(foldhash::fast::RandomState);
+
+impl Default for NameHash {
+    fn default() -> Self {
+        static PROCESS: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
+        NameHash(PROCESS.get_or_init(Default::default).clone())
+    }
+}
+
+impl NameHash {
+    /// The hash of scope name `name`.
+    #[inline(always)]
+    fn of(&self, name: &str) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.0, name)
+    }
+}
 
 #[derive(Debug, Default)]
 pub(super) struct ScopeIndex {
@@ -16,22 +36,12 @@ pub(super) struct ScopeIndex {
 }
 
 impl ScopeIndex {
+    /// The id of the scope named `key`, if indexed.
     #[inline]
     pub(super) fn get(&self, key: &str, scopes: &Slab<ScopeEntry>) -> Option<ScopeId> {
-        self.get_hashed(key, self.hasher.of(key), scopes)
-    }
-
-    /// [`get`](Self::get), given the key's hash (see [`NameHash`]).
-    #[inline]
-    pub(super) fn get_hashed(&self, key: &str, hash: u64, scopes: &Slab<ScopeEntry>) -> Option<ScopeId> {
         self.ids
-            .find(hash, |&id| scopes[id].state.key.as_str() == key)
+            .find(self.hasher.of(key), |&id| scopes[id].state.key.as_str() == key)
             .copied()
-    }
-
-    /// The hash [`get_hashed`](Self::get_hashed) wants for `key`.
-    pub(super) fn hash(&self, key: &str) -> u64 {
-        self.hasher.of(key)
     }
 
     /// Indexes scope `id`, already in `scopes`, by its key.

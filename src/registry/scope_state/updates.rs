@@ -328,10 +328,6 @@ impl ScopeState {
     /// aside, when the registry is full) no rampup pace learnt. A scope
     /// created again starts from its configured limits.
     pub(crate) fn may_be_forgotten(&self, now: Instant, under_pressure: bool) -> bool {
-        if self.arriving || self.leaving {
-            // Moving between shards: see `shards`.
-            return false;
-        }
         let contributions = self.contributions();
         let held = contributions.hold_until.is_some_and(|until| until > now);
         let backing_off = contributions.backoff().is_some_and(|state| {

@@ -1,0 +1,161 @@
+//! The scheduler's side of plain scopes (lanes their only limit): a
+//! one-scope request admitted on the scope's lock-free word (see
+//! [`fast_path`](crate::registry::fast_path)), which the scheduler opens,
+//! closes and adopts the requests of, or on a plain lane without a ticket.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::{Admission, FastMode, Scheduler, ScopeId};
+use crate::registry::fast_path::{FastScope, WordOwner};
+use crate::time::Stamp;
+
+impl Scheduler {
+    /// Admits a one-scope request of scope `id` on its lock-free word
+    /// when `mode` allows: an open word with a lane free, or a plain
+    /// scope the scheduler holds nothing of, opened now. Otherwise the
+    /// word is closed (the scheduler adopts what is in flight on it): the
+    /// request goes through the scheduler. Either way the scope is noted
+    /// as the last one asked for.
+    #[inline(always)]
+    pub(super) fn fast_admission(
+        &mut self,
+        id: ScopeId,
+        mode: FastMode,
+        now: Instant,
+    ) -> Option<Arc<FastScope>> {
+        let last = std::mem::replace(&mut self.last_one_scope, id);
+        // The common case, checked inline: a scope without a word, other
+        // than the last one.
+        if last != id && self.scopes[id].fast.is_none() {
+            return None;
+        }
+        self.word_admission_or_close(id, mode, now)
+    }
+
+    /// Admits a one-scope request on a free lane of a plain scope nobody
+    /// waits for, without a ticket (not for `FastMode::Never`, which tests
+    /// of tickets use, nor with a store, whose reservation needs the
+    /// ticket).
+    #[inline(always)]
+    pub(super) fn plain_admission(
+        &mut self,
+        scope: ScopeId,
+        mode: FastMode,
+        now: Instant,
+    ) -> Option<Admission> {
+        if mode == FastMode::Never || !self.fast_allowed {
+            return None;
+        }
+        let lane = self.take_plain_lane(scope, now)?;
+        match u32::try_from(lane) {
+            Ok(lane) => Some(Admission::Plain(scope, lane)),
+            // Lanes never outnumber a `u32` concurrency.
+            Err(_) => unreachable!("lane {lane} beyond the concurrency"),
+        }
+    }
+
+    /// [`fast_admission`](Self::fast_admission) past its inline check.
+    #[inline(never)]
+    pub(super) fn word_admission_or_close(
+        &mut self,
+        id: ScopeId,
+        mode: FastMode,
+        now: Instant,
+    ) -> Option<Arc<FastScope>> {
+        let fast = self.word_admission(id, mode, now);
+        if fast.is_none() {
+            self.close_fast(id);
+        }
+        fast
+    }
+
+    /// Admits on scope `id`'s word, opening it if `mode` and the scope
+    /// allow.
+    pub(super) fn word_admission(
+        &mut self,
+        id: ScopeId,
+        mode: FastMode,
+        now: Instant,
+    ) -> Option<Arc<FastScope>> {
+        // A debug listener wants each send's event, which the lock gives.
+        if mode == FastMode::Never || tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
+            return None;
+        }
+        let entry = &mut self.scopes[id];
+        let open = entry.open_fast().is_some();
+        if !open {
+            let Some(owner) = &self.word_owner else {
+                return None;
+            };
+            let openable = self.fast_allowed
+                && !entry.has_waiters()
+                && entry.state.in_flight == 0
+                && entry.state.is_plain_now();
+            if !openable {
+                return None;
+            }
+            let lanes = entry.state.config.concurrency.min(self.max_concurrency);
+            let latency = entry.state.latency_value();
+            let fast = entry
+                .fast
+                .get_or_insert_with(|| FastScope::new(id, entry.state.key.clone(), owner));
+            if !fast.open(lanes, latency) {
+                return None;
+            }
+            self.global.note_word_opened();
+        }
+        let fast = entry.fast.as_ref()?;
+        if !fast.admit() {
+            return None;
+        }
+        let fast = fast.clone();
+        self.metrics.sent(&fast.key);
+        self.note_open(id, now);
+        Some(fast)
+    }
+
+    /// An open scope is an eviction candidate from its first admission on
+    /// (its word says whether it is idle: see `look_at_candidate`).
+    pub(super) fn note_open(&mut self, id: ScopeId, now: Instant) {
+        let entry = &self.scopes[id];
+        if entry.idle_since.is_none() || !entry.state.evictable {
+            self.note_if_idle(id, Stamp::of(now));
+        }
+    }
+
+    /// Closes scope `id`'s word, if open: the scheduler adopts its
+    /// requests in flight (see [`ScopeState::adopt`]).
+    pub(super) fn close_fast(&mut self, id: ScopeId) {
+        let entry = &mut self.scopes[id];
+        let Some(fast) = entry.open_fast() else {
+            return;
+        };
+        let adopted = fast.close();
+        if adopted.was_open {
+            entry.state.adopt(adopted, &mut self.rng);
+        }
+    }
+
+    /// Lets plain scopes open words that reach `registry` (the registry
+    /// that holds this scheduler) when they need its lock.
+    pub(in crate::registry) fn with_word_owner(
+        mut self,
+        registry: std::sync::Weak<crate::registry::RegistryShared>,
+    ) -> Self {
+        self.word_owner = Some(WordOwner {
+            global: self.global.clone(),
+            registry,
+            metrics: self.metrics,
+        });
+        self
+    }
+
+    /// Keeps every scope's word closed (a fleet: every send reserves
+    /// through the store).
+    pub(crate) fn without_fast_path(mut self) -> Self {
+        self.fast_allowed = false;
+        self
+    }
+}
