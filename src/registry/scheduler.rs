@@ -532,30 +532,6 @@ impl Scheduler {
         }
     }
 
-    /// Whether ending request `which` may let a waiter go: a waiter of
-    /// one of its scopes, or of a global permit. (A request still queued
-    /// leaves its queues, at the current instant too.) When none, the end
-    /// needs no clock reading.
-    #[inline]
-    pub(crate) fn end_lets_someone_go(&self, which: Finishing) -> bool {
-        if !self.global_queue.is_empty() {
-            return true;
-        }
-        match which {
-            Finishing::Ticket(id) => match self.tickets.get(id) {
-                Some(ticket) => {
-                    ticket.status == Status::Queued
-                        || ticket
-                            .seats
-                            .iter()
-                            .any(|seat| self.scopes[seat.scope].has_waiters())
-                }
-                None => false,
-            },
-            Finishing::Plain(scope, _) => self.scopes.get(scope).is_some_and(ScopeEntry::has_waiters),
-        }
-    }
-
     /// Ends a request: a ticket's, as [`finish`](Self::finish) does, or one
     /// admitted on a plain lane without a ticket.
     #[inline]

@@ -81,39 +81,6 @@ impl LimitSource {
     }
 }
 
-/// The last send of a lane or a scope, with the random draw for the gap
-/// that follows it. The gap itself is computed when it is checked, from the
-/// limits and jitter in force *then*, so a config change, a backoff step or
-/// any new contribution applies to requests already waiting.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LastSend {
-    at: Stamp,
-    /// Uniform in `[0, 1)`; mapped onto the jitter range in force.
-    draw: f64,
-}
-
-impl LastSend {
-    /// Moves the send to `at` when it happened later than stamped (the
-    /// request left after its admission); the jitter draw stays.
-    fn departed_at(&mut self, at: Stamp) {
-        self.at = self.at.max(at);
-    }
-
-    /// When the next send may go after this one, `gap` later with the
-    /// jitter applied; `None` when there is no gap (a past send never
-    /// blocks), which spares the request path a clock conversion.
-    fn next_allowed(&self, gap: Duration, jitter: &Jitter) -> Option<Stamp> {
-        self.next_allowed_at_least(gap, jitter, Duration::ZERO)
-    }
-
-    fn next_allowed_at_least(&self, gap: Duration, jitter: &Jitter, floor: Duration) -> Option<Stamp> {
-        if gap.is_zero() && floor.is_zero() {
-            return None;
-        }
-        Some(self.at.after(scale(gap, jitter.factor(self.draw)).max(floor)))
-    }
-}
-
 /// The draw a plain scope's send records instead of a random one: no gap
 /// follows a send while its scope is plain (no delay to jitter), so it
 /// spares the request path two draws. Should the scope stop being plain
@@ -708,7 +675,10 @@ impl ScopeState {
 }
 
 mod contributions;
+mod last_send;
 mod limits;
 mod manager;
 mod quota;
 mod updates;
+
+pub(crate) use last_send::LastSend;

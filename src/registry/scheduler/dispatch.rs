@@ -7,7 +7,8 @@ use std::task::Waker;
 use tokio::time::Instant;
 
 use super::{
-    choice, wait_log, Effective, Scheduler, ScopeCheck, ScopeId, TicketId, TicketPoll, Verdict, WakeList,
+    choice, wait_log, Effective, Finishing, Scheduler, ScopeCheck, ScopeEntry, ScopeId, TicketId, TicketPoll,
+    Verdict, WakeList,
 };
 use crate::registry::scope_state::Sending;
 use crate::registry::ticket::{Seats, Status, WaitedInScheduler};
@@ -133,6 +134,30 @@ impl Scheduler {
     pub(super) fn run_dispatch(&mut self, now: Instant, wake: &mut WakeList) {
         while let Some(scope) = self.dirty.pop() {
             self.dispatch(scope, now, wake);
+        }
+    }
+
+    /// Whether ending request `which` may let a waiter go: a waiter of
+    /// one of its scopes, or of a global permit. (A request still queued
+    /// leaves its queues, at the current instant too.) When none, the end
+    /// needs no clock reading.
+    #[inline]
+    pub(crate) fn end_lets_someone_go(&self, which: Finishing) -> bool {
+        if !self.global_queue.is_empty() {
+            return true;
+        }
+        match which {
+            Finishing::Ticket(id) => match self.tickets.get(id) {
+                Some(ticket) => {
+                    ticket.status == Status::Queued
+                        || ticket
+                            .seats
+                            .iter()
+                            .any(|seat| self.scopes[seat.scope].has_waiters())
+                }
+                None => false,
+            },
+            Finishing::Plain(scope, _) => self.scopes.get(scope).is_some_and(ScopeEntry::has_waiters),
         }
     }
 
