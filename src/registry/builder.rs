@@ -183,7 +183,9 @@ impl RegistryBuilder {
     }
 
     /// How long a scope with nothing in flight or queued is kept (default
-    /// 1 h). An evicted scope comes back, on its next request, with its
+    /// 1 h), counted from the head of its last response (a body that
+    /// streams on after its head keeps the scope in flight until its end,
+    /// but does not restart the count). An evicted scope comes back, on its next request, with its
     /// configured limits: only state that no longer limits it is ever
     /// dropped (an active backoff, hold, pacing, quota window, or a
     /// robots.txt Crawl-delay whose cache entry is still valid keeps a
