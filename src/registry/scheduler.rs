@@ -120,8 +120,9 @@ pub(crate) struct Scheduler {
     autothrottle_samples: Vec<(Scope, AutoThrottleSample)>,
     /// Why each request admitted after waiting waited, until its future
     /// takes it (or it ends): beside the tickets, not in them, so a waiting
-    /// request stays within its memory budget.
-    waited: HashMap<TicketId, Box<WaitedInScheduler>>,
+    /// request stays within its memory budget. (Ticket ids are the
+    /// scheduler's own slab indices: a fast hash, not SipHash.)
+    waited: HashMap<TicketId, Box<WaitedInScheduler>, foldhash::fast::RandomState>,
     /// Requests in the scopes' queues.
     waiting: usize,
     /// Past this many waiting requests, warn (once per crossing).
@@ -161,7 +162,7 @@ impl Scheduler {
             max_hold: DEFAULT_MAX_HOLD,
             fleet_learns: false,
             autothrottle_samples: Vec::new(),
-            waited: HashMap::new(),
+            waited: HashMap::default(),
             waiting: 0,
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
             delayed_warned: false,

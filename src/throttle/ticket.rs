@@ -608,9 +608,13 @@ impl Ticket {
     /// for no `End` moved between frames.)
     #[inline(always)]
     fn end(&mut self, ended: Option<Instant>) -> Option<End> {
-        if let (Some(lease), Some(fleet)) = (self.lease.take(), self.registry().and_then(Registry::fleet)) {
-            fleet.untrack(lease.id());
-            fleet.in_background(fleet.store.release(lease.release(Instant::now())));
+        // Only a request through a store holds a lease: the store is
+        // looked up for those alone.
+        if let Some(lease) = self.lease.take() {
+            if let Some(fleet) = self.registry().and_then(Registry::fleet) {
+                fleet.untrack(lease.id());
+                fleet.in_background(fleet.store.release(lease.release(Instant::now())));
+            }
         }
         let stage = std::mem::replace(&mut self.stage, Stage::Finished);
         let (departed_at, stamp) = match stage {

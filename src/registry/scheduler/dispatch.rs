@@ -130,10 +130,18 @@ impl Scheduler {
         true
     }
 
+    /// Dispatches every dirty scope. A scope named again before or while
+    /// it was dispatched is not dispatched twice: its dispatch looks at it
+    /// until something holds it, after every change it made itself (a
+    /// waiter sent names its scopes again), so a second look would only
+    /// find it held again.
     #[inline]
     pub(super) fn run_dispatch(&mut self, now: Instant, wake: &mut WakeList) {
         while let Some(scope) = self.dirty.pop() {
             self.dispatch(scope, now, wake);
+            if self.dirty.contains(&scope) {
+                self.dirty.retain(|&dirty| dirty != scope);
+            }
         }
     }
 

@@ -64,7 +64,8 @@ pub(super) struct Group {
 #[derive(Debug, Default)]
 pub(super) struct Groups {
     groups: slab::Slab<Group>,
-    index: HashMap<GroupKey, usize>,
+    /// Keys are the scheduler's own scope ids: a fast hash, not SipHash.
+    index: HashMap<GroupKey, usize, foldhash::fast::RandomState>,
 }
 
 impl Groups {
