@@ -608,8 +608,7 @@ impl Ticket {
     /// for no `End` moved between frames.)
     #[inline(always)]
     fn end(&mut self, ended: Option<Instant>) -> Option<End> {
-        // Only a request through a store holds a lease: the store is
-        // looked up for those alone.
+        // Only a request through a store holds a lease.
         if let Some(lease) = self.lease.take() {
             if let Some(fleet) = self.registry().and_then(Registry::fleet) {
                 fleet.untrack(lease.id());
