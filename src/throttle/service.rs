@@ -166,11 +166,14 @@ where
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
         let reserved = std::mem::replace(&mut self.reserved, Reserved::Nothing);
-        let given = request.extensions().get::<Scopes>();
-        let already_recorded = given.is_some() && self.fixed.is_none();
-        let (ticket, scopes) = match (reserved, &self.fixed) {
-            (Reserved::Ticket(ticket), Some(scopes)) => (ticket, scopes.clone()),
-            (Reserved::Place, _) => {
+        // Scopes the request carries are already in its extensions (a
+        // fixed-scope throttle records its own): looked up only to record.
+        let record =
+            self.record_scopes && !(self.fixed.is_none() && request.extensions().get::<Scopes>().is_some());
+        // Matched on the reservation alone: the common case (a place)
+        // moves no ticket through a tuple.
+        let (ticket, scopes) = match reserved {
+            Reserved::Place => {
                 let priority = request
                     .extensions()
                     .get::<Priority>()
@@ -180,11 +183,14 @@ where
                 let place = (place, self.place_wait.take());
                 Ticket::enqueue_resolved(&self.handle, place, &request, priority)
             }
-            _ => panic!("poll_ready must be called first"),
+            Reserved::Ticket(ticket) => match &self.fixed {
+                Some(scopes) => (ticket, scopes.clone()),
+                None => panic!("poll_ready must be called first"),
+            },
+            Reserved::Nothing => panic!("poll_ready must be called first"),
         };
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
         let release_at_head = self.handle.registry().releases_at_head(&scopes);
-        let record = self.record_scopes && !already_recorded;
         let inner = take_readied(&mut self.inner);
         ResponseFuture::new(
             inner,
