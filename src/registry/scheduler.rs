@@ -122,7 +122,7 @@ pub(crate) struct Scheduler {
     /// takes it (or it ends): beside the tickets, not in them, so a waiting
     /// request stays within its memory budget. (Ticket ids are the
     /// scheduler's own slab indices: a fast hash, not SipHash.)
-    waited: HashMap<TicketId, Box<WaitedInScheduler>, foldhash::fast::RandomState>,
+    waited: HashMap<TicketId, WaitedInScheduler, foldhash::fast::RandomState>,
     /// Requests in the scopes' queues.
     waiting: usize,
     /// Past this many waiting requests, warn (once per crossing).

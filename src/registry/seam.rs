@@ -110,11 +110,7 @@ impl Registry {
     /// Polls waiting ticket `id`: admitted (and whether its departure must
     /// be reported at once), or when to look again; once admitted after
     /// waiting, why it waited.
-    pub(crate) fn poll_ticket(
-        &self,
-        id: TicketId,
-        waker: &Waker,
-    ) -> (TicketPoll, Option<Box<WaitedInScheduler>>) {
+    pub(crate) fn poll_ticket(&self, id: TicketId, waker: &Waker) -> (TicketPoll, Option<WaitedInScheduler>) {
         self.with_scheduler(|scheduler, now, wake| {
             let polled = scheduler.poll_ticket(id, now, waker, wake);
             let waited = match polled {

@@ -140,11 +140,14 @@ impl HeldBy {
     }
 }
 
+/// The parts of a wait by cause: inline for the usual one or two.
+pub(crate) type WaitParts = smallvec::SmallVec<[WaitPart; 2]>;
+
 /// What a request that waited learnt at its admission: why it waited,
 /// from its arrival (`enqueued_at`) to `admitted_at`.
 #[derive(Debug)]
 pub(crate) struct WaitedInScheduler {
-    pub(crate) parts: Vec<WaitPart>,
+    pub(crate) parts: WaitParts,
     pub(crate) admitted_at: Instant,
 }
 
@@ -178,5 +181,6 @@ pub(crate) enum TicketPoll {
     Waiting { timer: Option<Instant> },
 }
 
-/// Wakers to call once the lock is released.
+/// Wakers to call once the lock is released: inline for the usual one or
+/// two.
 pub(crate) type WakeList = Vec<Waker>;

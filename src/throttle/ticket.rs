@@ -325,7 +325,7 @@ impl Ticket {
         loop {
             let (polled, waited) = registry.poll_ticket(self.id, cx.waker());
             if let Some(waited) = waited {
-                self.note_scheduler_wait(*waited);
+                self.note_scheduler_wait(waited);
             }
             let timer = match polled {
                 TicketPoll::Sent { report_departure } => {

@@ -208,6 +208,14 @@ impl Scheduler {
                 // waiter's only one.
                 Ok(id) if self.tickets[id].seats.as_slice().len() == 1 => {
                     self.send_on_lanes(id, now, wake, Some((lane, effective)));
+                    // A send changes the scope's lanes, not its limits: with
+                    // every lane now busy, the next look would find it full.
+                    let scope = &mut self.scopes[scope_id];
+                    if scope.has_candidates() && scope.state.in_flight >= effective.concurrency {
+                        let full = (WaitCause::Lanes, Some(effective.concurrency_source));
+                        scope.note_wait(now, Some(full));
+                        return;
+                    }
                 }
                 Ok(id) => self.send(id, now, wake),
                 Err(cause) => {
@@ -271,10 +279,10 @@ impl Scheduler {
         let seats: smallvec::SmallVec<[ScopeId; 2]> = ticket.seats.iter().map(|seat| seat.scope).collect();
         self.waited.insert(
             id,
-            Box::new(WaitedInScheduler {
+            WaitedInScheduler {
                 parts,
                 admitted_at: now,
-            }),
+            },
         );
         for scope in seats {
             self.trim_wait_log(scope, id);
@@ -296,7 +304,7 @@ impl Scheduler {
 
     /// The record of why ticket `id` waited, once it was admitted after
     /// waiting: taken by its future, which finishes it at the hand-over.
-    pub(crate) fn take_waited(&mut self, id: TicketId) -> Option<Box<WaitedInScheduler>> {
+    pub(crate) fn take_waited(&mut self, id: TicketId) -> Option<WaitedInScheduler> {
         self.waited.remove(&id)
     }
 

@@ -86,8 +86,19 @@ impl Scheduler {
         }
         if let [seat] = ticket.seats.as_slice() {
             let scope = seat.scope;
-            self.scopes[scope].add_candidate(order, id);
-            self.dirty.push(scope);
+            let entry = &mut self.scopes[scope];
+            entry.add_candidate(order, id);
+            // Behind another candidate of a scope whose head waits for an
+            // event (a lane, a departure, another scope: no timer), it
+            // changes nothing the scope's last look decided. A new head,
+            // or a time limit that may be due, needs a look.
+            let is_head = entry
+                .queue()
+                .first_key_value()
+                .is_some_and(|(&first, _)| first == order);
+            if is_head || entry.timer_owner().is_some() {
+                self.dirty.push(scope);
+            }
             return;
         }
         let mut key: GroupKey = ticket.seats.iter().map(|seat| seat.scope).collect();

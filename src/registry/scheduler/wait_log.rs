@@ -3,10 +3,12 @@
 //! [`crate::waited`]).
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::waited::{CauseKey, WaitCause, WaitPart, Waited};
+use crate::registry::ticket::WaitParts;
+use crate::waited::{CauseKey, WaitCause};
 
 /// The causes that held a scope's queue, each from the instant it began
 /// to the next one's start (the last one lasts until now).
@@ -39,25 +41,31 @@ impl WaitLog {
     /// began. Time before the first segment (none, when every waiter's
     /// arrival is noted) goes to the first cause, so the parts always add
     /// up to the whole.
-    pub(crate) fn parts(&self, from: Instant, to: Instant) -> Vec<WaitPart> {
-        let mut waited = Waited::default();
+    pub(crate) fn parts(&self, from: Instant, to: Instant) -> WaitParts {
+        let mut parts = WaitParts::new();
         let start = self
             .segments
             .partition_point(|(at, _)| *at <= from)
             .saturating_sub(1);
         let mut segments = self.segments.range(start..).peekable();
-        while let Some(&(began, (cause, source))) = segments.next() {
+        let mut counted = Duration::ZERO;
+        while let Some(&(began, key)) = segments.next() {
             let ended = segments.peek().map_or(to, |(next, _)| *next).min(to);
-            waited.add(cause, source, ended.saturating_duration_since(began.max(from)));
+            let time = ended.saturating_duration_since(began.max(from));
+            counted += time;
+            add_part(&mut parts, key, time);
             if ended >= to {
                 break;
             }
         }
-        let lost = to.saturating_duration_since(from).saturating_sub(waited.total());
-        if let Some(&(_, (cause, source))) = self.segments.front() {
-            waited.add(cause, source, lost);
+        if let Some(&(_, key)) = self.segments.front() {
+            add_part(
+                &mut parts,
+                key,
+                to.saturating_duration_since(from).saturating_sub(counted),
+            );
         }
-        waited.causes().collect()
+        parts
     }
 
     /// Forgets what ended before `oldest`, the arrival of the oldest waiter
@@ -103,14 +111,14 @@ impl WaitLog {
 /// it, says `OtherScope`; the scope that holds it says why). Only when
 /// every scope says `OtherScope` (the request waits behind another request
 /// that a scope holds) is the time `OtherScope`.
-pub(crate) fn merged_parts(logs: &[&WaitLog], from: Instant, to: Instant) -> Vec<WaitPart> {
+pub(crate) fn merged_parts(logs: &[&WaitLog], from: Instant, to: Instant) -> WaitParts {
     let mut cuts = vec![from, to];
     for log in logs {
         cuts.extend(log.starts_within(from, to));
     }
     cuts.sort_unstable();
     cuts.dedup();
-    let mut waited = Waited::default();
+    let mut parts = WaitParts::new();
     for pair in cuts.windows(2) {
         let mut keys = logs.iter().filter_map(|log| log.key_at(pair[0]));
         let first = keys.next();
@@ -119,18 +127,32 @@ pub(crate) fn merged_parts(logs: &[&WaitLog], from: Instant, to: Instant) -> Vec
             .chain(keys)
             .find(|(cause, _)| *cause != WaitCause::OtherScope)
             .or(first);
-        if let Some((cause, source)) = key {
-            waited.add(cause, source, pair[1] - pair[0]);
+        if let Some(key) = key {
+            add_part(&mut parts, key, pair[1] - pair[0]);
         }
     }
-    waited.causes().collect()
+    parts
+}
+
+/// Adds `time` on `key` to `parts` (to the part of the same cause and
+/// source, if there is one); nothing for no time.
+fn add_part(parts: &mut WaitParts, (cause, source): CauseKey, time: Duration) {
+    if time.is_zero() {
+        return;
+    }
+    match parts
+        .iter_mut()
+        .find(|(known, known_source, _)| *known == cause && *known_source == source)
+    {
+        Some((_, _, sum)) => *sum += time,
+        None => parts.push((cause, source, time)),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::registry::LimitSource;
-    use std::time::Duration;
 
     const MS: Duration = Duration::from_millis(1);
     const LANES: CauseKey = (WaitCause::Lanes, Some(LimitSource::Config));
@@ -146,17 +168,17 @@ mod tests {
         log.note(t0 + 400 * MS, LANES);
         // From the start: 300 of lanes, 100 of delay, 100 of lanes again.
         assert_eq!(
-            log.parts(t0, t0 + 500 * MS),
+            log.parts(t0, t0 + 500 * MS)[..],
             [(LANES.0, LANES.1, 400 * MS), (DELAY.0, DELAY.1, 100 * MS)]
         );
         // A later arrival sees only its part.
         assert_eq!(
-            log.parts(t0 + 350 * MS, t0 + 420 * MS),
+            log.parts(t0 + 350 * MS, t0 + 420 * MS)[..],
             [(DELAY.0, DELAY.1, 50 * MS), (LANES.0, LANES.1, 20 * MS)]
         );
         log.trim(t0 + 350 * MS);
         assert_eq!(
-            log.parts(t0 + 350 * MS, t0 + 400 * MS),
+            log.parts(t0 + 350 * MS, t0 + 400 * MS)[..],
             [(DELAY.0, DELAY.1, 50 * MS)]
         );
     }
@@ -174,14 +196,14 @@ mod tests {
         two.note(t0, OTHER);
         two.note(t0 + 50 * MS, DELAY);
         assert_eq!(
-            merged_parts(&[&one, &two], t0, t0 + 300 * MS),
+            merged_parts(&[&one, &two], t0, t0 + 300 * MS)[..],
             [(LANES.0, LANES.1, 100 * MS), (DELAY.0, DELAY.1, 200 * MS)]
         );
         // Both ready, behind a request another scope holds.
         let mut three = WaitLog::default();
         three.note(t0, OTHER);
         assert_eq!(
-            merged_parts(&[&three, &three], t0, t0 + 10 * MS),
+            merged_parts(&[&three, &three], t0, t0 + 10 * MS)[..],
             [(WaitCause::OtherScope, None, 10 * MS)]
         );
     }
@@ -194,6 +216,6 @@ mod tests {
         log.note(t0 + MS, LANES);
         log.note(t0 + MS, DELAY);
         assert_eq!(log.segments.len(), 1);
-        assert_eq!(log.parts(t0, t0 + 2 * MS), [(DELAY.0, DELAY.1, 2 * MS)]);
+        assert_eq!(log.parts(t0, t0 + 2 * MS)[..], [(DELAY.0, DELAY.1, 2 * MS)]);
     }
 }
