@@ -181,6 +181,5 @@ pub(crate) enum TicketPoll {
     Waiting { timer: Option<Instant> },
 }
 
-/// Wakers to call once the lock is released: inline for the usual one or
-/// two.
+/// Wakers to call once the lock is released.
 pub(crate) type WakeList = Vec<Waker>;
