@@ -121,7 +121,9 @@ impl ScopeEntry {
     /// Makes waiter `order` a candidate (out of the parked, if there).
     pub(super) fn add_candidate(&mut self, order: OrderKey, id: TicketId) {
         let waiters = self.waiters.get_or_insert_with(Box::default);
-        waiters.parked.remove(&order);
+        if !waiters.parked.is_empty() {
+            waiters.parked.remove(&order);
+        }
         waiters.queue.insert(order, id);
     }
 
@@ -136,8 +138,18 @@ impl ScopeEntry {
     /// it was a candidate.
     pub(super) fn remove_waiter(&mut self, order: &OrderKey) -> bool {
         self.waiters.as_mut().is_some_and(|waiters| {
-            waiters.parked.remove(order);
-            waiters.queue.remove(order).is_some()
+            if !waiters.parked.is_empty() {
+                waiters.parked.remove(order);
+            }
+            // Usually the first: sent, or gone after a wait as long as
+            // everyone's ahead of it.
+            match waiters.queue.first_entry() {
+                Some(first) if first.key() == order => {
+                    first.remove();
+                    true
+                }
+                _ => waiters.queue.remove(order).is_some(),
+            }
         })
     }
 
