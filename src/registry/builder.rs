@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::config::{self, ScopeConfig};
+use super::fast_path::places;
 use super::manager::{ManagerFactory, ScopeManager};
 use super::metrics;
-use super::places;
 use super::report::BackoffStatuses;
 use super::scheduler::{
     Scheduler, DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_HOLD, DEFAULT_MAX_SCOPES,

@@ -1,5 +1,7 @@
-//! The lock-free path of a *plain* scope: admission and completion by
-//! atomics alone, without the registry's lock.
+//! What the registry does without its lock: the lock-free path of a
+//! *plain* scope (admission and completion by atomics alone), the global
+//! count it shares with the scheduler, and the queue places ([`places`]).
+//! Every protocol here is checked by loom (see "Checked by loom").
 //!
 //! A scope is plain when lanes are its only limit (delay 0, no per-lane
 //! delay, no quota, no manager, nothing contributed by feedback: see
@@ -65,10 +67,19 @@
 //!
 //! # Checked by loom
 //!
-//! Both protocols, the word's open bit and count and the global count with
-//! its flag, are in [`word`], apart from everything else: `loom/` checks
-//! them under every interleaving loom's model allows (see the README's
-//! Development section).
+//! The word's open bit and count and the global count with its flag are in
+//! [`word`]; the queue places' count with its waiters bit and wait list
+//! are in [`places`]. Both files stand apart from everything else, their
+//! atomics (and the places' mutex) taken from this module: `loom/`
+//! includes them with loom's and checks them under every interleaving its
+//! model allows (see the README's Development section).
+//!
+//! One atomic here is not a protocol, and loom does not model it: the
+//! instant the scheduler's eviction work is next due ([`GlobalFlight`]),
+//! which the lock's holder writes and a request ending on a word reads to
+//! decide whether to take the lock. A stale read only moves that work to
+//! the next request that takes the lock (every admission under the lock
+//! evicts as it comes); no interleaving can make it wrong.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
@@ -84,12 +95,21 @@ use super::{Registry, RegistryShared};
 use crate::scope::Scope;
 use crate::time::Stamp;
 
+pub(crate) mod places;
+#[cfg(test)]
+mod places_tests;
 mod word;
 
-/// The atomics of [`word`]'s protocols: std's here; `loom/` gives them
-/// loom's to check the protocols.
+/// The atomics of [`word`]'s and [`places`]' protocols: std's here; `loom/`
+/// gives them loom's to check the protocols.
 mod atomic {
-    pub(super) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+    pub(super) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+}
+
+/// The locks and shared pointers of [`places`]' protocol: std's here,
+/// loom's in `loom/`.
+mod sync {
+    pub(super) use std::sync::{Arc, Mutex, MutexGuard};
 }
 
 /// A due instant that never comes.

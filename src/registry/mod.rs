@@ -190,7 +190,6 @@ mod feedback;
 mod learning;
 pub mod manager;
 mod metrics;
-mod places;
 mod rampup;
 mod report;
 mod scheduler;
@@ -224,8 +223,8 @@ use crate::error::ConfigError;
 use crate::scope::{handover, RequestHead, Scope, ScopeResolver, Scopes};
 use crate::store::StoreHandle;
 use crate::time::saturating_add;
+pub(crate) use fast_path::places::{PlaceHandle, QueuePlace, Reserved};
 pub(crate) use fast_path::FastScope;
-pub(crate) use places::{PlaceHandle, QueuePlace, Reserved};
 pub(crate) use report::collect;
 pub(crate) use report::Collected;
 pub(crate) use scheduler::{Admission, Finishing, Outcome, TicketId, TicketPoll};
@@ -284,8 +283,8 @@ struct RegistryShared {
     #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     settings: GlobalSettings,
     /// The `max_queued` places: one per request readied by `poll_ready`
-    /// and not yet sent (see `places.rs`).
-    queue_places: Arc<places::QueuePlaces>,
+    /// and not yet sent (see `fast_path/places.rs`).
+    queue_places: Arc<fast_path::places::QueuePlaces>,
     /// The scope store shared with other workers, if any.
     fleet: Option<Arc<StoreHandle>>,
     /// Whether some scope's manager hears successes (a config with a custom
