@@ -93,9 +93,14 @@ impl Scheduler {
         Verdict::Admit
     }
 
-    /// The expected cost of the first waiter of `scope_id` there.
+    /// The expected cost of the first waiter of `scope_id` there (0 in a
+    /// scope without a quota, where no cost counts).
     pub(crate) fn head_cost(&self, scope_id: ScopeId) -> f64 {
-        match self.scopes[scope_id].queue().values().next() {
+        let scope = &self.scopes[scope_id];
+        if scope.state.config.get_quota().is_none() {
+            return 0.0;
+        }
+        match scope.queue().values().next() {
             Some(&first) => self.cost_in(first, scope_id),
             None => 0.0,
         }
