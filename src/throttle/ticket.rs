@@ -533,7 +533,7 @@ impl Ticket {
 
     /// [`finish_at`](Self::finish_at), applying first, under the same
     /// lock, the reports the feedback layers left for this request (see
-    /// [`collect`](super::report::collect)).
+    /// [`collect`](crate::registry::collect)).
     pub(crate) fn finish_reported(
         &mut self,
         outcome: Outcome,
