@@ -1,6 +1,6 @@
 //! The registry's side of a throttled request: the narrow seam through
 //! which [`throttle`](crate::throttle)'s ticket talks to the scheduler
-//! (queue, poll, depart, finish, and the store's reservation terms). Each
+//! (queue, poll, depart, end, and the store's reservation terms). Each
 //! call is one lock of the registry.
 
 use std::sync::Arc;
@@ -126,14 +126,54 @@ impl Registry {
         self.with_scheduler(|scheduler, now, wake| scheduler.depart(id, at, now, wake));
     }
 
-    /// Ends ticket `id` with `outcome`, applying first `departed_at` (a
-    /// departure the scheduler has yet to learn) and the reports the
-    /// feedback layers left for it; at `ended` (with its stamp) when the
-    /// caller read the clock after the request ended.
+    /// Ends a request: the one way out of the registry, whoever holds the
+    /// request (see [`RequestEnd`]). On a word, by its atomics while the
+    /// word is open and no feedback came (the lock only to let a waiter
+    /// for a global permit go, or once the scheduler's eviction work is
+    /// due); otherwise under one lock, which applies first the departure
+    /// the scheduler has yet to learn and the reports the feedback layers
+    /// left (then, with a fleet that learns together, shares what
+    /// AutoThrottle learnt once it is released). A transfer's end counts
+    /// from its response head: the clock is read only when a waiter may
+    /// go.
+    #[inline(always)]
+    pub(crate) fn end(end: RequestEnd<'_>) {
+        let RequestEnd {
+            owner,
+            outcome,
+            departed_at,
+            timing,
+            collected,
+        } = end;
+        match (owner, timing) {
+            (EndOwner::Word(fast), timing) => {
+                // A transfer's end counts from its head, as the
+                // scheduler's lanes do: the word needs only its stamp.
+                let ended = match timing {
+                    EndTiming::Read(ended, stamp) => (Some(ended), stamp),
+                    EndTiming::FromHead(_, head) => (None, Some(head)),
+                    EndTiming::Unread => (None, None),
+                };
+                Self::end_on_word(fast, outcome, departed_at, ended, collected)
+            }
+            (EndOwner::Scheduler(registry, which), EndTiming::FromHead(head, stamp))
+                if collected.is_empty() =>
+            {
+                registry.end_transfer(which, outcome, departed_at, (head, stamp))
+            }
+            (EndOwner::Scheduler(registry, which), timing) => {
+                registry.end_on_scheduler(which, outcome, departed_at, timing.reading(), collected)
+            }
+        }
+    }
+
+    /// [`end`](Self::end) for a ticket of the scheduler or a plain lane, at
+    /// `ended` (with its stamp) when the caller read the clock after the
+    /// request ended.
     #[inline]
-    pub(crate) fn finish(
+    fn end_on_scheduler(
         &self,
-        id: Finishing,
+        which: Finishing,
         outcome: Outcome,
         departed_at: Option<Stamp>,
         (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
@@ -142,46 +182,46 @@ impl Registry {
         let learns = self.fleet().is_some_and(|fleet| fleet.learns);
         if collected.is_empty() && !learns {
             self.with_scheduler_at(ended, |scheduler, now, wake| {
-                scheduler.finish_request(id, outcome, departed_at, (now, ended_stamp), wake)
+                scheduler.finish_request(which, outcome, departed_at, (now, ended_stamp), wake)
             });
             return;
         }
-        self.finish_reported(id, outcome, departed_at, (ended, ended_stamp), collected);
+        self.end_reported(which, outcome, departed_at, (ended, ended_stamp), collected);
     }
 
-    /// Ends request `id` whose response head came at `head` (its
-    /// `outcome`) and whose body has just ended, as [`finish`](Self::finish)
-    /// would with no reports left (those of the head were applied then).
-    /// Its lanes count from the head (the next gap, and the time its scope
-    /// became idle, run from there), so the clock is read only when a
-    /// waiter may go now.
-    pub(crate) fn finish_transfer(
+    /// [`end`](Self::end) for a ticket of the scheduler or a plain lane
+    /// whose response head came at `head` (its `outcome`) and whose body
+    /// has just ended, with no reports left (those of the head were
+    /// applied then). Its lanes count from the head (the next gap, and the
+    /// time its scope became idle, run from there), so the clock is read
+    /// only when a waiter may go now.
+    fn end_transfer(
         &self,
-        id: Finishing,
+        which: Finishing,
         outcome: Outcome,
         departed_at: Option<Stamp>,
         head: (Instant, Stamp),
     ) {
         if self.fleet().is_some_and(|fleet| fleet.learns) {
-            return self.finish(id, outcome, departed_at, (None, None), &[]);
+            return self.end_reported(which, outcome, departed_at, (None, None), &[]);
         }
-        let now = |scheduler: &Scheduler| match scheduler.end_lets_someone_go(id) {
+        let now = |scheduler: &Scheduler| match scheduler.end_lets_someone_go(which) {
             true => Instant::now(),
             false => head.0,
         };
         self.with_scheduler_timed(now, |scheduler, now, wake| {
             // Spares the conversion when `now` is the head.
             let stamp = (now == head.0).then_some(head.1);
-            scheduler.finish_request(id, outcome, departed_at, (now, stamp), wake)
+            scheduler.finish_request(which, outcome, departed_at, (now, stamp), wake)
         });
     }
 
-    /// [`finish`](Self::finish) with reports to apply (or a fleet that
-    /// learns together), under the same lock as the end.
+    /// [`end`](Self::end) on the scheduler with reports to apply (or a
+    /// fleet that learns together), under the same lock as the end.
     #[inline(never)]
-    fn finish_reported(
+    fn end_reported(
         &self,
-        id: Finishing,
+        which: Finishing,
         outcome: Outcome,
         departed_at: Option<Stamp>,
         (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
@@ -190,7 +230,7 @@ impl Registry {
         let mut writes = Vec::new();
         let samples = self.with_scheduler_at(ended, |scheduler, now, wake| {
             self.apply_collected(scheduler, collected, (now, wake), &mut writes);
-            scheduler.finish_request(id, outcome, departed_at, (now, ended_stamp), wake);
+            scheduler.finish_request(which, outcome, departed_at, (now, ended_stamp), wake);
             scheduler.take_autothrottle_samples()
         });
         self.write_shared(writes);
@@ -201,8 +241,8 @@ impl Registry {
 
     /// Applies the reports the feedback layers left for a request whose
     /// response head came while its body streams on (its lanes go back at
-    /// the body's end), under one lock, as [`finish`](Self::finish) would
-    /// apply them.
+    /// the body's end), under one lock, as [`end`](Self::end) would apply
+    /// them.
     pub(crate) fn apply_head_reports(&self, collected: &[Collected]) {
         let mut writes = Vec::new();
         self.with_scheduler(|scheduler, now, wake| {
@@ -211,13 +251,13 @@ impl Registry {
         self.write_shared(writes);
     }
 
-    /// Ends a request admitted on `fast`'s word, as [`finish`](Self::finish)
-    /// ends a ticket: on the word alone while it is open and no feedback
-    /// came; under the lock (the word reaches its registry) when the scope
-    /// was closed meanwhile (the scheduler adopted the request), when
-    /// requests wait for a global permit or eviction work is due, or to
-    /// apply the feedback layers' reports first.
-    pub(crate) fn finish_on_word(
+    /// [`end`](Self::end) for a request admitted on `fast`'s word: on the
+    /// word alone while it is open and no feedback came; under the lock
+    /// (the word reaches its registry) when the scope was closed meanwhile
+    /// (the scheduler adopted the request), when requests wait for a
+    /// global permit or eviction work is due, or to apply the feedback
+    /// layers' reports first.
+    fn end_on_word(
         fast: &FastScope,
         outcome: Outcome,
         departed_at: Option<Stamp>,
@@ -226,24 +266,17 @@ impl Registry {
     ) {
         if !collected.is_empty() {
             match fast.registry() {
-                Some(registry) => {
-                    registry.finish_on_word_reported(fast, outcome, departed_at, ended, collected)
-                }
+                Some(registry) => registry.end_on_word_reported(fast, outcome, departed_at, ended, collected),
                 None => fast.end_orphaned(),
             }
             return;
         }
-        // A transfer that ended after its head (no reading of the end)
-        // counts from its head, as the scheduler's lanes do: the clock is
-        // read only if the lock is needed.
-        let head = match outcome {
-            Outcome::Response { answered_at, .. } => answered_at,
-            Outcome::NoResponse => None,
-        };
+        // A transfer that ended after its head (no reading of the end, the
+        // head's stamp) reads the clock only if the lock is needed.
         let stamp = match (ended_stamp, ended) {
             (Some(stamp), _) => stamp,
             (None, Some(ended)) => Stamp::of(ended),
-            (None, None) => head.unwrap_or_else(|| Stamp::of(Instant::now())),
+            (None, None) => Stamp::of(Instant::now()),
         };
         let now = || ended.unwrap_or_else(Instant::now);
         let global = fast.global();
@@ -279,9 +312,9 @@ impl Registry {
         }
     }
 
-    /// [`finish_on_word`](Self::finish_on_word) with reports to apply
-    /// first, under the lock.
-    fn finish_on_word_reported(
+    /// [`end_on_word`](Self::end_on_word) with reports to apply first,
+    /// under the lock.
+    fn end_on_word_reported(
         &self,
         fast: &FastScope,
         outcome: Outcome,
@@ -330,5 +363,54 @@ fn latency(outcome: Outcome, departed_at: Option<Stamp>, ended: Stamp) -> Option
     match (outcome, departed_at) {
         (Outcome::Response { answered_at, .. }, Some(sent)) => Some(answered_at.unwrap_or(ended).since(sent)),
         _ => None,
+    }
+}
+
+/// How a request ended, as [`Registry::end`] is told it.
+pub(crate) struct RequestEnd<'a> {
+    /// Who holds the request.
+    pub(crate) owner: EndOwner<'a>,
+    pub(crate) outcome: Outcome,
+    /// The departure, when the scheduler has yet to learn it (it is
+    /// applied first, as [`Registry::depart`] would have).
+    pub(crate) departed_at: Option<Stamp>,
+    pub(crate) timing: EndTiming,
+    /// The reports the feedback layers left for the request, applied
+    /// under the same lock as its end.
+    pub(crate) collected: &'a [Collected],
+}
+
+/// Who holds a request that ends.
+pub(crate) enum EndOwner<'a> {
+    /// Admitted on this scope's lock-free word, where it ends too (the
+    /// word reaches its registry when the lock is needed).
+    Word(&'a FastScope),
+    /// A ticket of this registry's scheduler, or a plain lane of it.
+    Scheduler(&'a Registry, Finishing),
+}
+
+/// How the end of a request is timed.
+#[derive(Clone, Copy)]
+pub(crate) enum EndTiming {
+    /// The caller read the clock after the request ended: that reading,
+    /// and its stamp when the caller has it.
+    Read(Instant, Option<Stamp>),
+    /// The end of a transfer whose response head came at this instant
+    /// (and stamp): it counts from the head, and the clock is read only
+    /// when a waiter may go.
+    FromHead(Instant, Stamp),
+    /// No reading: the end is timed when it is applied.
+    Unread,
+}
+
+impl EndTiming {
+    /// The caller's reading and its stamp, if it took one (a transfer's
+    /// head is none: an end that reads the clock at once reads it anew).
+    #[inline(always)]
+    fn reading(self) -> (Option<Instant>, Option<Stamp>) {
+        match self {
+            EndTiming::Read(ended, stamp) => (Some(ended), stamp),
+            EndTiming::FromHead(..) | EndTiming::Unread => (None, None),
+        }
     }
 }

@@ -14,8 +14,8 @@ use super::lease::HeldLease;
 use super::wake_timer::WakeTimer;
 use crate::departure::stamp::WriteStamp;
 use crate::registry::{
-    Admission, Collected, FastScope, Finishing, LimitSource, Outcome, QueuePlace, Registry, Reserved,
-    TicketId, TicketPoll, WaitedInScheduler,
+    Admission, Collected, EndOwner, EndTiming, FastScope, Finishing, LimitSource, Outcome, QueuePlace,
+    Registry, RequestEnd, Reserved, TicketId, TicketPoll, WaitedInScheduler,
 };
 use crate::scope::{Priority, Scopes};
 use crate::store::{
@@ -520,87 +520,74 @@ impl Ticket {
     /// that handed the request over, and [`depart`](Self::depart)'s reading
     /// came after the answer: it serves for both).
     pub(crate) fn finish_at(&mut self, outcome: Outcome, ended: Option<Instant>) {
-        let Some(end) = self.end(ended) else {
-            return;
-        };
-        self.finish_in_registry(outcome, &end, ended, &[]);
-        // A queued ticket's place goes back now, once it left its queues.
-        drop(end);
+        self.end_in_registry(outcome, (ended, None), &[]);
     }
 
     /// [`finish`](Self::finish) at the end of the transfer of a response
-    /// whose head came at `head`: on the scheduler, the end counts from
-    /// the head and reads the clock only when a waiter may go (see
-    /// `Registry::finish_transfer`), as it does on a word.
+    /// whose head came at `head`: the end counts from the head and reads
+    /// the clock only when a waiter may go (see [`EndTiming::FromHead`]).
+    #[inline]
     pub(crate) fn finish_transfer(&mut self, outcome: Outcome, head: Instant) {
-        let Some(end) = self.end(None) else {
-            return;
-        };
-        let finishing = match &self.owner {
-            Owner::Scheduler(handle) => Some((handle, Finishing::Ticket(self.id))),
-            Owner::Plain(handle, lane) => Some((handle, Finishing::Plain(self.id, *lane))),
-            Owner::Word(_) => None,
-        };
-        match (finishing, outcome) {
-            (
-                Some((handle, id)),
-                Outcome::Response {
-                    answered_at: Some(stamp),
-                    ..
-                },
-            ) => handle
-                .registry()
-                .finish_transfer(id, outcome, end.departed_at, (head, stamp)),
-            _ => self.finish_in_registry(outcome, &end, None, &[]),
-        }
-        drop(end);
+        self.end_in_registry(outcome, (None, Some(head)), &[]);
     }
 
     /// [`finish_at`](Self::finish_at), applying first, under the same
     /// lock, the reports the feedback layers left for this request (see
-    /// [`collect`](super::report::collect)).
+    /// [`collect`](crate::registry::collect)).
     pub(crate) fn finish_reported(
         &mut self,
         outcome: Outcome,
         ended: Option<Instant>,
         collected: &[Collected],
     ) {
-        let Some(end) = self.end(ended) else {
+        if !self.end_in_registry(outcome, (ended, None), collected) {
             self.apply_reports(collected);
-            return;
-        };
-        self.finish_in_registry(outcome, &end, ended, collected);
-        drop(end);
+        }
     }
 
-    /// Ends the request in the registry: on its scope's word, or as a
-    /// ticket of the scheduler.
+    /// Ends the request in the registry ([`Registry::end`]): on its scope's
+    /// word, or as a ticket or a plain lane of the scheduler, at `ended`
+    /// (a reading the caller took after the end) or counting from a
+    /// transfer's `head`. False when it was finished already.
     #[inline(always)]
-    fn finish_in_registry(
-        &self,
+    fn end_in_registry(
+        &mut self,
         outcome: Outcome,
-        end: &End,
-        ended: Option<Instant>,
+        (ended, head): (Option<Instant>, Option<Instant>),
         collected: &[Collected],
-    ) {
-        let ended = (ended, end.stamp);
-        match &self.owner {
-            Owner::Word(fast) => Registry::finish_on_word(fast, outcome, end.departed_at, ended, collected),
-            Owner::Scheduler(handle) => handle.registry().finish(
-                Finishing::Ticket(self.id),
-                outcome,
-                end.departed_at,
-                ended,
-                collected,
-            ),
-            Owner::Plain(handle, lane) => handle.registry().finish(
-                Finishing::Plain(self.id, *lane),
-                outcome,
-                end.departed_at,
-                ended,
-                collected,
-            ),
-        }
+    ) -> bool {
+        let Some(end) = self.end(ended) else {
+            return false;
+        };
+        let timing = match (ended, head, outcome) {
+            (Some(ended), _, _) => EndTiming::Read(ended, end.stamp),
+            (
+                None,
+                Some(head),
+                Outcome::Response {
+                    answered_at: Some(stamp),
+                    ..
+                },
+            ) => EndTiming::FromHead(head, stamp),
+            _ => EndTiming::Unread,
+        };
+        let owner = match &self.owner {
+            Owner::Word(fast) => EndOwner::Word(fast),
+            Owner::Scheduler(handle) => EndOwner::Scheduler(handle.registry(), Finishing::Ticket(self.id)),
+            Owner::Plain(handle, lane) => {
+                EndOwner::Scheduler(handle.registry(), Finishing::Plain(self.id, *lane))
+            }
+        };
+        Registry::end(RequestEnd {
+            owner,
+            outcome,
+            departed_at: end.departed_at,
+            timing,
+            collected,
+        });
+        // A queued ticket's place goes back now, once it left its queues.
+        drop(end);
+        true
     }
 
     /// Marks the handle finished and gives its store lease back; `None`
