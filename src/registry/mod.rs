@@ -232,7 +232,7 @@ use scheduler::{Scheduler, WakeList};
 pub use scheduler::{
     DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_HOLD, DEFAULT_MAX_SCOPES, MAX_MAX_HOLD,
 };
-pub(crate) use seam::{EndOwner, EndTiming, RequestEnd};
+pub(crate) use seam::{Asked, EndOwner, EndTiming, RequestEnd};
 pub(crate) use ticket::WaitedInScheduler;
 
 /// Default global cap on requests in flight.

@@ -18,13 +18,45 @@ use crate::store::backend::{ScopeTerms, SharedFacts};
 use crate::time::Stamp;
 
 impl Registry {
-    /// Queues a request for `scopes` and admits it at once if nothing is
-    /// ahead of it and every limit allows: its ticket, and whether it was
-    /// admitted (then, whether its departure must be reported at once).
-    /// A request of one busy plain scope may be admitted on the scope's
-    /// lock-free word instead (see [`fast_path`](super::fast_path)).
+    /// Queues a request and admits it at once if nothing is ahead of it
+    /// and every limit allows: the one way into the registry. Its ticket,
+    /// and whether it was admitted (then, whether its departure must be
+    /// reported at once), and the request's scopes. A request of one busy plain scope may be admitted on
+    /// the scope's lock-free word instead (see
+    /// [`fast_path`](super::fast_path)). With the built-in host resolver
+    /// and a URI that names a host, the host's scope is found by name
+    /// under the lock, and a scope already known costs no new key.
     #[inline]
-    pub(crate) fn enqueue(&self, scopes: &Scopes, priority: Priority) -> Admission {
+    pub(crate) fn enqueue<B>(&self, asked: Asked<'_, B>, priority: Priority) -> (Admission, Scopes) {
+        let request = match asked {
+            Asked::Scopes(scopes) => return (self.enqueue_scopes(&scopes, priority), scopes),
+            Asked::Request(request) => request,
+        };
+        let authority = request.uri().authority();
+        let (true, None, Some(authority)) = (
+            self.shared.resolves_hosts,
+            request.extensions().get::<Scopes>(),
+            authority,
+        ) else {
+            let scopes = self.resolve(request);
+            let admission = self.enqueue_scopes(&scopes, priority);
+            return (admission, scopes);
+        };
+        let name = crate::scope::host_scope_name(authority);
+        let mode = match self.admit_unlocked(&name) {
+            Ok((fast, key)) => return (Admission::Fast(fast), Scopes::one(key)),
+            Err(mode) => mode,
+        };
+        let (admission, scope) = self.with_scheduler(|scheduler, now, wake| {
+            scheduler.enqueue_named(&name, priority.0, mode, now, wake)
+        });
+        self.remember(&admission);
+        (admission, Scopes::one(scope))
+    }
+
+    /// [`enqueue`](Self::enqueue) for `scopes`.
+    #[inline]
+    fn enqueue_scopes(&self, scopes: &Scopes, priority: Priority) -> Admission {
         let (key, _) = scopes.iter().next().expect("a Scopes is never empty");
         let mode = match scopes.len() {
             1 => match self.admit_unlocked(key.as_str()) {
@@ -71,40 +103,6 @@ impl Registry {
         if let Admission::Fast(fast) = admission {
             hot::remember(self.shared.uid, fast);
         }
-    }
-
-    /// Resolves `request`'s scopes as the throttle does (its [`Scopes`]
-    /// extension, or the resolver) and queues it as
-    /// [`enqueue`](Self::enqueue) does; also returns the scopes. With the
-    /// built-in host resolver and a URI that names a host, the host's
-    /// scope is found by name under the lock, and a scope already known
-    /// costs no new key.
-    #[inline]
-    pub(crate) fn enqueue_resolved<B>(
-        &self,
-        request: &http::Request<B>,
-        priority: Priority,
-    ) -> (Admission, Scopes) {
-        let authority = request.uri().authority();
-        let (true, None, Some(authority)) = (
-            self.shared.resolves_hosts,
-            request.extensions().get::<Scopes>(),
-            authority,
-        ) else {
-            let scopes = self.resolve(request);
-            let admission = self.enqueue(&scopes, priority);
-            return (admission, scopes);
-        };
-        let name = crate::scope::host_scope_name(authority);
-        let mode = match self.admit_unlocked(&name) {
-            Ok((fast, key)) => return (Admission::Fast(fast), Scopes::one(key)),
-            Err(mode) => mode,
-        };
-        let (admission, scope) = self.with_scheduler(|scheduler, now, wake| {
-            scheduler.enqueue_named(&name, priority.0, mode, now, wake)
-        });
-        self.remember(&admission);
-        (admission, Scopes::one(scope))
     }
 
     /// Polls waiting ticket `id`: admitted (and whether its departure must
@@ -364,6 +362,15 @@ fn latency(outcome: Outcome, departed_at: Option<Stamp>, ended: Stamp) -> Option
         (Outcome::Response { answered_at, .. }, Some(sent)) => Some(answered_at.unwrap_or(ended).since(sent)),
         _ => None,
     }
+}
+
+/// What a request is queued for, as [`Registry::enqueue`] is told it.
+pub(crate) enum Asked<'a, B> {
+    /// These scopes (a throttle of fixed scopes).
+    Scopes(Scopes),
+    /// The scopes of this request, resolved as the throttle does (its
+    /// [`Scopes`] extension, or the resolver).
+    Request(&'a http::Request<B>),
 }
 
 /// How a request ended, as [`Registry::end`] is told it.

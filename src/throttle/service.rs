@@ -129,7 +129,7 @@ impl<S, M> Throttle<S, M> {
             // recorded once the inner service has the request.
             let place = self.places.take_reserved().expect("a place was just reserved");
             let place = (place, self.place_wait.take());
-            self.reserved = Reserved::Ticket(Ticket::enqueue(&self.handle, place, &scopes, Priority(0)));
+            self.reserved = Reserved::Ticket(Ticket::enqueue(&self.handle, place, scopes, Priority(0)));
         }
         match &mut self.reserved {
             Reserved::Ticket(ticket) => ticket.poll_send(cx),

@@ -14,7 +14,7 @@ use super::lease::HeldLease;
 use super::wake_timer::WakeTimer;
 use crate::departure::stamp::WriteStamp;
 use crate::registry::{
-    Admission, Collected, EndOwner, EndTiming, FastScope, Finishing, LimitSource, Outcome, QueuePlace,
+    Admission, Asked, Collected, EndOwner, EndTiming, FastScope, Finishing, LimitSource, Outcome, QueuePlace,
     Registry, RequestEnd, Reserved, TicketId, TicketPoll, WaitedInScheduler,
 };
 use crate::scope::{Priority, Scopes};
@@ -228,11 +228,11 @@ impl Ticket {
     pub(crate) fn enqueue(
         handle: &Arc<Handle>,
         place: (Reserved<'_>, Option<Instant>),
-        scopes: &Scopes,
+        scopes: Scopes,
         priority: Priority,
     ) -> Self {
-        let admission = handle.registry().enqueue(scopes, priority);
-        Ticket::new(handle, admission, place, scopes)
+        let (admission, scopes) = handle.registry().enqueue::<()>(Asked::Scopes(scopes), priority);
+        Ticket::new(handle, admission, place, &scopes)
     }
 
     /// [`enqueue`](Self::enqueue) for `request`, its scopes resolved as the
@@ -244,7 +244,7 @@ impl Ticket {
         request: &http::Request<B>,
         priority: Priority,
     ) -> (Self, Scopes) {
-        let (admission, scopes) = handle.registry().enqueue_resolved(request, priority);
+        let (admission, scopes) = handle.registry().enqueue(Asked::Request(request), priority);
         let ticket = Ticket::new(handle, admission, place, &scopes);
         (ticket, scopes)
     }
