@@ -151,8 +151,9 @@ pub(crate) type CauseKey = (WaitCause, Option<LimitSource>);
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Waited {
-    /// In the order each cause first held the request.
-    parts: Vec<WaitPart>,
+    /// In the order each cause first held the request (inline for the
+    /// usual one or two: a record costs no allocation of its own).
+    parts: smallvec::SmallVec<[WaitPart; 2]>,
     total: Duration,
     attempts: u32,
     earlier_attempts: Duration,
