@@ -19,13 +19,14 @@ use crate::time::Stamp;
 
 impl Registry {
     /// Queues a request and admits it at once if nothing is ahead of it
-    /// and every limit allows: the one way into the registry. Its ticket,
-    /// and whether it was admitted (then, whether its departure must be
-    /// reported at once), and the request's scopes. A request of one busy plain scope may be admitted on
-    /// the scope's lock-free word instead (see
-    /// [`fast_path`](super::fast_path)). With the built-in host resolver
-    /// and a URI that names a host, the host's scope is found by name
-    /// under the lock, and a scope already known costs no new key.
+    /// and every limit allows: the one way into the registry. Returns its
+    /// admission (its ticket, and whether it was admitted: then, whether
+    /// its departure must be reported at once) and the request's scopes.
+    /// A request of one busy plain scope may be admitted on the scope's
+    /// lock-free word instead (see [`fast_path`](super::fast_path)). With
+    /// the built-in host resolver and a URI that names a host, the host's
+    /// scope is found by name under the lock, and a scope already known
+    /// costs no new key.
     #[inline]
     pub(crate) fn enqueue<B>(&self, asked: Asked<'_, B>, priority: Priority) -> (Admission, Scopes) {
         let request = match asked {
