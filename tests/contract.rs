@@ -294,16 +294,33 @@ mod throttle_waiting {
         Instant::now()
     }
 
+    /// Sends `path` through `service`, which must be ready, and answers it
+    /// at once: the instant it reached the inner service.
+    async fn send_answered<S>(
+        service: &mut mock::Spawn<S>,
+        handle: &mut Handle<Request, Response>,
+        path: &str,
+    ) -> Instant
+    where
+        S: Service<Request>,
+        S::Future: Send + 'static,
+        S::Response: Send + 'static,
+        S::Error: std::fmt::Debug + Send + 'static,
+    {
+        assert_ready_ok!(service.poll_ready());
+        let call = tokio::spawn(service.call(get(path)));
+        let at = answer(handle, path).await;
+        call.await.unwrap().unwrap();
+        at
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_waiting_request_readies_its_own_handle_when_admitted() {
         let start = Instant::now();
         let registry = delayed_registry();
         let (mut service, mut handle) =
             mock::spawn_layer::<Request, Response, _>(ThrottleLayer::new(registry.clone()));
-        assert_ready_ok!(service.poll_ready());
-        let first = tokio::spawn(service.call(get("/1")));
-        assert_eq!(answer(&mut handle, "/1").await, start);
-        first.await.unwrap().unwrap();
+        assert_eq!(send_answered(&mut service, &mut handle, "/1").await, start);
         // The second waits 10 s, giving its readiness back; the inner
         // service is not ready when it is admitted, so the request waits
         // for its own readiness before it leaves.
@@ -318,14 +335,66 @@ mod throttle_waiting {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_request_dropped_before_it_leaves_starts_no_gap() {
+        let start = Instant::now();
+        let registry = delayed_registry();
+        let (mut service, mut handle) =
+            mock::spawn_layer::<Request, Response, _>(ThrottleLayer::new(registry.clone()));
+        assert_eq!(send_answered(&mut service, &mut handle, "/1").await, start);
+        // The second is admitted at 10 s but its inner service is not
+        // ready; it is dropped at 12 s, before it left.
+        assert_ready_ok!(service.poll_ready());
+        let second = tokio::spawn(service.call(get("/2")));
+        handle.allow(0);
+        tokio::time::sleep_until(start + Duration::from_secs(12)).await;
+        assert_eq!(registry.stats().in_flight, 1, "admitted at 10 s");
+        second.abort();
+        assert!(second.await.unwrap_err().is_cancelled());
+        // The site saw nothing at 10 s: the third runs its gap from the
+        // first, 12 s ago, and goes at once.
+        handle.allow(1);
+        assert_eq!(
+            send_answered(&mut service, &mut handle, "/3").await,
+            start + Duration::from_secs(12)
+        );
+        // And the gap after the third runs from it.
+        handle.allow(1);
+        assert_eq!(
+            send_answered(&mut service, &mut handle, "/4").await,
+            start + Duration::from_secs(22)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_the_inner_service_had_counts_as_sent_even_if_never_polled() {
+        let start = Instant::now();
+        let registry = delayed_registry();
+        let (mut service, mut handle) =
+            mock::spawn_layer::<Request, Response, _>(ThrottleLayer::new(registry.clone()));
+        send_answered(&mut service, &mut handle, "/1").await;
+        // Admitted at 10 s and handed to the inner service by `call`, which
+        // (as the mock does) may send it before its future is polled. The
+        // future is dropped unpolled at 13 s: the request counts as sent
+        // then, the latest it can have left.
+        tokio::time::sleep_until(start + Duration::from_secs(10)).await;
+        assert_ready_ok!(service.poll_ready());
+        let second = service.call(get("/2"));
+        let (request, _reply) = handle.next_request().await.unwrap();
+        assert_eq!(request.uri().path(), "/2");
+        tokio::time::sleep_until(start + Duration::from_secs(13)).await;
+        drop(second);
+        assert_eq!(
+            send_answered(&mut service, &mut handle, "/3").await,
+            start + Duration::from_secs(23)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_poll_ready_error_while_waiting_ends_the_request_with_it() {
         let registry = delayed_registry();
         let (mut service, mut handle) =
             mock::spawn_layer::<Request, Response, _>(ThrottleLayer::new(registry.clone()));
-        assert_ready_ok!(service.poll_ready());
-        let first = tokio::spawn(service.call(get("/1")));
-        answer(&mut handle, "/1").await;
-        first.await.unwrap().unwrap();
+        send_answered(&mut service, &mut handle, "/1").await;
         assert_ready_ok!(service.poll_ready());
         let second = tokio::spawn(service.call(get("/2")));
         handle.send_error("inner service broke");
@@ -346,10 +415,7 @@ mod throttle_waiting {
         let (mut service, mut handle) = mock::spawn_layer::<Request, Response, _>(
             ThrottleLayer::new(registry.clone()).fixed_scope(Scopes::from("site.example")),
         );
-        assert_ready_ok!(service.poll_ready());
-        let first = tokio::spawn(service.call(get("/1")));
-        answer(&mut handle, "/1").await;
-        first.await.unwrap().unwrap();
+        send_answered(&mut service, &mut handle, "/1").await;
         // Not admitted for 10 s: poll_ready stays pending, and a clone
         // called meanwhile panics without reaching the inner service.
         assert_pending!(service.poll_ready());

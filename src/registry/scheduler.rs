@@ -240,6 +240,7 @@ impl Scheduler {
             scope,
             lane: usize::MAX,
             cost: DEFAULT_COST,
+            before: None,
         }]);
         let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
         (Admission::Ticket(id, admitted), key)
@@ -274,6 +275,7 @@ impl Scheduler {
                 scope,
                 lane: usize::MAX,
                 cost,
+                before: None,
             }])
         } else {
             self.evict_expired(now);
@@ -285,6 +287,7 @@ impl Scheduler {
                 scope,
                 lane: usize::MAX,
                 cost,
+                before: None,
             }))
         };
         let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
@@ -317,6 +320,7 @@ impl Scheduler {
             scope: fast.id,
             lane: usize::MAX,
             cost: DEFAULT_COST,
+            before: None,
         };
         self.finish_unticketed(seat, outcome, departed_at, now, wake);
     }
@@ -551,6 +555,7 @@ impl Scheduler {
                     scope,
                     lane: lane as usize,
                     cost: DEFAULT_COST,
+                    before: None,
                 },
                 outcome,
                 departed_at,
@@ -617,8 +622,12 @@ impl Scheduler {
         };
         for seat in seats {
             let scope = &mut self.scopes[seat.scope];
-            if let Some(at) = to_apply {
-                scope.state.depart(seat.lane, at);
+            match (to_apply, &seat.before) {
+                (Some(at), _) => scope.state.depart(seat.lane, at),
+                (None, Some(before)) if departed_at.is_none() => {
+                    scope.state.forget_send(seat.lane, before);
+                }
+                _ => {}
             }
             if let Some((latency, status, adjust_autothrottle)) = latency {
                 if adjust_autothrottle && self.fleet_learns {
@@ -636,10 +645,15 @@ impl Scheduler {
             }
         }
         self.global.release();
+        // The freed scopes look first: a waiter they let go takes the
+        // permit if it is earlier than every waiter for one (`evaluate`
+        // queues a later one behind them), and the permit then goes to the
+        // earliest of all.
+        self.run_dispatch(now, wake);
         if !self.global_queue.is_empty() {
             self.serve_global_queue(now, wake);
+            self.run_dispatch(now, wake);
         }
-        self.run_dispatch(now, wake);
     }
 }
 

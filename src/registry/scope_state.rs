@@ -208,6 +208,8 @@ pub(crate) struct TakenLane {
     /// admitted before this request ends (its only lane is busy, or no gap
     /// depends on it), so its departure can wait for the end.
     pub(crate) others_may_follow: bool,
+    /// What to put back if the request never leaves.
+    pub(crate) before: SendsBefore,
 }
 
 /// What a scope's own limits say about its next send.
@@ -488,6 +490,8 @@ impl ScopeState {
                 self.lanes.len()
             }
         };
+        let scope_before = self.last_send;
+        let lane_before = self.lanes.get(lane).map_or(LastSend::NONE, |lane| lane.last_send);
         let scope_send = self.record_send(lane, Stamp::of(now), (rng.f64(), rng.f64()));
         self.spend_quota(cost, now);
         tracing::debug!(
@@ -502,6 +506,11 @@ impl ScopeState {
         TakenLane {
             lane,
             others_may_follow: has_gap && effective.concurrency > 1,
+            before: SendsBefore {
+                scope: scope_before,
+                lane: lane_before,
+                made: scope_send,
+            },
         }
     }
 
@@ -598,8 +607,8 @@ impl ScopeState {
     }
 
     /// Frees `lane` (taken by [`take_lane`](Self::take_lane)) when its
-    /// request is over, `departed` or not. The first request to end warms
-    /// the scope: the next gap runs from `answered_at` (its response head,
+    /// request is over, `departed` or not. The first request to end that
+    /// left warms the scope: the next gap runs from `answered_at` (its response head,
     /// or its end when it had none).
     #[inline]
     pub(crate) fn release_lane(&mut self, lane: usize, departed: bool, answered_at: Stamp) {
@@ -608,9 +617,10 @@ impl ScopeState {
         }
         self.in_flight -= 1;
         if !departed {
+            // It never left: the scope stays cold until a request ends
+            // that did.
             self.undeparted -= 1;
-        }
-        if !self.warm {
+        } else if !self.warm {
             self.warm = true;
             if let Some(last_send) = &mut self.last_send {
                 // The cold start's next gap runs from the first answer
@@ -681,4 +691,4 @@ mod manager;
 mod quota;
 mod updates;
 
-pub(crate) use last_send::LastSend;
+pub(crate) use last_send::{LastSend, SendsBefore};

@@ -6,6 +6,7 @@ use std::task::Waker;
 
 use tokio::time::Instant;
 
+use crate::registry::scope_state::SendsBefore;
 use crate::time::Stamp;
 use crate::waited::WaitPart;
 
@@ -32,6 +33,9 @@ pub(crate) struct Seat {
     pub(crate) lane: usize,
     /// The request's expected quota cost in this scope.
     pub(crate) cost: f64,
+    /// Once a lane is taken by the scheduler's send: what to put back if
+    /// the request never leaves.
+    pub(crate) before: Option<SendsBefore>,
 }
 
 /// The seats of a ticket, inline for the common one-scope request.

@@ -96,7 +96,7 @@ where
         readied: S,
         request: http::Request<ReqBody>,
         (scopes, record_scopes): (Scopes, bool),
-        ticket: Ticket,
+        mut ticket: Ticket,
         (adjust_autothrottle, release_at_head): (bool, bool),
     ) -> Self
     where
@@ -110,6 +110,7 @@ where
                 hand_over(readied, request, ticket.registry_id(), scopes, record_scopes);
             (State::Calling { future }, write_stamp)
         } else {
+            ticket.note_parked();
             (park(readied, request, scopes, ticket.has_fleet()), None)
         };
         ResponseFuture {
@@ -278,6 +279,7 @@ where
                     let registry = ticket.registry_id();
                     let (future, write_stamp) =
                         hand_over(service, request, registry, scopes, *this.record_scopes);
+                    ticket.note_called();
                     *this.write_stamp = write_stamp;
                     this.state.set(State::Calling { future });
                 }

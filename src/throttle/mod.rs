@@ -64,6 +64,13 @@
 //! could be admitted before this one ends), and otherwise rides with the
 //! request's completion, which takes that lock anyway.
 //!
+//! A request admitted but dropped before the inner service was called (or
+//! whose inner service failed to get ready) never left: its scopes time
+//! their next gaps as if it had not been admitted. One dropped after the
+//! call but before its future's first poll counts as sent when it was
+//! dropped, the latest instant it can have left: not every service waits
+//! for a poll to send.
+//!
 //! After the hand-over a client may still hold the bytes a while: hyper's
 //! connection task writes them when the client's runtime runs it. With
 //! [`DepartureStampLayer`](crate::departure::DepartureStampLayer) directly

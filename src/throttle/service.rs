@@ -183,8 +183,11 @@ where
                 let place = (place, self.place_wait.take());
                 Ticket::enqueue_resolved(&self.handle, place, &request, priority)
             }
-            Reserved::Ticket(ticket) => match &self.fixed {
-                Some(scopes) => (ticket, scopes.clone()),
+            Reserved::Ticket(mut ticket) => match &self.fixed {
+                Some(scopes) => {
+                    ticket.note_called();
+                    (ticket, scopes.clone())
+                }
                 None => panic!("poll_ready must be called first"),
             },
             Reserved::Nothing => panic!("poll_ready must be called first"),

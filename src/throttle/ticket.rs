@@ -14,8 +14,8 @@ use super::lease::HeldLease;
 use super::wake_timer::WakeTimer;
 use crate::departure::stamp::WriteStamp;
 use crate::registry::{
-    Admission, Asked, Collected, EndOwner, EndTiming, FastScope, Finishing, LimitSource, Outcome, QueuePlace,
-    Registry, RequestEnd, Reserved, TicketId, TicketPoll, WaitedInScheduler,
+    Admission, Asked, Collected, EndOwner, EndTiming, FastScope, Finishing, Outcome, QueuePlace, Registry,
+    RequestEnd, Reserved, TicketId, TicketPoll,
 };
 use crate::scope::{Priority, Scopes};
 use crate::store::{
@@ -23,7 +23,6 @@ use crate::store::{
     StoreHandle,
 };
 use crate::time::Stamp;
-use crate::waited::{WaitCause, Waited};
 
 /// A request's place in the scheduler, from queued to finished. Dropping it
 /// at any point releases whatever it holds (queue place, lanes, global
@@ -59,87 +58,6 @@ enum Owner {
     Word(Arc<FastScope>),
 }
 
-/// What a ticket keeps only when it waits.
-#[derive(Default)]
-struct Waiting {
-    timer: Option<Box<WakeTimer>>,
-    /// Why the request waited, while it is recorded.
-    clock: Option<WaitClock>,
-}
-
-impl Waiting {
-    /// What a new ticket keeps from the start: the record of its wait when
-    /// it waited for a queue place since `place_wait`, when its registry
-    /// has a store (`fleet`: the store's say is timed from now), or when
-    /// somebody listens to its span. Nothing, in the common case (made at
-    /// once, not changed after: a change would cost the common path a copy
-    /// of the ticket).
-    #[inline(always)]
-    fn for_request(place_wait: Option<Instant>, scopes: &Scopes, fleet: bool) -> Option<Box<Waiting>> {
-        if place_wait.is_none()
-            && !fleet
-            && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
-        {
-            return None;
-        }
-        Some(Self::recording(place_wait, scopes))
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn recording(place_wait: Option<Instant>, scopes: &Scopes) -> Box<Waiting> {
-        let now = Instant::now();
-        let mut waited = Waited::default();
-        if let Some(since) = place_wait {
-            waited.add(WaitCause::Queue, None, now.saturating_duration_since(since));
-        }
-        let span =
-            tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG).then(|| request_span(scopes));
-        Box::new(Waiting {
-            timer: None,
-            clock: Some(WaitClock {
-                waited,
-                since: now,
-                span,
-            }),
-        })
-    }
-}
-
-/// The span of a request with `scopes` (`tower_throttle`, debug): its
-/// wait's breakdown is recorded at the hand-over (see [`crate::waited`]).
-fn request_span(scopes: &Scopes) -> tracing::Span {
-    tracing::debug_span!(
-        target: "tower_throttle",
-        "throttle",
-        scopes = ?scopes,
-        waited_ms = tracing::field::Empty,
-        top_cause = tracing::field::Empty,
-        wait_queue_ms = tracing::field::Empty,
-        wait_global_concurrency_ms = tracing::field::Empty,
-        wait_lanes_ms = tracing::field::Empty,
-        wait_delay_ms = tracing::field::Empty,
-        wait_quota_ms = tracing::field::Empty,
-        wait_hold_ms = tracing::field::Empty,
-        wait_pacing_ms = tracing::field::Empty,
-        wait_departure_ms = tracing::field::Empty,
-        wait_other_scope_ms = tracing::field::Empty,
-        wait_store_ms = tracing::field::Empty,
-        wait_hand_over_ms = tracing::field::Empty,
-        wait_robots_ms = tracing::field::Empty,
-    )
-}
-
-/// A request's wait as it is recorded: the parts so far, the end of the
-/// last one (where the next part starts), and the request's span when
-/// somebody listens.
-#[derive(Debug)]
-struct WaitClock {
-    waited: Waited,
-    since: Instant,
-    span: Option<tracing::Span>,
-}
-
 /// Where a request stands, as its own future knows it. (The queue place
 /// and the departure share the space: a waiting request stays within its
 /// memory budget.)
@@ -151,9 +69,13 @@ enum Stage {
     },
     /// Admitted, not yet handed to the inner service. `report`: its
     /// departure must reach the scheduler as soon as it happens (see
-    /// [`TicketPoll::Sent`]).
+    /// [`TicketPoll::Sent`]). `called`: the inner service has been called
+    /// (the request may have left, whatever its future did since), or is
+    /// called in the step that admitted it (a request admitted at once:
+    /// one that parks instead says so, see [`Ticket::note_parked`]).
     Admitted {
         report: bool,
+        called: bool,
     },
     /// Handed at `at` to a client that stamps its write: departs at the
     /// later of `at` and the stamp (see [`crate::departure`]); `report` as
@@ -208,7 +130,7 @@ impl Ticket {
             // A request admitted at once gives its place back now.
             Some(report) => {
                 place.give_back();
-                Stage::Admitted { report }
+                Stage::Admitted { report, called: true }
             }
             None => Stage::Queued { _place: place.keep() },
         };
@@ -232,7 +154,10 @@ impl Ticket {
         priority: Priority,
     ) -> Self {
         let (admission, scopes) = handle.registry().enqueue::<()>(Asked::Scopes(scopes), priority);
-        Ticket::new(handle, admission, place, &scopes)
+        let mut ticket = Ticket::new(handle, admission, place, &scopes);
+        // Its `call` comes later, if ever.
+        ticket.note_parked();
+        ticket
     }
 
     /// [`enqueue`](Self::enqueue) for `request`, its scopes resolved as the
@@ -331,6 +256,7 @@ impl Ticket {
                 TicketPoll::Sent { report_departure } => {
                     self.stage = Stage::Admitted {
                         report: report_departure,
+                        called: false,
                     };
                     return Poll::Ready(());
                 }
@@ -346,78 +272,24 @@ impl Ticket {
         }
     }
 
-    /// Notes the store's say, which ended now.
-    pub(crate) fn note_store_done(&mut self) {
-        if let Some(clock) = self.clock_mut() {
-            let now = Instant::now();
-            let time = now.saturating_duration_since(clock.since);
-            clock.waited.add(WaitCause::Store, Some(LimitSource::Fleet), time);
-            clock.since = now;
+    /// Notes that the inner service has been called with the request: from
+    /// now on it may have left, even if its future is never polled.
+    #[inline(always)]
+    pub(crate) fn note_called(&mut self) {
+        self.set_called(true);
+    }
+
+    /// Notes that a request admitted at once is not handed over in the
+    /// same step (it waits for the registry's store, or for its `call`).
+    pub(crate) fn note_parked(&mut self) {
+        self.set_called(false);
+    }
+
+    #[inline(always)]
+    fn set_called(&mut self, to: bool) {
+        if let Stage::Admitted { called, .. } = &mut self.stage {
+            *called = to;
         }
-    }
-
-    /// Notes the hand-over to the inner service at `at`, which ends the
-    /// record: gives it to the request's span and to the metrics.
-    #[inline]
-    pub(crate) fn note_hand_over(&mut self, at: Instant) {
-        if let Some(clock) = self.clock_mut() {
-            end_wait(clock, at);
-        }
-    }
-
-    /// Whether the request records a wait (or a span).
-    #[inline]
-    pub(crate) fn records_a_wait(&self) -> bool {
-        self.waiting
-            .as_ref()
-            .is_some_and(|waiting| waiting.clock.is_some())
-    }
-
-    fn clock_mut(&mut self) -> Option<&mut WaitClock> {
-        self.waiting.as_mut().and_then(|waiting| waiting.clock.as_mut())
-    }
-
-    /// Leaves the record of why the request waited in its response's
-    /// extensions, if it waited.
-    #[cold]
-    pub(crate) fn leave_record<B, E>(&mut self, output: &mut Result<http::Response<B>, E>) {
-        let clock = self.waiting.as_mut().and_then(|waiting| waiting.clock.take());
-        if let (Some(clock), Ok(response)) = (clock, output) {
-            clock.waited.merge_into(response.extensions_mut());
-        }
-    }
-
-    /// The request's span, when somebody listens.
-    #[inline]
-    pub(crate) fn span(&self) -> Option<&tracing::Span> {
-        self.waiting
-            .as_ref()
-            .and_then(|waiting| waiting.clock.as_ref())
-            .and_then(|clock| clock.span.as_ref())
-    }
-
-    /// The record of the request's wait, started at `now` if needed.
-    #[cold]
-    fn wait_clock(&mut self, now: Instant) -> &mut WaitClock {
-        self.waiting
-            .get_or_insert_with(Box::default)
-            .clock
-            .get_or_insert_with(|| WaitClock {
-                waited: Waited::default(),
-                since: now,
-                span: None,
-            })
-    }
-
-    /// Notes what the scheduler said of the request's wait up to its
-    /// admission.
-    #[cold]
-    fn note_scheduler_wait(&mut self, waited: WaitedInScheduler) {
-        let clock = self.wait_clock(waited.admitted_at);
-        for (cause, source, time) in waited.parts {
-            clock.waited.add(cause, source, time);
-        }
-        clock.since = waited.admitted_at;
     }
 
     /// Records that the inner service has the request now (the caller
@@ -429,7 +301,7 @@ impl Ticket {
     /// call, and before admission. Returns the clock reading it took, if
     /// it took one.
     pub(crate) fn depart(&mut self) -> Option<Instant> {
-        let Stage::Admitted { report } = self.stage else {
+        let Stage::Admitted { report, .. } = self.stage else {
             return None;
         };
         let instant = self.hand_over_now();
@@ -452,7 +324,7 @@ impl Ticket {
     /// Returns the clock reading it took, if it took one.
     pub(crate) fn depart_on_write(&mut self, stamp: &WriteStamp, cx: &Context<'_>) -> Option<Instant> {
         let mut reading = None;
-        if let Stage::Admitted { report } = self.stage {
+        if let Stage::Admitted { report, .. } = self.stage {
             let instant = self.hand_over_now();
             self.stage = Stage::Handed {
                 at: Stamp::of(instant),
@@ -595,28 +467,49 @@ impl Ticket {
     /// for no `End` moved between frames.)
     #[inline(always)]
     fn end(&mut self, ended: Option<Instant>) -> Option<End> {
-        // Only a request through a store holds a lease.
+        let stage = std::mem::replace(&mut self.stage, Stage::Finished);
+        let (departed_at, stamp) = match stage {
+            Stage::Finished => {
+                self.release_lease();
+                return None;
+            }
+            // `ended` is the departure's reading: its stamp too.
+            Stage::Departed { at, reported } => ((!reported).then_some(at), ended.and(Some(at))),
+            // Ended (or dropped) before its write stamp came: it may have
+            // left, so it departs at its hand-over.
+            Stage::Handed { at, .. } => (Some(at), ended.and(Some(at))),
+            Stage::Admitted { called: true, .. } => (Some(self.depart_unpolled()), None),
+            // Ended before the inner service had it: it never left, and the
+            // scheduler forgets its send.
+            _ => (None, None),
+        };
+        self.release_lease();
+        Some(End {
+            departed_at,
+            stamp,
+            _stage: stage,
+        })
+    }
+
+    /// The departure of a request whose inner service was called but whose
+    /// future was never polled: the service may have sent it already (not
+    /// every service waits for a poll), so it departs now, the latest it
+    /// can have left.
+    #[cold]
+    fn depart_unpolled(&mut self) -> Stamp {
+        Stamp::of(self.hand_over_now())
+    }
+
+    /// Gives the store's lease back, if the request holds one (only a
+    /// request through a store does).
+    #[inline(always)]
+    fn release_lease(&mut self) {
         if let Some(lease) = self.lease.take() {
             if let Some(fleet) = self.registry().and_then(Registry::fleet) {
                 fleet.untrack(lease.id());
                 fleet.in_background(fleet.store.release(lease.release(Instant::now())));
             }
         }
-        let stage = std::mem::replace(&mut self.stage, Stage::Finished);
-        let (departed_at, stamp) = match stage {
-            Stage::Finished => return None,
-            // `ended` is the departure's reading: its stamp too.
-            Stage::Departed { at, reported } => ((!reported).then_some(at), ended.and(Some(at))),
-            // Ended (or dropped) before its write stamp came: it may have
-            // left, so it departs at its hand-over.
-            Stage::Handed { at, .. } => (Some(at), ended.and(Some(at))),
-            _ => (None, None),
-        };
-        Some(End {
-            departed_at,
-            stamp,
-            _stage: stage,
-        })
     }
 
     /// Applies the reports the feedback layers left for this request when
@@ -651,19 +544,6 @@ impl Ticket {
     }
 }
 
-/// Ends the record of a wait at the hand-over `at`, and reports it. A
-/// request that waited for nothing before (its clock runs only for its
-/// span) did not wait for its hand-over either: it went at once.
-#[cold]
-fn end_wait(clock: &mut WaitClock, at: Instant) {
-    if !clock.waited.total().is_zero() {
-        let time = at.saturating_duration_since(clock.since);
-        clock.waited.add(WaitCause::HandOver, None, time);
-    }
-    clock.since = at;
-    crate::waited::report(&clock.waited, clock.span.as_ref());
-}
-
 /// What the scheduler needs to finish a ticket, from its handle.
 struct End {
     /// The departure, when the scheduler has yet to learn it.
@@ -685,3 +565,7 @@ impl Drop for Ticket {
         self.finish(Outcome::NoResponse);
     }
 }
+
+mod record;
+
+use record::Waiting;

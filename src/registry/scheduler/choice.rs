@@ -86,8 +86,14 @@ impl Scheduler {
             }
         }
         // Taken here, the last check: an admitted waiter is sent at once
-        // (`Verdict::Admit` means its permit is taken).
-        if !self.global.take_locked() {
+        // (`Verdict::Admit` means its permit is taken). Permits go in one
+        // order across all scopes: behind an earlier waiter for one, this
+        // one joins them.
+        let earlier_waits = self
+            .global_queue
+            .first_key_value()
+            .is_some_and(|(&first, _)| first < order);
+        if earlier_waits || !self.global.take_locked() {
             return Verdict::Global;
         }
         Verdict::Admit
