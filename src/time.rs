@@ -81,6 +81,9 @@ fn nanos_saturating(duration: Duration) -> u64 {
 impl Stamp {
     /// The earliest stamp: no gap that runs from it blocks anything now.
     pub(crate) const EARLIEST: Stamp = Stamp(NonZeroU64::MIN);
+    /// The latest stamp, centuries past any instant a run reaches: a
+    /// marker, never a send.
+    pub(crate) const LATEST: Stamp = Stamp(NonZeroU64::MAX);
 
     /// The stamp of `instant`.
     pub(crate) fn of(instant: Instant) -> Stamp {

@@ -20,7 +20,7 @@ use super::config::ScopeConfig;
 use super::configs::ConfigTable;
 use super::fast_path::{FastScope, GlobalFlight, WordOwner};
 use super::metrics::Metrics;
-use super::scope_state::{Effective, ScopeCheck, ScopeState};
+use super::scope_state::{Effective, ScopeCheck, ScopeState, SendsBefore};
 use super::ticket::{HeldBy, OrderKey, Seat, Seats, Status, TicketState, WaitedInScheduler};
 pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
 use crate::scope::{Scope, Scopes, DEFAULT_COST};
@@ -240,7 +240,7 @@ impl Scheduler {
             scope,
             lane: usize::MAX,
             cost: DEFAULT_COST,
-            before: None,
+            before: SendsBefore::KEEP,
         }]);
         let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
         (Admission::Ticket(id, admitted), key)
@@ -275,7 +275,7 @@ impl Scheduler {
                 scope,
                 lane: usize::MAX,
                 cost,
-                before: None,
+                before: SendsBefore::KEEP,
             }])
         } else {
             self.evict_expired(now);
@@ -287,7 +287,7 @@ impl Scheduler {
                 scope,
                 lane: usize::MAX,
                 cost,
-                before: None,
+                before: SendsBefore::KEEP,
             }))
         };
         let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
@@ -320,7 +320,7 @@ impl Scheduler {
             scope: fast.id,
             lane: usize::MAX,
             cost: DEFAULT_COST,
-            before: None,
+            before: SendsBefore::KEEP,
         };
         self.finish_unticketed(seat, outcome, departed_at, now, wake);
     }
@@ -555,7 +555,7 @@ impl Scheduler {
                     scope,
                     lane: lane as usize,
                     cost: DEFAULT_COST,
-                    before: None,
+                    before: SendsBefore::KEEP,
                 },
                 outcome,
                 departed_at,
@@ -622,12 +622,10 @@ impl Scheduler {
         };
         for seat in seats {
             let scope = &mut self.scopes[seat.scope];
-            match (to_apply, &seat.before) {
-                (Some(at), _) => scope.state.depart(seat.lane, at),
-                (None, Some(before)) if departed_at.is_none() => {
-                    scope.state.forget_send(seat.lane, before);
-                }
-                _ => {}
+            match to_apply {
+                Some(at) => scope.state.depart(seat.lane, at),
+                None if departed_at.is_none() => scope.state.forget_send(seat.lane, &seat.before),
+                None => {}
             }
             if let Some((latency, status, adjust_autothrottle)) = latency {
                 if adjust_autothrottle && self.fleet_learns {

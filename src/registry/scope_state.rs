@@ -490,8 +490,11 @@ impl ScopeState {
                 self.lanes.len()
             }
         };
-        let scope_before = self.last_send;
-        let lane_before = self.lanes.get(lane).map_or(LastSend::NONE, |lane| lane.last_send);
+        let scope_before = self.last_send.map(|last| last.at);
+        let lane_before = self
+            .lanes
+            .get(lane)
+            .map_or(Stamp::EARLIEST, |lane| lane.last_send.at);
         let scope_send = self.record_send(lane, Stamp::of(now), (rng.f64(), rng.f64()));
         self.spend_quota(cost, now);
         tracing::debug!(
@@ -509,7 +512,6 @@ impl ScopeState {
             before: SendsBefore {
                 scope: scope_before,
                 lane: lane_before,
-                made: scope_send,
             },
         }
     }

@@ -33,9 +33,10 @@ pub(crate) struct Seat {
     pub(crate) lane: usize,
     /// The request's expected quota cost in this scope.
     pub(crate) cost: f64,
-    /// Once a lane is taken by the scheduler's send: what to put back if
-    /// the request never leaves.
-    pub(crate) before: Option<SendsBefore>,
+    /// What to put back if the request never leaves, once the scheduler's
+    /// send took its lane ([`SendsBefore::KEEP`] until then, and for a
+    /// plain lane).
+    pub(crate) before: SendsBefore,
 }
 
 /// The seats of a ticket, inline for the common one-scope request.

@@ -343,7 +343,7 @@ impl Scheduler {
                 },
             );
             seat.lane = taken.lane;
-            seat.before = Some(taken.before);
+            seat.before = taken.before;
             report_departure |= taken.others_may_follow;
             self.metrics.sent(&scope.state.key);
         }

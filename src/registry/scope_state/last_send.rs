@@ -17,12 +17,6 @@ pub(crate) struct LastSend {
 }
 
 impl LastSend {
-    /// The last send of a lane that never sent: long past.
-    pub(super) const NONE: LastSend = LastSend {
-        at: Stamp::EARLIEST,
-        draw: 0.5,
-    };
-
     /// Moves the send to `at` when it happened later than stamped (the
     /// request left after its admission); the jitter draw stays.
     pub(super) fn departed_at(&mut self, at: Stamp) {
@@ -49,33 +43,51 @@ impl LastSend {
     }
 }
 
-/// What a request's admission replaced in its scope: the scope's and the
-/// lane's last sends before it, and the send it made. They are put back if
-/// the request never leaves (it is dropped, or its inner service fails to
-/// get ready, before the hand-over): the site saw nothing, so no gap may
-/// run from it.
+/// What a request's admission replaced in its scope: the instants of the
+/// scope's and the lane's last sends before it. They are put back if the
+/// request never leaves (it is dropped, or its inner service fails to get
+/// ready, before the inner service is called): the site saw nothing, so no
+/// gap may run from it. (The jitter draws stay: a fresh draw for the gap
+/// after a send is as good as the first. Two instants keep a waiting
+/// request's seat within its memory budget.)
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SendsBefore {
-    pub(super) scope: Option<LastSend>,
-    pub(super) lane: LastSend,
-    /// The scope's send the admission made: the scope's last send is put
-    /// back only while it is still this one.
-    pub(super) made: LastSend,
+    pub(super) scope: Option<Stamp>,
+    pub(super) lane: Stamp,
+}
+
+impl SendsBefore {
+    /// For a seat whose lane was not taken by
+    /// [`take_lane`](super::ScopeState::take_lane) (a plain lane, or none
+    /// yet): nothing to put back.
+    pub(crate) const KEEP: SendsBefore = SendsBefore {
+        scope: None,
+        lane: Stamp::LATEST,
+    };
 }
 
 impl super::ScopeState {
     /// Forgets the send of a request admitted on `lane` that ends without
     /// having left: the lane's last send is the one before it again, and so
-    /// is the scope's, unless a later send replaced it (that one stays).
+    /// is the scope's while it is still this request's (stamped at its
+    /// admission, as its lane is: until it leaves, a scope with a delay
+    /// admits nothing else).
     pub(crate) fn forget_send(&mut self, lane: usize, before: &SendsBefore) {
-        if let Some(lane) = self.lanes.get_mut(lane) {
-            lane.last_send = before.lane;
+        if before.lane == Stamp::LATEST {
+            return;
         }
-        let still_ours = self
-            .last_send
-            .is_some_and(|last| last.at == before.made.at && last.draw == before.made.draw);
-        if still_ours {
-            self.last_send = before.scope;
+        let Some(lane) = self.lanes.get_mut(lane) else {
+            return;
+        };
+        let admitted_at = lane.last_send.at;
+        lane.last_send.at = before.lane;
+        if let Some(last) = &mut self.last_send {
+            if last.at == admitted_at {
+                match before.scope {
+                    Some(at) => last.at = at,
+                    None => self.last_send = None,
+                }
+            }
         }
     }
 }
