@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::backoff::BackoffNow;
 use super::config::ScopeConfig;
 use super::fast_path::Adopted;
+use super::ticket::SendsBefore;
 use crate::scope::Scope;
 use crate::store::backend::AutoThrottleSample;
 use crate::time::{scale, Jitter, Stamp};
@@ -693,4 +694,4 @@ mod manager;
 mod quota;
 mod updates;
 
-pub(crate) use last_send::{LastSend, SendsBefore};
+pub(crate) use last_send::LastSend;

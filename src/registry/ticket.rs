@@ -6,7 +6,6 @@ use std::task::Waker;
 
 use tokio::time::Instant;
 
-use crate::registry::scope_state::SendsBefore;
 use crate::time::Stamp;
 use crate::waited::WaitPart;
 
@@ -37,6 +36,29 @@ pub(crate) struct Seat {
     /// send took its lane ([`SendsBefore::KEEP`] until then, and for a
     /// plain lane).
     pub(crate) before: SendsBefore,
+}
+
+/// What a request's admission replaced in its scope: the instants of the
+/// scope's and the lane's last sends before it. They are put back if the
+/// request never leaves (it is dropped, or its inner service fails to get
+/// ready, before the inner service is called): the site saw nothing, so no
+/// gap may run from it. (The jitter draws stay: a fresh draw for the gap
+/// after a send is as good as the first. Two instants keep a waiting
+/// request's seat within its memory budget.)
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SendsBefore {
+    pub(crate) scope: Option<Stamp>,
+    pub(crate) lane: Stamp,
+}
+
+impl SendsBefore {
+    /// For a seat whose lane was not taken by
+    /// the scheduler's send (a plain lane, or none
+    /// yet): nothing to put back.
+    pub(crate) const KEEP: SendsBefore = SendsBefore {
+        scope: None,
+        lane: Stamp::LATEST,
+    };
 }
 
 /// The seats of a ticket, inline for the common one-scope request.

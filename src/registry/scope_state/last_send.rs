@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::registry::ticket::SendsBefore;
 use crate::time::{scale, Jitter, Stamp};
 
 /// The last send of a lane or a scope, with the random draw for the gap
@@ -41,29 +42,6 @@ impl LastSend {
         }
         Some(self.at.after(scale(gap, jitter.factor(self.draw)).max(floor)))
     }
-}
-
-/// What a request's admission replaced in its scope: the instants of the
-/// scope's and the lane's last sends before it. They are put back if the
-/// request never leaves (it is dropped, or its inner service fails to get
-/// ready, before the inner service is called): the site saw nothing, so no
-/// gap may run from it. (The jitter draws stay: a fresh draw for the gap
-/// after a send is as good as the first. Two instants keep a waiting
-/// request's seat within its memory budget.)
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SendsBefore {
-    pub(super) scope: Option<Stamp>,
-    pub(super) lane: Stamp,
-}
-
-impl SendsBefore {
-    /// For a seat whose lane was not taken by
-    /// [`take_lane`](super::ScopeState::take_lane) (a plain lane, or none
-    /// yet): nothing to put back.
-    pub(crate) const KEEP: SendsBefore = SendsBefore {
-        scope: None,
-        lane: Stamp::LATEST,
-    };
 }
 
 impl super::ScopeState {
