@@ -6,6 +6,7 @@ use std::task::Waker;
 
 use tokio::time::Instant;
 
+use super::groups::NO_SCOPE;
 use super::{
     choice, wait_log, Effective, Finishing, Scheduler, ScopeCheck, ScopeEntry, ScopeId, TicketId, TicketPoll,
     Verdict, WakeList,
@@ -119,12 +120,19 @@ impl Scheduler {
             return false;
         };
         self.tickets[id].in_global_queue = false;
-        if self.evaluate(id, None, now) == Verdict::Admit {
-            self.send(id, now, wake);
-        } else {
-            // Its scopes note their own causes when they look again.
-            for seat in &self.tickets[id].seats {
-                self.dirty.push(seat.scope);
+        match self.evaluate(id, None, now) {
+            Verdict::Admit => self.send(id, now, wake),
+            verdict => {
+                if let Verdict::HeldBy(holder) = verdict {
+                    // As in a scope's dispatch: a candidate where it is
+                    // held, so no later waiter passes it there (it may be
+                    // parked there, held by a scope that let it go since).
+                    self.hold_back(id, holder, NO_SCOPE);
+                }
+                // Its scopes note their own causes when they look again.
+                for seat in &self.tickets[id].seats {
+                    self.dirty.push(seat.scope);
+                }
             }
         }
         true

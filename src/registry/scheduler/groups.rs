@@ -49,6 +49,10 @@ pub(super) const MAX_NEAR_MISSES: u8 = 16;
 /// A ticket in no group (one scope, or not waiting).
 pub(crate) const NO_GROUP: u32 = u32::MAX;
 
+/// The scope a leader is looked at from when it is served from the global
+/// queue, for [`Scheduler::hold_back`]: none (no near miss is counted).
+pub(super) const NO_SCOPE: ScopeId = ScopeId::MAX;
+
 /// The scopes of a group, sorted.
 type GroupKey = SmallVec<[ScopeId; 2]>;
 

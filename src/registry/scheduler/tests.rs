@@ -579,6 +579,69 @@ fn an_idle_scope_entry_fits_its_share_of_the_memory_budget() {
     assert!(entry <= 136, "a scope's slab entry takes {entry} bytes");
 }
 
+/// A global permit freed by an end goes to the earliest waiter for one,
+/// counting those the same end lets go in its scopes: the page of two
+/// scopes that the server's end frees, not the later request of its host
+/// that was waiting for the permit.
+#[test]
+fn a_freed_permit_goes_to_the_earliest_of_the_waiters_the_end_lets_go() {
+    let mut d = Driver::new(scheduler(free(1), 1));
+    let t0 = tokio::time::Instant::now();
+    let (first, sent) = d.enqueue("server", 0, t0);
+    assert!(sent);
+    // Held by the server's lane, the page stands aside on its host...
+    let (page, sent) = d.enqueue(["host", "server"], 0, t0);
+    assert!(!sent);
+    // ...where a later request waits for the permit alone.
+    let (later, sent) = d.enqueue("host", 0, t0);
+    assert!(!sent);
+    d.finish(first, ANSWERED, t0 + ms(10));
+    assert_eq!(d.poll(page, t0 + ms(10)), SENT);
+    assert_eq!(d.poll(later, t0 + ms(10)), waiting(None));
+}
+
+/// A waiter served from the global queue that a scope of it now holds (a
+/// quota another waiter just spent) keeps its turn there, even though it
+/// stood aside in that scope while another of its scopes held it.
+#[test]
+fn a_waiter_served_from_the_global_queue_keeps_its_turn_where_it_is_held() {
+    let paced = free(1).delay(ms(100));
+    let api = free(4).quota(3.0).window(ms(10_000));
+    let configs = vec![
+        (Scope::new("gate"), paced.clone()),
+        (Scope::new("host"), paced),
+        (Scope::new("api"), api),
+    ];
+    let mut d = Driver::new(Scheduler::new(free(1), configs, 1, fastrand::Rng::with_seed(1)));
+    let t0 = tokio::time::Instant::now();
+    for scope in ["gate", "host"] {
+        let (id, sent) = d.enqueue(scope, 0, t0);
+        assert!(sent);
+        d.finish(id, ANSWERED, t0);
+    }
+    // The permit is busy until 100 ms; gate and host are paced until then.
+    let (busy, sent) = d.enqueue("other", 0, t0);
+    assert!(sent);
+    let (spender, _) = d.enqueue(Scopes::with_costs([("gate", 1.0), ("api", 2.0)]), 0, t0);
+    let (page, _) = d.enqueue(Scopes::with_costs([("host", 1.0), ("api", 2.0)]), 0, t0);
+    let (cheap, _) = d.enqueue(Scopes::with_costs([("api", 1.0)]), 0, t0);
+    let t1 = t0 + ms(100);
+    for id in [spender, page, cheap] {
+        assert!(matches!(d.poll(id, t1), TicketPoll::Waiting { .. }));
+    }
+    // The permit comes back: the spender goes and leaves 1 of the quota,
+    // too little for the page, enough for the cheap request behind it.
+    d.finish(busy, ANSWERED, t1);
+    assert_eq!(d.poll(spender, t1), SENT);
+    d.finish(spender, ANSWERED, t1);
+    assert!(matches!(d.poll(page, t1), TicketPoll::Waiting { .. }));
+    assert!(matches!(d.poll(cheap, t1), TicketPoll::Waiting { .. }));
+    // The window ends: the page goes first.
+    let t2 = t1 + ms(10_000);
+    assert_eq!(d.poll(page, t2), SENT);
+    assert!(matches!(d.poll(cheap, t2), TicketPoll::Waiting { .. }));
+}
+
 impl Scheduler {
     /// Queues a request at priority 0 without the lock-free path: its
     /// ticket, and whether it was admitted at once.
