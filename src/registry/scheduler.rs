@@ -624,7 +624,7 @@ impl Scheduler {
             let scope = &mut self.scopes[seat.scope];
             match to_apply {
                 Some(at) => scope.state.depart(seat.lane, at),
-                None if departed_at.is_none() => scope.state.forget_send(seat.lane, &seat.before),
+                None if departed_at.is_none() => scope.state.forget_send(seat.lane, &seat.before, seat.cost),
                 None => {}
             }
             if let Some((latency, status, adjust_autothrottle)) = latency {

@@ -66,7 +66,9 @@
 //!
 //! A request admitted but dropped before the inner service was called (or
 //! whose inner service failed to get ready) never left: its scopes time
-//! their next gaps as if it had not been admitted. One dropped after the
+//! their next gaps as if it had not been admitted, and its quota cost goes
+//! back to the window it was spent in (a registry's store keeps what it
+//! granted). One dropped after the
 //! call but before its future's first poll counts as sent when it was
 //! dropped, the latest instant it can have left: not every service waits
 //! for a poll to send.

@@ -642,6 +642,27 @@ fn a_waiter_served_from_the_global_queue_keeps_its_turn_where_it_is_held() {
     assert!(matches!(d.poll(cheap, t2), TicketPoll::Waiting { .. }));
 }
 
+/// A request admitted but never handed over gives its scope's gap and
+/// quota back: the site never saw it.
+#[test]
+fn a_request_that_never_left_gives_its_gap_and_its_quota_back() {
+    let api = free(1).delay(ms(500)).quota(1.0).window(ms(10_000));
+    let configs = vec![(Scope::new("api"), api)];
+    let mut d = Driver::new(Scheduler::new(free(1), configs, 4, fastrand::Rng::with_seed(1)));
+    let t0 = tokio::time::Instant::now();
+    let (unsent, admitted) = d.scheduler.enqueue_ticket(&Scopes::from("api"), t0, &mut d.woken);
+    assert!(admitted.is_some());
+    // Ends without a departure: dropped before the inner service had it.
+    d.finish(unsent, Outcome::NoResponse, t0 + ms(100));
+    let (next, sent) = d.enqueue("api", 0, t0 + ms(100));
+    assert!(sent);
+    // This one did leave: the gap and the quota count from it.
+    d.finish(next, ANSWERED, t0 + ms(100));
+    let (last, sent) = d.enqueue("api", 0, t0 + ms(100));
+    assert!(!sent);
+    assert_eq!(d.poll(last, t0 + ms(10_099)), waiting(Some(t0 + ms(10_100))));
+}
+
 impl Scheduler {
     /// Queues a request at priority 0 without the lock-free path: its
     /// ticket, and whether it was admitted at once.

@@ -49,8 +49,9 @@ impl super::ScopeState {
     /// having left: the lane's last send is the one before it again, and so
     /// is the scope's while it is still this request's (stamped at its
     /// admission, as its lane is: until it leaves, a scope with a delay
-    /// admits nothing else).
-    pub(crate) fn forget_send(&mut self, lane: usize, before: &SendsBefore) {
+    /// admits nothing else). The `cost` it spent of the scope's quota goes
+    /// back too (see [`refund_quota`](Self::refund_quota)).
+    pub(crate) fn forget_send(&mut self, lane: usize, before: &SendsBefore, cost: f64) {
         if before.lane == Stamp::LATEST {
             return;
         }
@@ -59,6 +60,7 @@ impl super::ScopeState {
         };
         let admitted_at = lane.last_send.at;
         lane.last_send.at = before.lane;
+        self.refund_quota(cost, admitted_at.instant());
         if let Some(last) = &mut self.last_send {
             if last.at == admitted_at {
                 match before.scope {

@@ -48,4 +48,23 @@ impl ScopeState {
             }
         }
     }
+
+    /// Gives back `cost`, spent at `spent_at` by a send that never left,
+    /// when it was spent in the current window; a window that send started
+    /// and nothing else spent in is dropped, so the next send starts one.
+    pub(crate) fn refund_quota(&mut self, cost: f64, spent_at: Instant) {
+        let Some(contributed) = self.contributed.as_deref_mut() else {
+            return;
+        };
+        let Some(window) = contributed.quota.as_deref_mut() else {
+            return;
+        };
+        if window.started > spent_at {
+            return;
+        }
+        window.used = (window.used - cost).max(0.0);
+        if window.started == spent_at && window.used <= 0.0 {
+            contributed.quota = None;
+        }
+    }
 }
