@@ -123,11 +123,16 @@ impl Scheduler {
         match self.evaluate(id, None, now) {
             Verdict::Admit => self.send(id, now, wake),
             verdict => {
-                if let Verdict::HeldBy(holder) = verdict {
+                match verdict {
                     // As in a scope's dispatch: a candidate where it is
                     // held, so no later waiter passes it there (it may be
                     // parked there, held by a scope that let it go since).
-                    self.hold_back(id, holder, NO_SCOPE);
+                    // Not a waiter whose group another leads now: it stands
+                    // in no queue.
+                    Verdict::HeldBy(holder) if self.stands_in_queues(id) => {
+                        self.hold_back(id, holder, NO_SCOPE);
+                    }
+                    _ => {}
                 }
                 // Its scopes note their own causes when they look again.
                 for seat in &self.tickets[id].seats {

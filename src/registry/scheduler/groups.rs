@@ -182,6 +182,16 @@ impl Scheduler {
         }
     }
 
+    /// Whether waiting ticket `id` stands in its scopes' queues: it has one
+    /// scope, or it leads its group (a later waiter of higher priority may
+    /// have taken the lead, see [`start_waiting`](Self::start_waiting)).
+    pub(super) fn stands_in_queues(&self, id: TicketId) -> bool {
+        match self.tickets[id].group {
+            NO_GROUP => true,
+            group => self.groups.members(group).next() == Some(id),
+        }
+    }
+
     /// Ticket `id` leads no more: out of its scopes' queues and timers.
     fn withdraw(&mut self, id: TicketId) {
         let order = self.tickets[id].order;

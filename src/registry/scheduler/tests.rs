@@ -663,6 +663,44 @@ fn a_request_that_never_left_gives_its_gap_and_its_quota_back() {
     assert_eq!(d.poll(last, t0 + ms(10_099)), waiting(Some(t0 + ms(10_100))));
 }
 
+/// A waiter whose group a later one of higher priority leads stands in no
+/// queue, even while it waits for a global permit: served from that queue
+/// and held, it is not moved into one (an entry there would outlive it,
+/// since it leaves as a member).
+#[test]
+fn a_waiter_another_leads_is_served_from_the_global_queue_without_entering_a_queue() {
+    let mut d = Driver::new(scheduler(free(1), 1));
+    let t0 = tokio::time::Instant::now();
+    let (busy, sent) = d.enqueue("other", 0, t0);
+    assert!(sent);
+    // Both wait for the permit; the later one, of higher priority, leads.
+    let (low, sent) = d.enqueue(["a", "b"], 0, t0);
+    assert!(!sent);
+    let (high, sent) = d.enqueue(["a", "b"], 1, t0);
+    assert!(!sent);
+    let b = Scope::new("b");
+    d.scheduler.hold(&b, t0 + ms(1_000), t0, &mut d.woken);
+    // The permit comes back while b holds both.
+    d.finish(busy, ANSWERED, t0 + ms(10));
+    for id in [high, low] {
+        assert!(matches!(d.poll(id, t0 + ms(10)), TicketPoll::Waiting { .. }));
+    }
+    // The one that does not lead stands in no queue of its scopes.
+    for scope in ["a", "b"] {
+        let (_, entry) = d.scheduler.scope_with_id(scope).unwrap();
+        let entries = entry.queue().values().chain(entry.parked().values());
+        assert!(entries.copied().all(|id| id != low), "{scope}");
+    }
+    d.finish(low, Outcome::NoResponse, t0 + ms(20));
+    let t1 = t0 + ms(1_000);
+    assert_eq!(d.poll(high, t1), SENT);
+    d.finish(high, ANSWERED, t1);
+    for scope in ["a", "b"] {
+        let (_, entry) = d.scheduler.scope_with_id(scope).unwrap();
+        assert!(entry.queue().is_empty() && entry.parked().is_empty(), "{scope}");
+    }
+}
+
 impl Scheduler {
     /// Queues a request at priority 0 without the lock-free path: its
     /// ticket, and whether it was admitted at once.
