@@ -122,25 +122,27 @@ impl Scheduler {
         self.tickets[id].in_global_queue = false;
         match self.evaluate(id, None, now) {
             Verdict::Admit => self.send(id, now, wake),
-            verdict => {
-                match verdict {
-                    // As in a scope's dispatch: a candidate where it is
-                    // held, so no later waiter passes it there (it may be
-                    // parked there, held by a scope that let it go since).
-                    // Not a waiter whose group another leads now: it stands
-                    // in no queue.
-                    Verdict::HeldBy(holder) if self.stands_in_queues(id) => {
-                        self.hold_back(id, holder, NO_SCOPE);
-                    }
-                    _ => {}
-                }
-                // Its scopes note their own causes when they look again.
-                for seat in &self.tickets[id].seats {
-                    self.dirty.push(seat.scope);
-                }
-            }
+            verdict => self.look_again_at(id, verdict),
         }
         true
+    }
+
+    /// A waiter served from the global queue that did not go: its scopes
+    /// look at it again (and note their own causes). Held by one of them,
+    /// it is first moved as a scope's dispatch moves it: a candidate where
+    /// it is held, so no later waiter passes it there (it may be parked
+    /// there, held by a scope that let it go since); not a waiter whose
+    /// group another leads now, which stands in no queue.
+    #[cold]
+    fn look_again_at(&mut self, id: TicketId, verdict: Verdict) {
+        if let Verdict::HeldBy(holder) = verdict {
+            if self.stands_in_queues(id) {
+                self.hold_back(id, holder, NO_SCOPE);
+            }
+        }
+        for seat in &self.tickets[id].seats {
+            self.dirty.push(seat.scope);
+        }
     }
 
     /// Dispatches every dirty scope. A scope named again before or while
