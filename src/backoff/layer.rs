@@ -57,8 +57,8 @@ impl fmt::Debug for BackoffLayer {
 
 impl BackoffLayer {
     /// A layer reporting to `registry` with the default rules
-    /// ([`default_response_feedback`](super::default_response_feedback),
-    /// [`default_error_feedback`](super::default_error_feedback)).
+    /// ([`default_response_feedback`],
+    /// [`default_error_feedback`]).
     pub fn new(registry: Registry) -> Self {
         BackoffLayer {
             shared: Arc::new(BackoffShared {

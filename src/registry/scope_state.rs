@@ -31,7 +31,7 @@ pub(crate) use manager::Manager;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LimitSource {
-    /// The scope's [`ScopeConfig`](crate::ScopeConfig) (or the default one).
+    /// The scope's [`ScopeConfig`] (or the default one).
     Config,
     /// The registry's global `max_concurrency`, which caps every scope.
     MaxConcurrency,

@@ -131,11 +131,11 @@ impl RobotsDelayLayer {
     }
 
     /// The most bytes of a robots.txt body read (default and maximum
-    /// [`MAX_ROBOTS_TXT_BYTES`](super::MAX_ROBOTS_TXT_BYTES), 512 KiB; RFC 9309 asks crawlers to read at
+    /// [`MAX_ROBOTS_TXT_BYTES`], 512 KiB; RFC 9309 asks crawlers to read at
     /// least 500 KiB). The body is read up to the bound and then dropped
     /// unread, never buffered whole; the rules are taken from what was read,
     /// cut at its last line break so no rule is read half-written. Larger
-    /// values are lowered to [`MAX_ROBOTS_TXT_BYTES`](super::MAX_ROBOTS_TXT_BYTES), as the parser reads
+    /// values are lowered to [`MAX_ROBOTS_TXT_BYTES`], as the parser reads
     /// no further; smaller ones serve clients with little memory (or
     /// tests).
     #[must_use]

@@ -1,4 +1,4 @@
-//! Ready-made resolvers beyond the default [`HostResolver`](super::HostResolver).
+//! Ready-made resolvers beyond the default [`HostResolver`].
 
 use std::borrow::Cow;
 

@@ -1,5 +1,5 @@
 //! How a [`Throttle`](super::Throttle) reports errors: the inner service's
-//! own, or the crate's [`Error`](crate::Error), which can also say that a
+//! own, or the crate's [`Error`], which can also say that a
 //! scope store failed.
 
 use crate::error::{BoxError, Error};

@@ -152,7 +152,7 @@ where
 
 /// Calls `service` with `request` and the `scopes` the throttle of
 /// registry `registry` decided for it, handed to the inner layers through
-/// the hand-over slot (see [`handover`](crate::scope::handover)) during the
+/// the hand-over slot (see [`handover`]) during the
 /// call, and in the request's extensions too when `record` (see
 /// [`ThrottleLayer::record_scopes`](super::ThrottleLayer::record_scopes)).
 /// Returns the inner future, and the write stamp a

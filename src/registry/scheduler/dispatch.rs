@@ -323,10 +323,10 @@ impl Scheduler {
         self.waited.remove(&id)
     }
 
-    /// Sends ticket `id`: takes a lane in each scope, starts each scope's
-    /// delays (with a fresh jitter draw) and counts it in flight.
     /// Sends ticket `id`, whose global permit its caller took (see
-    /// [`GlobalFlight::take_locked`]).
+    /// [`GlobalFlight::take_locked`](crate::registry::fast_path::GlobalFlight::take_locked)):
+    /// takes a lane in each scope, starts each scope's delays (with a fresh
+    /// jitter draw) and counts it in flight.
     pub(super) fn send(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) {
         self.send_on_lanes(id, now, wake, None);
     }

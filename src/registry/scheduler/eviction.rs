@@ -7,7 +7,7 @@
 //! [`MAX_LOOKS`]), so the cost is amortised over requests and nothing ever
 //! scans every scope. A candidate is dropped when it has been idle for
 //! `idle_ttl`, or when the registry holds `max_scopes` scopes, unless its
-//! state still limits it (see [`ScopeState::may_be_forgotten`]); then it
+//! state still limits it (see [`ScopeState::may_be_forgotten`](crate::registry::scope_state::ScopeState::may_be_forgotten)); then it
 //! goes back to the end of the queue. A candidate used again since it
 //! joined also goes back to the end (a second chance, as in the CLOCK page
 //! replacement algorithm), so under pressure the least recently used idle

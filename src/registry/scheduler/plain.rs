@@ -126,7 +126,7 @@ impl Scheduler {
     }
 
     /// Closes scope `id`'s word, if open: the scheduler adopts its
-    /// requests in flight (see [`ScopeState::adopt`]).
+    /// requests in flight (see [`ScopeState::adopt`](crate::registry::scope_state::ScopeState::adopt)).
     pub(super) fn close_fast(&mut self, id: ScopeId) {
         let entry = &mut self.scopes[id];
         let Some(fast) = entry.open_fast() else {

@@ -76,7 +76,7 @@ impl Scheduler {
     }
 
     /// Records a robots.txt Crawl-delay for scope `key` (`None`: no delay
-    /// known); see [`ScopeState::set_robots_delay`].
+    /// known); see [`ScopeState::set_robots_delay`](crate::registry::scope_state::ScopeState::set_robots_delay).
     pub(crate) fn set_robots_delay(
         &mut self,
         key: &Scope,
@@ -91,7 +91,7 @@ impl Scheduler {
         self.run_dispatch(now, wake);
     }
 
-    /// Holds scope `key` until `until`; see [`ScopeState::hold`]. A hold
+    /// Holds scope `key` until `until`; see [`ScopeState::hold`](crate::registry::scope_state::ScopeState::hold). A hold
     /// asked for longer than `max_hold` is capped with a warning naming the
     /// scope and the ask (a hold learnt from the fleet's store is capped
     /// without one: the worker that asked warned).
@@ -114,7 +114,7 @@ impl Scheduler {
         }
     }
 
-    /// Paces scope `key`, or stops pacing it; see [`ScopeState::set_pacing`].
+    /// Paces scope `key`, or stops pacing it; see [`ScopeState::set_pacing`](crate::registry::scope_state::ScopeState::set_pacing).
     pub(crate) fn set_pacing(
         &mut self,
         key: &Scope,

@@ -12,7 +12,7 @@ use crate::registry::manager::CustomManager;
 use crate::registry::rampup::RampupState;
 
 /// What the feedback layers add to a scope's limits. Each source owns one
-/// field; [`ScopeState::effective`] folds them into the limits the scheduler
+/// field; [`ScopeState::effective`](super::ScopeState::effective) folds them into the limits the scheduler
 /// applies, keeping the most restrictive (smallest concurrency, largest
 /// delay). A new source is one more field and one more term in that fold.
 #[derive(Debug, Default)]
@@ -48,7 +48,7 @@ pub(crate) struct Contributions {
 }
 
 /// The contributions of a scope that has none: what
-/// [`ScopeState::contributions`] reads for most scopes.
+/// [`ScopeState::contributions`](super::ScopeState::contributions) reads for most scopes.
 pub(super) static NO_CONTRIBUTIONS: Contributions = Contributions {
     hold_until: None,
     autothrottle_delay: None,

@@ -19,12 +19,12 @@ end
     };
 }
 
-/// One step up of a scope's fleet backoff (KEYS[1], a hash of the level
+/// One step up of a scope's fleet backoff (`KEYS[1]`, a hash of the level
 /// `l`, the delay `d` and the instant `t` (µs) its last step left, with the
 /// window `w`, factor `f` and smallest delay `m`): from the backoff in force
-/// now, one level more and the delay (or the base delay, ARGV[1]) times
-/// the factor (ARGV[2]) within the smallest and largest delays (ARGV[3],
-/// ARGV[4]), the window ARGV[5]. `BackoffStep::step` in Lua. Kept until it
+/// now, one level more and the delay (or the base delay, `ARGV[1]`) times
+/// the factor (`ARGV[2]`) within the smallest and largest delays (`ARGV[3]`,
+/// `ARGV[4]`), the window `ARGV[5]`. `BackoffStep::step` in Lua. Kept until it
 /// would have stepped all the way back. Answers `{level, delay}`.
 pub(super) const STEP_BACKOFF: &str = concat!(
     recovered_lua!(),
@@ -237,7 +237,7 @@ return {tonumber(known[1]), known[2], math.max(now - tonumber(known[3]), 0)}
 "#;
 
 /// Replaces what the fleet learnt of a scope if its version is still
-/// ARGV[1]: the new version, or 0 when another worker wrote first.
+/// `ARGV[1]`: the new version, or 0 when another worker wrote first.
 pub(super) const SWAP_LEARNT: &str = r#"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -250,7 +250,7 @@ return next_version
 "#;
 
 /// Scrapy's AutoThrottle rule applied to the fleet's delay of a scope
-/// (KEYS[1], µs), as `AutoThrottleSample::next_delay` applies it: ARGV is
+/// (`KEYS[1]`, µs), as `AutoThrottleSample::next_delay` applies it: ARGV is
 /// the latency, the status, the configured delay, the start delay, the
 /// largest delay (µs), the target concurrency and the key's TTL (µs).
 /// Answers the new delay.
