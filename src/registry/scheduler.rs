@@ -662,6 +662,7 @@ mod eviction;
 mod groups;
 mod index;
 mod learning;
+mod ordered;
 mod plain;
 mod settings;
 mod store_terms;

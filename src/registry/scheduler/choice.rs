@@ -26,7 +26,7 @@ impl Scheduler {
         // Each candidate found held back elsewhere leaves the queue, so the
         // walk always looks at the first one left, and a waiter is looked
         // at here once per change of what holds it.
-        while let Some((_, &id)) = self.scopes[scope_id].queue().first_key_value() {
+        while let Some((_, id)) = self.scopes[scope_id].queue().first() {
             match self.evaluate(id, Some(scope_id), now) {
                 Verdict::Admit => return Ok(id),
                 Verdict::Global => {
@@ -81,7 +81,7 @@ impl Scheduler {
             }
             // A candidate ahead of it there goes first (one that scope
             // holds for itself, or one it has not looked at yet).
-            if scope.queue().range(..order).next().is_some() {
+            if scope.queue().has_one_before(order) {
                 return Verdict::HeldBy(seat.scope);
             }
         }
@@ -106,8 +106,8 @@ impl Scheduler {
         if scope.state.config.get_quota().is_none() {
             return 0.0;
         }
-        match scope.queue().values().next() {
-            Some(&first) => self.cost_in(first, scope_id),
+        match scope.queue().first() {
+            Some((_, first)) => self.cost_in(first, scope_id),
             None => 0.0,
         }
     }

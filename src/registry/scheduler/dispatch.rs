@@ -254,7 +254,7 @@ impl Scheduler {
         scope_id: ScopeId,
         now: Instant,
     ) -> Option<Instant> {
-        let &head = self.scopes[scope_id].queue().values().next()?;
+        let (_, head) = self.scopes[scope_id].queue().first()?;
         self.tickets[head]
             .seats
             .iter()

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::ordered::Ordered;
 use super::wait_log::WaitLog;
 use super::{OrderKey, ScopeState, TicketId};
 use crate::registry::fast_path::FastScope;
@@ -46,7 +47,7 @@ pub(super) struct Waiters {
     /// The candidates, in order: the waiters this scope's dispatch looks
     /// at (its one-scope waiters, and the groups' leaders no other scope
     /// is known to hold back).
-    pub(super) queue: BTreeMap<OrderKey, TicketId>,
+    pub(super) queue: Ordered,
     /// Groups' leaders that another of their scopes holds back.
     pub(super) parked: BTreeMap<OrderKey, TicketId>,
     /// Every request waiting for this scope: candidates, parked leaders,
@@ -61,7 +62,7 @@ pub(super) struct Waiters {
 
 /// The queue of a scope nobody waits for.
 static NO_WAITERS: BTreeMap<OrderKey, TicketId> = BTreeMap::new();
-
+static NO_CANDIDATES: Ordered = Ordered::NONE;
 impl ScopeEntry {
     pub(super) fn new(state: ScopeState) -> Self {
         ScopeEntry {
@@ -83,10 +84,10 @@ impl ScopeEntry {
     }
 
     /// The candidates, in order (see [`Waiters`]).
-    pub(super) fn queue(&self) -> &BTreeMap<OrderKey, TicketId> {
+    pub(super) fn queue(&self) -> &Ordered {
         self.waiters
             .as_ref()
-            .map_or(&NO_WAITERS, |waiters| &waiters.queue)
+            .map_or(&NO_CANDIDATES, |waiters| &waiters.queue)
     }
 
     /// The parked leaders, in order (see [`Waiters`]).
@@ -130,7 +131,7 @@ impl ScopeEntry {
     /// Parks waiter `order` (out of the candidates, if there).
     pub(super) fn park(&mut self, order: OrderKey, id: TicketId) {
         let waiters = self.waiters.get_or_insert_with(Box::default);
-        waiters.queue.remove(&order);
+        waiters.queue.remove(order);
         waiters.parked.insert(order, id);
     }
 
@@ -143,13 +144,7 @@ impl ScopeEntry {
             }
             // Usually the first: sent, or gone after a wait as long as
             // everyone's ahead of it.
-            match waiters.queue.first_entry() {
-                Some(first) if first.key() == order => {
-                    first.remove();
-                    true
-                }
-                _ => waiters.queue.remove(order).is_some(),
-            }
+            waiters.queue.remove(*order).is_some()
         })
     }
 

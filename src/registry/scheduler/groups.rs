@@ -8,7 +8,7 @@
 //! not grow with the queue:
 //!
 //! - **Groups.** Waiters of several scopes with the same scopes form a
-//!   group, first come first served (by [`OrderKey`]). Only its first, the
+//!   group, first come first served (by [`OrderKey`](super::OrderKey)). Only its first, the
 //!   *leader*, stands in the scopes' queues: the others could not go
 //!   before it in any of their scopes anyway. When the leader goes (or
 //!   leaves), the next one leads. A site's hundred pages are one entry in
@@ -34,12 +34,13 @@
 //! candidate and is parked no more: each keeps its next turn for it, so it
 //! goes once both allow it at once, which nobody behind it can prevent.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use super::{HeldBy, OrderKey, Scheduler, ScopeId, TicketId};
+use super::ordered::Ordered;
+use super::{HeldBy, Scheduler, ScopeId, TicketId};
 
 /// How many times a leader may be refused by another of its scopes just
 /// when the scope that held it let it go, before every scope of it keeps
@@ -61,7 +62,7 @@ type GroupKey = SmallVec<[ScopeId; 2]>;
 pub(super) struct Group {
     key: GroupKey,
     /// Every waiter of the group, in order: the first leads.
-    members: BTreeMap<OrderKey, TicketId>,
+    members: Ordered,
 }
 
 /// The groups of a scheduler.
@@ -75,7 +76,7 @@ pub(super) struct Groups {
 impl Groups {
     /// The waiters of group `group`, in order.
     pub(super) fn members(&self, group: u32) -> impl Iterator<Item = TicketId> + '_ {
-        self.groups[group as usize].members.values().copied()
+        self.groups[group as usize].members.ids()
     }
 }
 
@@ -96,10 +97,7 @@ impl Scheduler {
             // event (a lane, a departure, another scope: no timer), it
             // changes nothing the scope's last look decided. A new head,
             // or a time limit that may be due, needs a look.
-            let is_head = entry
-                .queue()
-                .first_key_value()
-                .is_some_and(|(&first, _)| first == order);
+            let is_head = entry.queue().first().is_some_and(|(first, _)| first == order);
             if is_head || entry.timer_owner().is_some() {
                 self.dirty.push(scope);
             }
@@ -113,14 +111,14 @@ impl Scheduler {
             None => {
                 let group = groups.groups.insert(Group {
                     key: key.clone(),
-                    members: BTreeMap::new(),
+                    members: Ordered::default(),
                 });
                 groups.index.insert(key, group);
                 group
             }
         };
         let members = &mut groups.groups[group].members;
-        let leader = members.first_key_value().map(|(&order, &leader)| (order, leader));
+        let leader = members.first();
         members.insert(order, id);
         self.tickets[id].group = group as u32;
         match leader {
@@ -153,9 +151,9 @@ impl Scheduler {
         }
         self.tickets[id].group = NO_GROUP;
         let members = &mut self.groups.groups[group as usize].members;
-        let led = members.first_key_value().is_some_and(|(_, &leader)| leader == id);
-        members.remove(&order);
-        let next = members.first_key_value().map(|(_, &next)| next);
+        let led = members.first().is_some_and(|(_, leader)| leader == id);
+        members.remove(order);
+        let next = members.first().map(|(_, next)| next);
         if !led {
             return;
         }
@@ -270,7 +268,7 @@ impl Scheduler {
                 oldest = Some(oldest.map_or(came, |oldest| oldest.min(came)));
             }
         };
-        for &waiter in entry.queue().values().chain(entry.parked().values()) {
+        for waiter in entry.queue().ids().chain(entry.parked().values().copied()) {
             match self.tickets[waiter].group {
                 NO_GROUP => note(waiter),
                 group => self.groups.members(group).for_each(&mut note),

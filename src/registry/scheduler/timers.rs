@@ -36,8 +36,8 @@ impl Scheduler {
     /// waiter keeps a timer for it (one timer per scope).
     pub(super) fn set_timer(&mut self, scope_id: ScopeId, at: Option<Instant>, wake: &mut WakeList) {
         let scope = &mut self.scopes[scope_id];
-        let owner = match (at, scope.queue().values().next()) {
-            (Some(at), Some(&first)) => Some((first, at)),
+        let owner = match (at, scope.queue().first()) {
+            (Some(at), Some((_, first))) => Some((first, at)),
             _ => None,
         };
         let previous = scope.timer_owner();

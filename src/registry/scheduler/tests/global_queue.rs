@@ -112,8 +112,8 @@ fn a_waiter_another_leads_is_served_from_the_global_queue_without_entering_a_que
     // The one that does not lead stands in no queue of its scopes.
     for scope in ["a", "b"] {
         let (_, entry) = d.scheduler.scope_with_id(scope).unwrap();
-        let entries = entry.queue().values().chain(entry.parked().values());
-        assert!(entries.copied().all(|id| id != low), "{scope}");
+        let mut entries = entry.queue().ids().chain(entry.parked().values().copied());
+        assert!(entries.all(|id| id != low), "{scope}");
     }
     d.finish(low, Outcome::NoResponse, t0 + ms(20));
     let t1 = t0 + ms(1_000);
