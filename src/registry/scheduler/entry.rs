@@ -60,9 +60,10 @@ pub(super) struct Waiters {
     pub(super) log: WaitLog,
 }
 
-/// The queue of a scope nobody waits for.
-static NO_WAITERS: BTreeMap<OrderKey, TicketId> = BTreeMap::new();
+/// The candidates and the parked leaders of a scope nobody waits for.
 static NO_CANDIDATES: Ordered = Ordered::NONE;
+static NO_WAITERS: BTreeMap<OrderKey, TicketId> = BTreeMap::new();
+
 impl ScopeEntry {
     pub(super) fn new(state: ScopeState) -> Self {
         ScopeEntry {

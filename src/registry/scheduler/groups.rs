@@ -8,10 +8,10 @@
 //! not grow with the queue:
 //!
 //! - **Groups.** Waiters of several scopes with the same scopes form a
-//!   group, first come first served (by [`OrderKey`](super::OrderKey)). Only its first, the
-//!   *leader*, stands in the scopes' queues: the others could not go
-//!   before it in any of their scopes anyway. When the leader goes (or
-//!   leaves), the next one leads. A site's hundred pages are one entry in
+//!   group, first come first served (by [`OrderKey`](super::OrderKey)).
+//!   Only its first, the *leader*, stands in the scopes' queues: the
+//!   others could not go before it in any of their scopes anyway. When
+//!   the leader goes (or leaves), the next one leads. A site's hundred pages are one entry in
 //!   its server's queue, as BUbiNG keeps one entry per host in an IP's
 //!   queue. One-scope waiters need no group: their scope's queue is their
 //!   only one.
