@@ -80,7 +80,7 @@ fn bad_files_name_the_key_path_and_the_value() {
         (
             "[scopes.\"api.example\"]\ndelai = 1",
             "scopes.\"api.example\".delai: unknown field `delai`, expected one of `concurrency`, `delay`, \
-             `delay_per_slot`, `jitter`, `ignore_robots_txt`, `release_at_head`, `quota`, `window`, `backoff`, `autothrottle`, `rampup`",
+             `delay_per_slot`, `jitter`, `ignore_robots_txt`, `count_whole_transfers`, `release_at_head`, `quota`, `window`, `backoff`, `autothrottle`, `rampup`",
         ),
         (
             "[default_scope]\nrampup = { foo = 1 }",
@@ -439,4 +439,24 @@ mod generated {
             }
         }
     }
+}
+
+#[test]
+fn whole_transfers_are_a_scopes_choice_and_the_old_key_reads_as_its_opposite() {
+    let config = RegistryConfig::from_toml_str(
+        "[scopes.downloads]\ncount_whole_transfers = true\n\
+         [scopes.old_hold]\nrelease_at_head = false\n\
+         [scopes.old_release]\nrelease_at_head = true\n",
+    )
+    .unwrap();
+    let registry = config.build().unwrap();
+    assert!(!registry
+        .scope_config("unknown.example")
+        .get_count_whole_transfers());
+    assert!(registry.scope_config("downloads").get_count_whole_transfers());
+    assert!(registry.scope_config("old_hold").get_count_whole_transfers());
+    assert!(!registry.scope_config("old_release").get_count_whole_transfers());
+    let written = registry.config().to_toml_string().unwrap();
+    assert!(written.contains("count_whole_transfers = true"), "{written}");
+    assert!(!written.contains("release_at_head"), "{written}");
 }

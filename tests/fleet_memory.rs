@@ -331,10 +331,10 @@ async fn a_request_longer_than_the_lease_ttl_keeps_its_lane() {
     assert!((1_000..1_100).contains(&not_renewed), "sent at {not_renewed} ms");
 }
 
-/// A transfer holds its lane in the fleet too: a body that streams for 5 s
-/// after an instant head keeps its lease renewed while it streams, so the
-/// other worker's request goes when the body ends, not after the lease's
-/// TTL (1 s).
+/// A scope that counts whole transfers holds its lane in the fleet too: a
+/// body that streams for 5 s after an instant head keeps its lease renewed
+/// while it streams, so the other worker's request goes when the body ends,
+/// not after the lease's TTL (1 s).
 #[tokio::test(start_paused = true)]
 async fn a_body_streaming_past_the_lease_ttl_keeps_its_lane() {
     use futures::StreamExt;
@@ -342,7 +342,14 @@ async fn a_body_streaming_past_the_lease_ttl_keeps_its_lane() {
     use hyper::body::{Bytes, Frame};
 
     let store = MemoryStore::new().lease_ttl(Duration::from_secs(1));
-    let (worker, other) = (one_lane_worker(&store), one_lane_worker(&store));
+    let whole_transfers = || {
+        Registry::builder()
+            .default_scope(one_lane_every(Duration::ZERO).count_whole_transfers(true))
+            .store(store.clone())
+            .build()
+            .unwrap()
+    };
+    let (worker, other) = (whole_transfers(), whole_transfers());
     let start = Instant::now();
     let client = ServiceBuilder::new()
         .layer(ThrottleLayer::new(worker).store_errors())

@@ -1,5 +1,6 @@
-//! A lane is a transfer: it stays busy until the response body ends, fails
-//! or is dropped, unless the scope releases it at the response head. In
+//! What a lane counts: by default it goes back at the response head; a
+//! scope that counts whole transfers keeps it busy until the response body
+//! ends, fails or is dropped. In
 //! paused virtual time with an in-process inner service whose body streams,
 //! so every instant asserted is exact.
 
@@ -35,8 +36,9 @@ fn streaming_for_one_second() -> Streaming {
     StreamBody::new(chunks.boxed())
 }
 
-/// One lane, no delay: only the lane decides when the next request goes.
-fn one_lane(release_at_head: bool) -> Registry {
+/// One lane, no delay: only the lane decides when the next request goes;
+/// `whole_transfers`: whether the lane is busy until the body ends.
+fn one_lane(whole_transfers: bool) -> Registry {
     Registry::builder()
         .default_scope(
             ScopeConfig::default()
@@ -44,7 +46,7 @@ fn one_lane(release_at_head: bool) -> Registry {
                 .delay(Duration::ZERO)
                 .delay_per_slot(Duration::ZERO)
                 .jitter(0.0)
-                .release_at_head(release_at_head),
+                .count_whole_transfers(whole_transfers),
         )
         .build()
         .unwrap()
@@ -81,8 +83,8 @@ fn get(path: &str) -> http::Request<()> {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_next_request_goes_when_the_body_ends_not_at_the_head() {
-    let registry = one_lane(false);
+async fn with_whole_transfers_the_next_request_goes_when_the_body_ends_not_at_the_head() {
+    let registry = one_lane(true);
     let recorder = Recorder::new();
     let client = client(&registry, &recorder, Duration::ZERO);
     let start = Instant::now();
@@ -104,8 +106,8 @@ async fn the_next_request_goes_when_the_body_ends_not_at_the_head() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn dropping_an_unread_response_frees_its_lane_at_once() {
-    let registry = one_lane(false);
+async fn with_whole_transfers_dropping_an_unread_response_frees_its_lane_at_once() {
+    let registry = one_lane(true);
     let recorder = Recorder::new();
     let client = client(&registry, &recorder, Duration::ZERO);
 
@@ -118,8 +120,8 @@ async fn dropping_an_unread_response_frees_its_lane_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn with_release_at_head_the_next_request_goes_at_the_head() {
-    let registry = one_lane(true);
+async fn by_default_the_next_request_goes_at_the_head() {
+    let registry = one_lane(false);
     let recorder = Recorder::new();
     let client = client(&registry, &recorder, ms(100));
 
@@ -132,7 +134,7 @@ async fn with_release_at_head_the_next_request_goes_at_the_head() {
 
 #[tokio::test(start_paused = true)]
 async fn the_latency_is_the_time_to_the_head_while_the_lane_is_the_transfer() {
-    let registry = one_lane(false);
+    let registry = one_lane(true);
     let recorder = Recorder::new();
     let client = client(&registry, &recorder, ms(100));
 
@@ -148,17 +150,11 @@ async fn the_latency_is_the_time_to_the_head_while_the_lane_is_the_transfer() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_request_of_several_scopes_releases_at_the_head_only_if_all_of_them_do() {
+async fn a_request_of_several_scopes_keeps_its_lanes_for_the_transfer_if_any_of_them_counts_it() {
     let registry = Registry::builder()
-        .default_scope(
-            ScopeConfig::default()
-                .concurrency(1)
-                .delay(Duration::ZERO)
-                .delay_per_slot(Duration::ZERO)
-                .jitter(0.0),
-        )
-        .scope("feed.test", one_lane_config().release_at_head(true))
-        .scope("events.test", one_lane_config().release_at_head(true))
+        .default_scope(one_lane_config().count_whole_transfers(true))
+        .scope("feed.test", one_lane_config())
+        .scope("events.test", one_lane_config())
         .build()
         .unwrap();
     let recorder = Recorder::new();
@@ -281,7 +277,7 @@ async fn paced_site(ip: std::net::IpAddr, count: std::sync::Arc<SiteCount>) -> s
 /// 200 loopback sites (127.0.0.2 to 127.0.0.201, each its own scope) of
 /// 2 lanes, three requests each, all at once, through hyper-util's client;
 /// each body read to its end. The most transfers any site saw at once.
-async fn most_transfers_at_once(release_at_head: bool) -> usize {
+async fn most_transfers_at_once(whole_transfers: bool) -> usize {
     const SITES: u8 = 200;
     const REQUESTS_PER_SITE: usize = 3;
     let mut sites = Vec::new();
@@ -298,7 +294,7 @@ async fn most_transfers_at_once(release_at_head: bool) -> usize {
                 .delay(Duration::ZERO)
                 .delay_per_slot(Duration::ZERO)
                 .jitter(0.0)
-                .release_at_head(release_at_head),
+                .count_whole_transfers(whole_transfers),
         )
         .build()
         .unwrap();
@@ -337,17 +333,17 @@ async fn most_transfers_at_once(release_at_head: bool) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_loopback_two_hundred_sites_of_two_lanes_never_see_three_transfers() {
-    let most = most_transfers_at_once(false).await;
+async fn over_loopback_two_hundred_sites_of_two_lanes_counting_whole_transfers_never_see_three() {
+    let most = most_transfers_at_once(true).await;
     println!("lanes held for the transfer: at most {most} transfers at once at one site");
     assert_eq!(most, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_loopback_with_release_at_head_sites_see_more_transfers_than_lanes() {
+async fn over_loopback_by_default_sites_see_more_transfers_than_lanes() {
     // What lanes freed at the head do: the third request goes while two
     // bodies still stream.
-    let most = most_transfers_at_once(true).await;
+    let most = most_transfers_at_once(false).await;
     println!("lanes freed at the head: at most {most} transfers at once at one site");
     assert!(most > 2);
 }

@@ -78,7 +78,7 @@
 //! | `delay_per_slot` | 1 s | minimum time between two sends on the same lane |
 //! | `jitter` | 0.5 | random variation of every wait: a factor or `[below, above]`; `0` disables |
 //! | `ignore_robots_txt` | false | silence the warning when this scope's own limits override robots.txt's Crawl-delay |
-//! | `release_at_head` | false | free a request's lane when the response head arrives, not when its body ends (server-sent events, long polls): see `ScopeConfig::release_at_head` |
+//! | `count_whole_transfers` | false | keep a request's lane until its response body ends, not only until the head (large or slow bodies): see `ScopeConfig::count_whole_transfers`; the 0.1 key `release_at_head` is still read, as its opposite |
 //! | `quota` | none | units the scope may spend per `window` |
 //! | `window` | `quota_window` | length of the scope's quota windows |
 //! | `backoff.http_codes` | `[429, 502, 503, 504, 520, 521, 522, 523, 524]` | statuses that are backoff feedback |

@@ -58,6 +58,10 @@ pub(crate) struct ScopeTable {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) ignore_robots_txt: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) count_whole_transfers: Option<bool>,
+    /// The 0.1 key, read as the opposite of `count_whole_transfers` and
+    /// never written.
+    #[serde(skip_serializing)]
     pub(crate) release_at_head: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) quota: Option<f64>,
@@ -199,7 +203,10 @@ fn apply(base: ScopeConfig, table: &ScopeTable, default: &ScopeConfig) -> ScopeC
         config = config.ignore_robots_txt(ignore);
     }
     if let Some(release) = table.release_at_head {
-        config = config.release_at_head(release);
+        config = config.count_whole_transfers(!release);
+    }
+    if let Some(whole) = table.count_whole_transfers {
+        config = config.count_whole_transfers(whole);
     }
     if let Some(quota) = table.quota {
         config = config.quota(quota);
@@ -378,7 +385,7 @@ fn limits_table(config: &ScopeConfig, base: &ScopeConfig, keep_explicit: bool) -
         ),
         jitter: changed(config.jitter, base.jitter, OneOrPair::from),
         ignore_robots_txt: changed(config.ignore_robots_txt, base.ignore_robots_txt, |v| v),
-        release_at_head: changed(config.release_at_head, base.release_at_head, |v| v),
+        count_whole_transfers: changed(config.count_whole_transfers, base.count_whole_transfers, |v| v),
         quota: changed(config.quota, base.quota, |q| q).flatten(),
         ..ScopeTable::default()
     }

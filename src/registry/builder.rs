@@ -394,7 +394,7 @@ impl RegistryBuilder {
         };
         let backoff_statuses = BackoffStatuses::of(every_config());
         let managers_hear_successes = every_config().any(|config| config.manager_kind().hears_successes());
-        let releases_at_head_somewhere = every_config().any(|config| config.release_at_head);
+        let whole_transfers_somewhere = every_config().any(|config| config.count_whole_transfers);
         let rng = match self.seed {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
@@ -428,7 +428,8 @@ impl RegistryBuilder {
                 uid: next_registry_uid(),
                 global,
                 managers_hear_successes: AtomicBool::new(managers_hear_successes),
-                releases_at_head_somewhere: AtomicBool::new(releases_at_head_somewhere),
+                whole_transfers_somewhere: AtomicBool::new(whole_transfers_somewhere),
+                unread: Default::default(),
                 #[cfg(debug_assertions)]
                 locks: std::sync::atomic::AtomicU64::new(0),
                 backoff_statuses,

@@ -21,7 +21,7 @@ fn default_backoff() -> &'static BackoffConfig {
 /// | [`delay`](Self::delay) | 1 s | minimum time between the sends of any two requests of the scope |
 /// | [`delay_per_slot`](Self::delay_per_slot) | 1 s | minimum time between two sends on the same lane |
 /// | [`jitter`](Self::jitter) | ±0.5 | every wait is multiplied by a factor in `[1 - 0.5, 1 + 0.5]` |
-/// | [`release_at_head`](Self::release_at_head) | false | free the lane when the response head arrives instead of when its body ends |
+/// | [`count_whole_transfers`](Self::count_whole_transfers) | false | keep the lane until the response body ends, not only until its head |
 ///
 /// Values are checked when the registry is built (or when
 /// [`Registry::set_scope`](crate::Registry::set_scope) is called):
@@ -49,7 +49,7 @@ pub struct ScopeConfig {
     pub(crate) autothrottle: Setting<AutoThrottleConfig>,
     pub(crate) rampup: Setting<RampupConfig>,
     pub(crate) ignore_robots_txt: bool,
-    pub(crate) release_at_head: bool,
+    pub(crate) count_whole_transfers: bool,
     pub(crate) quota: Option<f64>,
     pub(crate) window: Option<Duration>,
     /// The scope's custom manager (`None`: the built-in one). Not
@@ -107,7 +107,7 @@ impl Default for ScopeConfig {
             autothrottle: Setting::Inherit,
             rampup: Setting::Inherit,
             ignore_robots_txt: false,
-            release_at_head: false,
+            count_whole_transfers: false,
             quota: None,
             window: None,
             manager: None,
@@ -336,31 +336,68 @@ impl ScopeConfig {
         self
     }
 
-    /// Frees a request's lane (and its global permit) when the response
-    /// head arrives, instead of when the response body has been read to
-    /// the end, failed or been dropped (the default).
+    /// Counts a lane as busy for the whole transfer: a request keeps its
+    /// lane (and its global permit) until its response body has been read
+    /// to the end, has failed or has been dropped, not only until the
+    /// response head arrives (the default).
     ///
-    /// By default a lane is a *transfer*: what the server sees as one
-    /// request in progress lasts until the body's last byte, so a scope of
-    /// 2 lanes never has more than 2 bodies streaming at once. Turn this
-    /// on for scopes whose responses stream on purpose for a long time
-    /// (server-sent events, long polls, a feed kept open): there, holding
-    /// the lane for the whole stream would keep every other request of the
-    /// scope waiting. A request with several scopes frees its lanes at the
-    /// head only when every one of its scopes says so: a scope that counts
-    /// transfers keeps counting them.
+    /// By default a lane goes back when the response head arrives (or the
+    /// error does), as tower's `ConcurrencyLimit` gives its permit back
+    /// when the response future completes: the caller may keep a response
+    /// as long as it likes without holding anything of the scope. Turn this
+    /// on for crawls of large or slow bodies, where what the server sees
+    /// as one request in progress lasts until the body's last byte: a
+    /// scope of 2 lanes then never has more than 2 bodies streaming at
+    /// once. A request of several scopes keeps its lanes for the whole
+    /// transfer when any one of its scopes counts whole transfers.
+    ///
+    /// **Read or drop each response before awaiting more requests of the
+    /// scope.** With this on, a response kept unread keeps its lane, so
+    /// code that collects responses before reading them waits for good:
+    ///
+    /// ```text
+    /// // 2 lanes, whole transfers counted: the third request never goes,
+    /// // because the first two responses hold both lanes, unread, until
+    /// // join_all has all three.
+    /// let responses = join_all([a, b, c].map(|r| client.clone().oneshot(r))).await;
+    /// ```
+    ///
+    /// Read each body as its response comes instead (or drop it, or call
+    /// [`ThrottledBody::into_inner`](crate::throttle::ThrottledBody::into_inner)
+    /// to give the lane back at once). When every lane of such a scope has
+    /// been held for 10 s by responses whose bodies were not polled since
+    /// their heads while its requests wait, the registry logs a warning
+    /// (target `tower_throttle`) naming the scope, once per scope.
     ///
     /// AutoThrottle's latency is the time to the response head either way.
     #[must_use]
-    pub fn release_at_head(mut self, release: bool) -> Self {
-        self.release_at_head = release;
+    pub fn count_whole_transfers(mut self, whole: bool) -> Self {
+        self.count_whole_transfers = whole;
         self
     }
 
-    /// Whether the scope frees lanes at the response head (see
-    /// [`release_at_head`](Self::release_at_head)).
+    /// Whether the scope counts a lane busy until the response body ends
+    /// (see [`count_whole_transfers`](Self::count_whole_transfers)).
+    pub fn get_count_whole_transfers(&self) -> bool {
+        self.count_whole_transfers
+    }
+
+    /// Frees a request's lane at the response head when `true`, which is
+    /// now the default; `false` counts whole transfers.
+    #[deprecated(
+        since = "0.2.0",
+        note = "lanes go back at the response head by default now; use `count_whole_transfers(!release)`"
+    )]
+    #[must_use]
+    pub fn release_at_head(self, release: bool) -> Self {
+        self.count_whole_transfers(!release)
+    }
+
+    /// Whether the scope frees lanes at the response head: the opposite
+    /// of [`get_count_whole_transfers`](Self::get_count_whole_transfers).
+    #[deprecated(since = "0.2.0", note = "use `get_count_whole_transfers`, its opposite")]
     pub fn get_release_at_head(&self) -> bool {
-        self.release_at_head
+        !self.count_whole_transfers
     }
 
     /// The backoff settings in force (the default ones when unset).

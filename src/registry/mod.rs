@@ -197,6 +197,7 @@ mod scope_state;
 mod seam;
 mod stats;
 mod ticket;
+mod unread;
 
 pub use crate::time::{Jitter, MAX_CONFIG_DELAY};
 pub use autothrottle::AutoThrottleConfig;
@@ -292,10 +293,12 @@ struct RegistryShared {
     /// manager; set once, never cleared): only then do feedback layers
     /// measure what managers alone use, such as latency.
     managers_hear_successes: AtomicBool,
-    /// Whether some scope config frees lanes at the response head (set
-    /// once, never cleared): only then does a request look its scopes'
-    /// configs up to learn when it ends.
-    releases_at_head_somewhere: AtomicBool,
+    /// Whether some scope config counts whole transfers (set once, never
+    /// cleared): only then does a request look its scopes' configs up to
+    /// learn when it ends.
+    whole_transfers_somewhere: AtomicBool,
+    /// Responses of whole-transfer scopes held unread (see `unread`).
+    unread: unread::UnreadTransfers,
     /// Times the scheduler's lock was taken, counted in debug builds only
     /// (tests check the locking per request with it).
     #[cfg(debug_assertions)]
@@ -432,9 +435,9 @@ impl Registry {
         if config.manager_kind().hears_successes() {
             self.shared.managers_hear_successes.store(true, Ordering::Relaxed);
         }
-        if config.release_at_head {
+        if config.count_whole_transfers {
             self.shared
-                .releases_at_head_somewhere
+                .whole_transfers_somewhere
                 .store(true, Ordering::Relaxed);
         }
         // Before the config takes effect: a response judged by it must not
@@ -625,19 +628,25 @@ impl Registry {
         self.shared.managers_hear_successes.load(Ordering::Relaxed)
     }
 
-    /// Whether a request of `scopes` frees its lanes when its response
-    /// head arrives rather than when its body ends: only when every one of
-    /// its scopes' configs says so (see [`ScopeConfig::release_at_head`]).
+    /// Whether a request of `scopes` keeps its lanes until its response
+    /// body ends rather than only until its head: when any one of its
+    /// scopes' configs counts whole transfers (see
+    /// [`ScopeConfig::count_whole_transfers`]).
     #[inline]
-    pub(crate) fn releases_at_head(&self, scopes: &Scopes) -> bool {
-        self.shared.releases_at_head_somewhere.load(Ordering::Relaxed) && self.all_release_at_head(scopes)
+    pub(crate) fn counts_whole_transfers(&self, scopes: &Scopes) -> bool {
+        self.shared.whole_transfers_somewhere.load(Ordering::Relaxed)
+            && self.any_counts_whole_transfers(scopes)
     }
 
     #[cold]
-    fn all_release_at_head(&self, scopes: &Scopes) -> bool {
-        scopes
-            .iter()
-            .all(|(scope, _)| self.shared.configs.config_of(scope.as_str()).0.release_at_head)
+    fn any_counts_whole_transfers(&self, scopes: &Scopes) -> bool {
+        scopes.iter().any(|(scope, _)| {
+            self.shared
+                .configs
+                .config_of(scope.as_str())
+                .0
+                .count_whole_transfers
+        })
     }
 
     /// A handle that reserves places among `max_queued` (one per service

@@ -1,5 +1,6 @@
 //! The response body of [`Throttle`](super::Throttle): the inner service's
-//! body, holding the request's lanes until the transfer is over.
+//! body, holding the request's lanes until the transfer is over when one
+//! of its scopes counts whole transfers.
 
 use std::fmt;
 use std::pin::Pin;
@@ -10,27 +11,30 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use super::ticket::Ticket;
-use crate::registry::Outcome;
+use crate::registry::{Outcome, Registry};
+use crate::scope::Scopes;
 
 pin_project! {
     /// The body of a response from [`Throttle`](super::Throttle): the inner
     /// service's body `B`, passed through unchanged (frames, trailers, size
-    /// hint, end of stream), which keeps the request's lanes and global
-    /// permit taken until the transfer is over.
+    /// hint, end of stream).
     ///
-    /// The lanes are freed when the body
+    /// By default it holds nothing: the request's lanes and global permit
+    /// went back when the response head arrived, and the caller may keep
+    /// the response, read or not, as long as it likes.
+    ///
+    /// For a request of a scope that
+    /// [counts whole transfers](crate::ScopeConfig::count_whole_transfers),
+    /// it keeps the request's lanes and global permit taken until the
+    /// transfer is over, which is when the body
     /// - yields its last frame (the inner body then says `is_end_stream`),
     ///   or `None`;
     /// - fails (yields an error);
     /// - is dropped, read or not.
     ///
-    /// So a response read to its end, or dropped, frees its lanes; a
+    /// So there a response read to its end, or dropped, frees its lanes; a
     /// response kept unread keeps them. A body that is not an
     /// [`http_body::Body`] (a test's `()`, say) frees them when dropped.
-    ///
-    /// For a scope with
-    /// [`release_at_head`](crate::ScopeConfig::release_at_head), the lanes
-    /// were freed when the head arrived, and this body holds nothing.
     ///
     /// The latency fed to AutoThrottle is the time to the response head in
     /// both cases.
@@ -50,17 +54,49 @@ pub(crate) struct Transfer {
     /// When the head came (its stamp is the outcome's): the lanes count
     /// from there.
     head: Instant,
+    /// Until the body is first polled: the registry counts the response
+    /// as held unread (see [`Registry::note_unread_head`]).
+    unread: Option<UnreadMark>,
 }
 
 impl Transfer {
-    /// The transfer of the request of `ticket`, which answered with
-    /// `outcome` at `head`.
-    pub(crate) fn new(ticket: Ticket, outcome: Outcome, head: Instant) -> Self {
+    /// The transfer of the request of `ticket` with `scopes`, which
+    /// answered with `outcome` at `head`.
+    pub(crate) fn new(ticket: Ticket, outcome: Outcome, head: Instant, scopes: Box<Scopes>) -> Self {
+        let unread = ticket
+            .registry_handle()
+            .map(|registry| UnreadMark::new(registry, scopes, head));
         Transfer {
             ticket,
             outcome,
             head,
+            unread,
         }
+    }
+
+    /// Notes that the body was polled: it is no longer held unread.
+    fn note_polled(&mut self) {
+        self.unread = None;
+    }
+}
+
+/// A response held unread, as its registry counts it until this is
+/// dropped.
+struct UnreadMark {
+    registry: Registry,
+    scopes: Box<Scopes>,
+}
+
+impl UnreadMark {
+    fn new(registry: Registry, scopes: Box<Scopes>, head: Instant) -> Self {
+        registry.note_unread_head(&scopes, head);
+        UnreadMark { registry, scopes }
+    }
+}
+
+impl Drop for UnreadMark {
+    fn drop(&mut self) {
+        self.registry.note_read(&self.scopes);
     }
 }
 
@@ -124,6 +160,9 @@ impl<B: Body> Body for ThrottledBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let mut this = self.project();
+        if let Some(transfer) = this.transfer.as_mut() {
+            transfer.note_polled();
+        }
         let polled = this.inner.as_mut().poll_frame(cx);
         if this.transfer.is_some() {
             let over = match &polled {

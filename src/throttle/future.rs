@@ -26,9 +26,9 @@ pin_project! {
     /// store if it has one), then drives the inner service's future.
     /// Dropping it at any point releases the request's queue place, lanes,
     /// global permit and store leases. Once the response head arrives, the
-    /// response's [`ThrottledBody`] holds the lanes until its end (or
-    /// nothing, for scopes that
-    /// [`release_at_head`](crate::ScopeConfig::release_at_head)).
+    /// request's lanes go back (by default), or, for a request of a scope
+    /// that [counts whole transfers](crate::ScopeConfig::count_whole_transfers),
+    /// the response's [`ThrottledBody`] holds them until its end.
     #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<S, Req, M = InnerErrors>
     where
@@ -43,9 +43,11 @@ pin_project! {
         // one: the departure waits for it.
         write_stamp: Option<Arc<WriteStamp>>,
         adjust_autothrottle: bool,
-        // Whether the lanes are freed at the response head (every scope
-        // of the request opted out of counting transfers).
-        release_at_head: bool,
+        // The request's scopes when one of them counts whole transfers:
+        // the response's body then holds the lanes until its end (and
+        // tells the registry whether it is read). `None`: the lanes go
+        // back at the head.
+        whole_transfer: Option<Box<Scopes>>,
         // Whether the scopes also go into the request's extensions (kept
         // here, where padding has room, not in the parked request).
         record_scopes: bool,
@@ -97,7 +99,7 @@ where
         request: http::Request<ReqBody>,
         (scopes, record_scopes): (Scopes, bool),
         mut ticket: Ticket,
-        (adjust_autothrottle, release_at_head): (bool, bool),
+        (adjust_autothrottle, whole_transfer): (bool, Option<Box<Scopes>>),
     ) -> Self
     where
         S: Clone,
@@ -118,7 +120,7 @@ where
             ticket: Some(ticket),
             write_stamp,
             adjust_autothrottle,
-            release_at_head,
+            whole_transfer,
             record_scopes,
             mode: PhantomData,
         }
@@ -333,7 +335,7 @@ where
                     };
                     let status = response.status().as_u16();
                     let adjust_autothrottle = *this.adjust_autothrottle;
-                    if *this.release_at_head {
+                    let Some(scopes) = this.whole_transfer.take() else {
                         let outcome = Outcome::Response {
                             status,
                             adjust_autothrottle,
@@ -345,7 +347,7 @@ where
                             ticket.finish_at(outcome, departed);
                         }
                         return Poll::Ready(Ok(response.map(ThrottledBody::released)));
-                    }
+                    };
                     // The transfer goes on: what the layers inside reported
                     // applies now (a hold must stop the scope's other lanes
                     // while this body streams), and the lanes, with the
@@ -367,7 +369,7 @@ where
                         answered_at: Some(answered_at),
                     };
                     let ticket = this.ticket.take().expect("the ticket is taken only here");
-                    let transfer = Transfer::new(ticket, outcome, head);
+                    let transfer = Transfer::new(ticket, outcome, head, scopes);
                     return Poll::Ready(Ok(response.map(|body| ThrottledBody::holding(body, transfer))));
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),

@@ -3,16 +3,16 @@
 //! [`Throttle`] holds every request until all of its scopes allow it (a free
 //! lane, the scope's delay and per-lane delay passed, no hold active) and
 //! fewer than the registry's `max_concurrency` requests are in flight; then
-//! it hands it to the inner service. A lane stays busy for the whole
-//! transfer: until the response's [`ThrottledBody`] has been read to its
-//! end, fails or is dropped, or until the inner future fails or the
-//! response future is dropped. So read (or drop) each response before
-//! waiting for the next of its scope: responses kept aside unread (say,
-//! `join_all` over more requests of one scope than it has lanes) keep
-//! their lanes, and the requests behind them wait for good. Scopes whose
-//! responses stream on purpose (server-sent events, long polls) free their
-//! lanes at the head instead:
-//! [`ScopeConfig::release_at_head`](crate::ScopeConfig::release_at_head).
+//! it hands it to the inner service. A lane stays busy until the response
+//! head arrives, or the inner future fails, or the response future is
+//! dropped, as tower's `ConcurrencyLimit` keeps its permit: a caller may
+//! collect responses before reading them (`join_all`, a `Vec`) and read
+//! their bodies late or never. A scope that
+//! [counts whole transfers](crate::ScopeConfig::count_whole_transfers)
+//! keeps the lane until the response's [`ThrottledBody`] has been read to
+//! its end, fails or is dropped instead, for crawls of large or slow
+//! bodies; there, read (or drop) each response before awaiting more
+//! requests of the scope.
 //! AutoThrottle's latency is the time to the response head either way.
 //!
 //! Redirects: put tower-http's `FollowRedirectLayer` *outside*

@@ -193,14 +193,18 @@ where
             Reserved::Nothing => panic!("poll_ready must be called first"),
         };
         let adjust_autothrottle = request.extensions().get::<AutoThrottleExempt>().is_none();
-        let release_at_head = self.handle.registry().releases_at_head(&scopes);
+        let whole_transfer = self
+            .handle
+            .registry()
+            .counts_whole_transfers(&scopes)
+            .then(|| Box::new(scopes.clone()));
         let inner = take_readied(&mut self.inner);
         ResponseFuture::new(
             inner,
             request,
             (scopes, record),
             ticket,
-            (adjust_autothrottle, release_at_head),
+            (adjust_autothrottle, whole_transfer),
         )
     }
 }

@@ -182,6 +182,15 @@ impl Ticket {
         }
     }
 
+    /// A handle of the registry the request is in (`None` only for a
+    /// request on a word whose registry is gone).
+    pub(crate) fn registry_handle(&self) -> Option<Registry> {
+        match &self.owner {
+            Owner::Scheduler(handle) | Owner::Plain(handle, _) => Some(handle.registry().clone()),
+            Owner::Word(fast) => fast.registry(),
+        }
+    }
+
     /// The registry, for a ticket of its scheduler (a request on a word
     /// or a plain lane never has a store, nor waits).
     fn registry(&self) -> Option<&Registry> {
