@@ -190,6 +190,7 @@ mod feedback;
 mod learning;
 pub mod manager;
 mod metrics;
+mod predict;
 mod rampup;
 mod report;
 mod scheduler;
@@ -208,6 +209,7 @@ pub use builder::RegistryBuilder;
 pub(crate) use config::Setting;
 pub use config::{ScopeConfig, DEFAULT_QUOTA_WINDOW};
 pub use feedback::{AnnouncedLimits, ErrorKind, Feedback, FeedbackKind};
+pub use predict::Prediction;
 pub use rampup::RampupConfig;
 pub(crate) use report::ScopeReport;
 pub use scope_state::LimitSource;
@@ -657,45 +659,4 @@ impl Registry {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::{Arc, Mutex};
-    use std::time::Duration;
-
-    use tokio::time::Instant;
-    use tower::{Layer, Service, ServiceExt};
-
-    use crate::{Registry, ScopeConfig, ThrottleLayer};
-
-    #[tokio::test(start_paused = true)]
-    async fn waiters_go_when_a_pacing_ends_rather_than_when_its_delay_would() {
-        let free = ScopeConfig::default()
-            .delay(Duration::ZERO)
-            .delay_per_slot(Duration::ZERO)
-            .jitter(0.0);
-        let registry = Registry::builder().default_scope(free).build().unwrap();
-        let start = Instant::now();
-        let sent = Arc::new(Mutex::new(Vec::new()));
-        let seen = sent.clone();
-        let inner = tower::service_fn(move |_request: http::Request<()>| {
-            seen.lock().unwrap().push(start.elapsed().as_millis());
-            std::future::ready(Ok::<_, std::convert::Infallible>(http::Response::new(())))
-        });
-        let mut service = ThrottleLayer::new(registry.clone()).layer(inner);
-        registry.set_pacing(
-            "example.com",
-            Some((Duration::from_secs(10), start + Duration::from_secs(3))),
-        );
-        let mut responses = Vec::new();
-        for i in 0..3 {
-            service.ready().await.unwrap();
-            let request = http::Request::get(format!("https://example.com/{i}"))
-                .body(())
-                .unwrap();
-            responses.push(tokio::spawn(service.call(request)));
-        }
-        for response in responses {
-            response.await.unwrap().unwrap();
-        }
-        assert_eq!(*sent.lock().unwrap(), vec![0, 3000, 3000]);
-    }
-}
+mod tests;

@@ -664,6 +664,7 @@ mod index;
 mod learning;
 mod ordered;
 mod plain;
+mod predict;
 mod settings;
 mod store_terms;
 mod timers;
