@@ -104,6 +104,7 @@ pub mod config_file;
 pub mod connect;
 pub mod departure;
 mod error;
+pub mod frontier;
 pub mod ip;
 mod parse;
 mod readiness;
@@ -151,6 +152,8 @@ mod doc_pages {
     #[cfg(feature = "redis")]
     #[doc = include_str!("../docs/fleets.md")]
     pub struct Fleets;
+    #[doc = include_str!("../docs/frontier.md")]
+    pub struct Frontier;
     #[doc = include_str!("../docs/ip-scopes.md")]
     pub struct IpScopes;
     #[doc = include_str!("../docs/performance.md")]

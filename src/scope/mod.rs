@@ -182,6 +182,14 @@ impl Scopes {
         }
     }
 
+    /// The first scope given (a `Scopes` holds at least one).
+    pub(crate) fn first(&self) -> &Scope {
+        match &self.0 {
+            ScopeList::One(scope, _) => scope,
+            ScopeList::Many(list) => &list[0].0,
+        }
+    }
+
     /// Always false: a `Scopes` holds at least one scope.
     pub fn is_empty(&self) -> bool {
         false

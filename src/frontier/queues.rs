@@ -1,0 +1,260 @@
+//! The frontier's pending requests: one queue per scope, and the order in
+//! which scopes are looked at (the one ready longest first). Pure
+//! bookkeeping: what a scope's next instant is comes from the registry's
+//! prediction, which the caller asks.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+
+use slab::Slab;
+use tokio::time::Instant;
+
+use crate::scope::Scope;
+
+/// One pending request: its priority, its arrival, the request (boxed, so
+/// a queue's spare capacity costs a pointer per slot, not a request) and
+/// its tag.
+pub(super) struct Entry<B, T> {
+    priority: i32,
+    seq: u64,
+    pub(super) request: Box<http::Request<B>>,
+    pub(super) tag: T,
+}
+
+impl<B, T> Entry<B, T> {
+    fn key(&self) -> (i32, Reverse<u64>) {
+        (self.priority, Reverse(self.seq))
+    }
+}
+
+impl<B, T> PartialEq for Entry<B, T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl<B, T> Eq for Entry<B, T> {}
+
+impl<B, T> PartialOrd for Entry<B, T> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<B, T> Ord for Entry<B, T> {
+    /// The greatest goes first: higher priority, then earlier arrival.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+/// A scope's pending requests and its place in the ready order.
+struct ScopeQueue<B, T> {
+    key: Scope,
+    entries: BinaryHeap<Entry<B, T>>,
+    /// Its key in [`Queues::ready`], while it has one.
+    ready_at: Option<(Instant, u64)>,
+    /// Its requests the frontier has in the service now.
+    in_flight: u32,
+}
+
+/// Every scope's queue, and the scopes with pending requests ordered by
+/// the instant from which they may go (ties by when they got it).
+pub(super) struct Queues<B, T> {
+    by_key: HashMap<Scope, usize>,
+    scopes: Slab<ScopeQueue<B, T>>,
+    ready: BTreeSet<(Instant, u64, usize)>,
+    pending: usize,
+    seq: u64,
+}
+
+/// A scope's queue, as the caller names it between calls.
+pub(super) type Slot = usize;
+
+impl<B, T> Default for Queues<B, T> {
+    fn default() -> Self {
+        Queues {
+            by_key: HashMap::new(),
+            scopes: Slab::new(),
+            ready: BTreeSet::new(),
+            pending: 0,
+            seq: 0,
+        }
+    }
+}
+
+impl<B, T> Queues<B, T> {
+    /// Requests waiting in every queue.
+    pub(super) fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// Queues `request` with `tag` in scope `key`'s queue, at `priority`;
+    /// a scope that had no place in the ready order gets one at `now` (the
+    /// caller then asks when it may really go).
+    pub(super) fn push(
+        &mut self,
+        key: Scope,
+        priority: i32,
+        request: http::Request<B>,
+        tag: T,
+        now: Instant,
+    ) {
+        self.seq += 1;
+        let seq = self.seq;
+        let slot = match self.by_key.get(&key) {
+            Some(&slot) => slot,
+            None => {
+                let slot = self.scopes.insert(ScopeQueue {
+                    key: key.clone(),
+                    entries: BinaryHeap::new(),
+                    ready_at: None,
+                    in_flight: 0,
+                });
+                self.by_key.insert(key, slot);
+                slot
+            }
+        };
+        self.scopes[slot].entries.push(Entry {
+            priority,
+            seq,
+            request: Box::new(request),
+            tag,
+        });
+        self.pending += 1;
+        if self.scopes[slot].ready_at.is_none() {
+            self.schedule(slot, now);
+        }
+    }
+
+    /// The first instant of the ready order, if any scope has pending
+    /// requests.
+    pub(super) fn next_instant(&self) -> Option<Instant> {
+        self.ready.first().map(|&(at, _, _)| at)
+    }
+
+    /// Takes the scope that may go soonest out of the ready order, if its
+    /// instant has come by `now`.
+    pub(super) fn pop_ready(&mut self, now: Instant) -> Option<Slot> {
+        let &(at, seq, slot) = self.ready.first()?;
+        if at > now {
+            return None;
+        }
+        self.ready.remove(&(at, seq, slot));
+        self.scopes[slot].ready_at = None;
+        Some(slot)
+    }
+
+    /// The request at the head of `slot`'s queue.
+    pub(super) fn head(&self, slot: Slot) -> Option<&http::Request<B>> {
+        self.scopes[slot].entries.peek().map(|entry| &*entry.request)
+    }
+
+    /// Puts `slot` in the ready order at `at` (a scope already there keeps
+    /// the earlier of its instant and `at`); nothing for a scope with no
+    /// pending request.
+    pub(super) fn schedule(&mut self, slot: Slot, at: Instant) {
+        let queue = &mut self.scopes[slot];
+        if queue.entries.is_empty() {
+            return;
+        }
+        if let Some((old, seq)) = queue.ready_at {
+            if old <= at {
+                return;
+            }
+            self.ready.remove(&(old, seq, slot));
+        }
+        self.seq += 1;
+        queue.ready_at = Some((at, self.seq));
+        self.ready.insert((at, self.seq, slot));
+    }
+
+    /// Takes the head of `slot`'s queue to send it: the scope counts it in
+    /// flight until [`finished`](Self::finished).
+    pub(super) fn take_head(&mut self, slot: Slot) -> Option<Entry<B, T>> {
+        let queue = &mut self.scopes[slot];
+        let entry = queue.entries.pop()?;
+        queue.in_flight += 1;
+        self.pending -= 1;
+        Some(entry)
+    }
+
+    /// A request of `slot` the frontier sent has ended at `now`: its scope
+    /// is looked at again at once (a lane of its may be free); a scope
+    /// with nothing pending nor in flight is forgotten.
+    pub(super) fn finished(&mut self, slot: Slot, now: Instant) {
+        let Some(queue) = self.scopes.get_mut(slot) else {
+            return;
+        };
+        queue.in_flight = queue.in_flight.saturating_sub(1);
+        self.schedule(slot, now);
+        self.forget_if_idle(slot);
+    }
+
+    /// Forgets `slot` when it has nothing pending and nothing in flight.
+    pub(super) fn forget_if_idle(&mut self, slot: Slot) {
+        let queue = &self.scopes[slot];
+        if queue.entries.is_empty() && queue.in_flight == 0 && queue.ready_at.is_none() {
+            let queue = self.scopes.remove(slot);
+            self.by_key.remove(&queue.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn request(path: &str, priority: i32) -> (http::Request<()>, i32) {
+        (http::Request::get(path).body(()).unwrap(), priority)
+    }
+
+    #[test]
+    fn a_scope_gives_its_requests_by_priority_then_arrival() {
+        let now = Instant::now();
+        let mut queues: Queues<(), &str> = Queues::default();
+        for (path, priority) in [("/a", 0), ("/b", 5), ("/c", 0), ("/d", 5)] {
+            let (request, priority) = request(path, priority);
+            queues.push(Scope::new("s"), priority, request, path, now);
+        }
+        let slot = queues.pop_ready(now).unwrap();
+        let order: Vec<&str> = std::iter::from_fn(|| queues.take_head(slot).map(|entry| entry.tag)).collect();
+        assert_eq!(order, ["/b", "/d", "/a", "/c"]);
+        assert_eq!(queues.pending(), 0);
+    }
+
+    #[test]
+    fn the_scope_ready_longest_goes_first_and_a_later_one_waits_its_instant() {
+        let now = Instant::now();
+        let mut queues: Queues<(), u32> = Queues::default();
+        for (index, key) in ["a", "b", "c"].into_iter().enumerate() {
+            let (request, _) = request("/", 0);
+            queues.push(Scope::new(key), 0, request, index as u32, now);
+        }
+        let a = queues.pop_ready(now).unwrap();
+        let b = queues.pop_ready(now).unwrap();
+        queues.schedule(a, now + Duration::from_secs(2));
+        queues.schedule(b, now + Duration::from_secs(1));
+        let c = queues.pop_ready(now).unwrap();
+        assert_eq!(queues.take_head(c).unwrap().tag, 2);
+        assert_eq!(queues.pop_ready(now), None, "a and b are not ready yet");
+        assert_eq!(queues.next_instant(), Some(now + Duration::from_secs(1)));
+        assert_eq!(queues.pop_ready(now + Duration::from_secs(5)), Some(b));
+        assert_eq!(queues.pop_ready(now + Duration::from_secs(5)), Some(a));
+    }
+
+    #[test]
+    fn a_scope_is_forgotten_once_nothing_is_pending_nor_in_flight() {
+        let now = Instant::now();
+        let mut queues: Queues<(), ()> = Queues::default();
+        let (request, _) = request("/", 0);
+        queues.push(Scope::new("a"), 0, request, (), now);
+        let slot = queues.pop_ready(now).unwrap();
+        queues.take_head(slot).unwrap();
+        queues.forget_if_idle(slot);
+        assert_eq!(queues.scopes.len(), 1, "one request still in flight");
+        queues.finished(slot, now);
+        assert!(queues.scopes.is_empty() && queues.by_key.is_empty());
+    }
+}
