@@ -138,7 +138,7 @@ impl<B, E: From<RedirectError>> Policy<B, E> for FailOnLoops {
 
 /// Whether two URIs have the same origin: scheme, host and port (the
 /// scheme's default port when none is written).
-fn same_origin(a: &Uri, b: &Uri) -> bool {
+pub(crate) fn same_origin(a: &Uri, b: &Uri) -> bool {
     let port = |uri: &Uri| {
         uri.port_u16().or(match uri.scheme_str() {
             Some("https") => Some(443),

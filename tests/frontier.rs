@@ -354,3 +354,130 @@ fn a_budget_of_zero_is_a_config_error_that_names_it() {
         .unwrap_err();
     assert!(error.to_string().contains("in_flight"), "{error}");
 }
+
+/// Redirects followed through the frontier: each hop waits its turn in its
+/// own scope, in the frontier rather than in a slot.
+#[cfg(feature = "follow-redirect")]
+mod redirects {
+    use super::*;
+    use tower::BoxError;
+    use tower_throttle::redirect::RedirectError;
+
+    /// A site whose `/hop/N` redirects to `/hop/N+1` until `/hop/3`, whose
+    /// `/loop/a` and `/loop/b` redirect to each other, and whose other
+    /// pages answer 200; `other.test/...` redirects to `r.test`.
+    #[derive(Clone)]
+    struct Redirecting(Recorder);
+
+    impl Service<http::Request<()>> for Redirecting {
+        type Response = http::Response<()>;
+        type Error = BoxError;
+        type Future = std::future::Ready<Result<http::Response<()>, BoxError>>;
+
+        fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), BoxError>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: http::Request<()>) -> Self::Future {
+            self.0.record(&request);
+            let path = request.uri().path().to_owned();
+            let location = match (request.uri().host(), path.as_str()) {
+                (Some("other.test"), _) => Some("https://r.test/hop/2".to_owned()),
+                (_, "/loop/a") => Some("/loop/b".to_owned()),
+                (_, "/loop/b") => Some("/loop/a".to_owned()),
+                (_, hop) if hop.starts_with("/hop/") && hop != "/hop/3" => {
+                    let number: u32 = hop[5..].parse().unwrap();
+                    Some(format!("/hop/{}", number + 1))
+                }
+                _ => None,
+            };
+            let response = match location {
+                Some(location) => http::Response::builder()
+                    .status(301)
+                    .header(http::header::LOCATION, location)
+                    .body(())
+                    .unwrap(),
+                None => http::Response::new(()),
+            };
+            std::future::ready(Ok(response))
+        }
+    }
+
+    fn following(
+        registry: &Registry,
+        recorder: &Recorder,
+        max: usize,
+    ) -> (
+        Frontier<tower_throttle::Throttle<Redirecting>, ()>,
+        FrontierHandle<()>,
+    ) {
+        let client = ServiceBuilder::new()
+            .layer(ThrottleLayer::new(registry.clone()))
+            .service(Redirecting(recorder.clone()));
+        let (frontier, handle) = FrontierBuilder::new(registry.clone())
+            .in_flight(4)
+            .build(client)
+            .unwrap();
+        (frontier.follow_redirects(max), handle)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_hop_waits_its_turn_in_its_scope_and_the_chain_answers_with_its_first_tag() {
+        let registry = polite(ms(100));
+        let recorder = Recorder::new();
+        let (mut frontier, handle) = following(&registry, &recorder, 10);
+        handle.push(support::get("https://r.test/hop/0")).await.unwrap();
+        handle
+            .push(support::get("https://other.test/start"))
+            .await
+            .unwrap();
+        drop(handle);
+        let mut answers = Vec::new();
+        while let Some((uri, result)) = frontier.next().await {
+            let response = result.unwrap();
+            assert_eq!(response.status(), 200);
+            assert!(
+                response.extensions().get::<tower_throttle::Waited>().is_none(),
+                "{uri} waited"
+            );
+            answers.push(uri.to_string());
+        }
+        answers.sort();
+        assert_eq!(answers, ["https://other.test/start", "https://r.test/hop/0"]);
+        // r.test: /hop/0 at 0, then its hops and other.test's hop to
+        // /hop/2, one lane 100 ms apart (hops answer at once: no cold gap).
+        let r_sends: Vec<(String, u128)> = recorder
+            .sent()
+            .into_iter()
+            .filter(|sent| sent.host == "r.test")
+            .map(|sent| (sent.path, sent.at.as_millis()))
+            .collect();
+        let instants: Vec<u128> = r_sends.iter().map(|(_, at)| *at).collect();
+        assert_eq!(instants, [0, 100, 200, 300, 400, 500]);
+        assert_eq!(r_sends.len(), 6, "{r_sends:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_or_a_chain_past_the_limit_is_an_error() {
+        let registry = polite(ms(10));
+        let recorder = Recorder::new();
+        let (mut frontier, handle) = following(&registry, &recorder, 2);
+        handle.push(support::get("https://r.test/loop/a")).await.unwrap();
+        handle.push(support::get("https://s.test/hop/0")).await.unwrap();
+        drop(handle);
+        let mut errors = HashMap::new();
+        while let Some((uri, result)) = frontier.next().await {
+            let error = result.unwrap_err();
+            let error = error
+                .downcast_ref::<RedirectError>()
+                .expect("a redirect error")
+                .clone();
+            errors.insert(uri.to_string(), error);
+        }
+        assert_eq!(
+            errors["https://r.test/loop/a"],
+            RedirectError::Loop("https://r.test/loop/a".parse().unwrap())
+        );
+        assert_eq!(errors["https://s.test/hop/0"], RedirectError::TooMany(2));
+    }
+}

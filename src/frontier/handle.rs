@@ -87,7 +87,7 @@ impl<B, T> FrontierHandle<B, T> {
                 return Poll::Pending;
             }
             let (request, tag) = item.take().expect("polled after completion");
-            self.shared.enqueue(&mut state, request, tag);
+            self.shared.enqueue(&mut state, (request, tag, None));
             Poll::Ready(Ok(()))
         })
         .await
@@ -108,7 +108,7 @@ impl<B, T> FrontierHandle<B, T> {
         if state.queues.pending() >= self.shared.max_pending {
             return Err(PushError::full(request));
         }
-        self.shared.enqueue(&mut state, request, tag);
+        self.shared.enqueue(&mut state, (request, tag, None));
         Ok(())
     }
 

@@ -76,6 +76,7 @@
 
 mod handle;
 mod queues;
+mod redirects;
 mod shared;
 mod stream;
 

@@ -9,16 +9,18 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use slab::Slab;
 use tokio::time::Instant;
 
+use super::redirects::Chain;
 use crate::scope::Scope;
 
 /// One pending request: its priority, its arrival, the request (boxed, so
-/// a queue's spare capacity costs a pointer per slot, not a request) and
-/// its tag.
+/// a queue's spare capacity costs a pointer per slot, not a request), its
+/// tag, and its chain of redirects when it is a hop.
 pub(super) struct Entry<B, T> {
     priority: i32,
     seq: u64,
     pub(super) request: Box<http::Request<B>>,
     pub(super) tag: T,
+    pub(super) chain: Option<Box<Chain>>,
 }
 
 impl<B, T> Entry<B, T> {
@@ -96,8 +98,7 @@ impl<B, T> Queues<B, T> {
         &mut self,
         key: Scope,
         priority: i32,
-        request: http::Request<B>,
-        tag: T,
+        (request, tag, chain): (http::Request<B>, T, Option<Box<Chain>>),
         now: Instant,
     ) {
         self.seq += 1;
@@ -120,6 +121,7 @@ impl<B, T> Queues<B, T> {
             seq,
             request: Box::new(request),
             tag,
+            chain,
         });
         self.pending += 1;
         if self.scopes[slot].ready_at.is_none() {
@@ -216,7 +218,7 @@ mod tests {
         let mut queues: Queues<(), &str> = Queues::default();
         for (path, priority) in [("/a", 0), ("/b", 5), ("/c", 0), ("/d", 5)] {
             let (request, priority) = request(path, priority);
-            queues.push(Scope::new("s"), priority, request, path, now);
+            queues.push(Scope::new("s"), priority, (request, path, None), now);
         }
         let slot = queues.pop_ready(now).unwrap();
         let order: Vec<&str> = std::iter::from_fn(|| queues.take_head(slot).map(|entry| entry.tag)).collect();
@@ -230,7 +232,7 @@ mod tests {
         let mut queues: Queues<(), u32> = Queues::default();
         for (index, key) in ["a", "b", "c"].into_iter().enumerate() {
             let (request, _) = request("/", 0);
-            queues.push(Scope::new(key), 0, request, index as u32, now);
+            queues.push(Scope::new(key), 0, (request, index as u32, None), now);
         }
         let a = queues.pop_ready(now).unwrap();
         let b = queues.pop_ready(now).unwrap();
@@ -249,7 +251,7 @@ mod tests {
         let now = Instant::now();
         let mut queues: Queues<(), ()> = Queues::default();
         let (request, _) = request("/", 0);
-        queues.push(Scope::new("a"), 0, request, (), now);
+        queues.push(Scope::new("a"), 0, (request, (), None), now);
         let slot = queues.pop_ready(now).unwrap();
         queues.take_head(slot).unwrap();
         queues.forget_if_idle(slot);

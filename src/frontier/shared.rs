@@ -7,6 +7,7 @@ use std::task::Waker;
 use tokio::time::Instant;
 
 use super::queues::Queues;
+use super::redirects::Chain;
 use crate::registry::Registry;
 use crate::scope::Priority;
 
@@ -50,9 +51,14 @@ impl<B, T> Shared<B, T> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queues `request` with `tag` in the queue of its first scope (as the
-    /// registry resolves it), and wakes the frontier.
-    pub(super) fn enqueue(&self, state: &mut State<B, T>, request: http::Request<B>, tag: T) {
+    /// Queues `request` with `tag` (and its chain of redirects, for a hop)
+    /// in the queue of its first scope (as the registry resolves it), and
+    /// wakes the frontier.
+    pub(super) fn enqueue(
+        &self,
+        state: &mut State<B, T>,
+        (request, tag, chain): (http::Request<B>, T, Option<Box<Chain>>),
+    ) {
         let key = self.registry.scopes_of(&request).first().clone();
         let priority = request
             .extensions()
@@ -60,7 +66,9 @@ impl<B, T> Shared<B, T> {
             .copied()
             .unwrap_or_default()
             .0;
-        state.queues.push(key, priority, request, tag, Instant::now());
+        state
+            .queues
+            .push(key, priority, (request, tag, chain), Instant::now());
         if let Some(waker) = state.frontier.take() {
             waker.wake();
         }

@@ -16,6 +16,7 @@ use tower_service::Service;
 
 use super::handle::FrontierHandle;
 use super::queues::Slot;
+use super::redirects::Chain;
 use super::shared::Shared;
 use crate::error::ConfigError;
 use crate::registry::Registry;
@@ -94,31 +95,50 @@ impl FrontierBuilder {
             timer_at: None,
             source: None,
             service_busy: false,
+            follow: None,
         };
         Ok((frontier, FrontierHandle { shared }))
     }
 }
 
 pin_project! {
-    /// A request in the service: its future, its tag and its scope's queue.
+    /// A request in the service: its future, its tag, its scope's queue,
+    /// and its chain of redirects when they are followed.
     struct Sending<F, T> {
         #[pin]
         future: F,
         tag: Option<T>,
         slot: Slot,
+        chain: Option<Box<Chain>>,
     }
 }
 
+/// A request the service is done with.
+struct Sent<T, O> {
+    slot: Slot,
+    tag: T,
+    output: O,
+    chain: Option<Box<Chain>>,
+}
+
 impl<F: Future, T> Future for Sending<F, T> {
-    type Output = (Slot, T, F::Output);
+    type Output = Sent<T, F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let output = std::task::ready!(this.future.poll(cx));
-        let tag = this.tag.take().expect("polled after completion");
-        Poll::Ready((*this.slot, tag, output))
+        Poll::Ready(Sent {
+            slot: *this.slot,
+            tag: this.tag.take().expect("polled after completion"),
+            output,
+            chain: this.chain.take(),
+        })
     }
 }
+
+/// What makes the next hop of a redirect, when the frontier follows them
+/// (see [`Frontier::follow_redirects`]).
+type Follow<R, B, E> = Box<dyn Fn(&R, &mut Chain) -> Result<Option<http::Request<B>>, E> + Send + Sync>;
 
 /// A crawl's pending requests, fed to a throttled service in readiness
 /// order: a `Stream` of `(tag, result)`. See the [module docs](super).
@@ -138,6 +158,7 @@ where
     /// Whether the service said `Pending` to the last request that could
     /// go: it wakes the frontier when it is ready, and no timer is needed.
     service_busy: bool,
+    follow: Option<Follow<S::Response, B, S::Error>>,
 }
 
 impl<S, B, T> Frontier<S, B, T>
@@ -173,7 +194,7 @@ where
             match source.poll_next_unpin(cx) {
                 Poll::Ready(Some((request, tag))) => {
                     let mut state = self.shared.lock();
-                    self.shared.enqueue(&mut state, request, tag);
+                    self.shared.enqueue(&mut state, (request, tag, None));
                 }
                 Poll::Ready(None) => self.source = None,
                 Poll::Pending => return,
@@ -218,14 +239,48 @@ where
             state.queues.schedule(slot, now);
             state.wake_pushers();
             drop(state);
+            let chain = match (&self.follow, entry.chain) {
+                (None, _) => None,
+                (Some(_), Some(chain)) => Some(chain),
+                (Some(_), None) => Some(Chain::start(&entry.request)),
+            };
             let future = self.service.call(*entry.request);
             self.sending.push(Sending {
                 future,
                 tag: Some(entry.tag),
                 slot,
+                chain,
             });
         }
         None
+    }
+
+    /// What the stream gives for a request the service is done with: its
+    /// result, or nothing when it was a redirect followed (its next hop
+    /// queued in the frontier, with its tag). Its scope looks again now.
+    fn answer(
+        &mut self,
+        sent: Sent<T, Result<S::Response, S::Error>>,
+    ) -> Option<Fetched<T, S::Response, S::Error>> {
+        let Sent {
+            slot,
+            tag,
+            output,
+            chain,
+        } = sent;
+        let mut state = self.shared.lock();
+        state.queues.finished(slot, Instant::now());
+        let (Some(follow), Ok(response), Some(mut chain)) = (&self.follow, &output, chain) else {
+            return Some((tag, output));
+        };
+        match follow(response, &mut chain) {
+            Ok(None) => Some((tag, output)),
+            Ok(Some(hop)) => {
+                self.shared.enqueue(&mut state, (hop, tag, Some(chain)));
+                None
+            }
+            Err(error) => Some((tag, Err(error))),
+        }
     }
 
     /// Aims the one timer at the next instant a scope may go, when the
@@ -250,6 +305,35 @@ where
     }
 }
 
+#[cfg(feature = "follow-redirect")]
+impl<S, B, T, R> Frontier<S, B, T>
+where
+    S: Service<http::Request<B>, Response = http::Response<R>>,
+    S::Error: From<crate::redirect::RedirectError>,
+    B: Default,
+{
+    /// Follows redirects (301, 302, 303, 307, 308 with a `Location`)
+    /// through the frontier: each hop goes back into its queues and waits
+    /// its turn in its own scope like any request, so a hop to a site that
+    /// must wait takes no slot. The stream gives the last response of the
+    /// chain, with the first request's tag. A loop, or a chain of more than
+    /// `max` redirects, gives a [`RedirectError`](crate::redirect::RedirectError)
+    /// (converted into the service's error), as
+    /// [`FailOnLoops`](crate::redirect::FailOnLoops) does.
+    ///
+    /// A hop carries the first request's headers (credentials dropped once
+    /// the chain leaves the first origin) and an empty body
+    /// (`B::default()`); 301 and 302 turn a `POST` into a `GET`, 303 anything
+    /// but `HEAD`. The first request's extensions (its `Scopes`, say) do not
+    /// follow: a hop's scopes are its own host's.
+    pub fn follow_redirects(mut self, max: usize) -> Self {
+        self.follow = Some(Box::new(move |response, chain| {
+            super::redirects::next_hop(response, chain, max).map_err(S::Error::from)
+        }));
+        self
+    }
+}
+
 impl<S, B, T> Stream for Frontier<S, B, T>
 where
     S: Service<http::Request<B>> + Unpin,
@@ -259,9 +343,11 @@ where
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         loop {
-            if let Poll::Ready(Some((slot, tag, output))) = this.sending.poll_next_unpin(cx) {
-                this.shared.lock().queues.finished(slot, Instant::now());
-                return Poll::Ready(Some((tag, output)));
+            if let Poll::Ready(Some(sent)) = this.sending.poll_next_unpin(cx) {
+                match this.answer(sent) {
+                    Some(fetched) => return Poll::Ready(Some(fetched)),
+                    None => continue,
+                }
             }
             this.pull_source(cx);
             if let Some(refused) = this.send_ready(cx) {
@@ -272,9 +358,11 @@ where
             }
             if !this.sending.is_empty() {
                 // Polled once more: the requests just sent have not been.
-                if let Poll::Ready(Some((slot, tag, output))) = this.sending.poll_next_unpin(cx) {
-                    this.shared.lock().queues.finished(slot, Instant::now());
-                    return Poll::Ready(Some((tag, output)));
+                if let Poll::Ready(Some(sent)) = this.sending.poll_next_unpin(cx) {
+                    match this.answer(sent) {
+                        Some(fetched) => return Poll::Ready(Some(fetched)),
+                        None => continue,
+                    }
                 }
             }
             let mut state = this.shared.lock();
