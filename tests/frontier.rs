@@ -198,6 +198,32 @@ async fn a_small_budget_is_used_whole_and_only_on_requests_that_go() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_budget_above_max_concurrency_parks_no_request_in_the_throttle() {
+    let registry = Registry::builder()
+        .max_concurrency(2)
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(1)
+                .delay(ms(100))
+                .delay_per_slot(ms(100))
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let (mut frontier, handle) = frontier(&registry, &recorder, 8);
+    for site in 0..6 {
+        handle.push(page(site, 0)).await.unwrap();
+    }
+    drop(handle);
+    // `drain` checks that no response waited (for a global permit, say).
+    assert_eq!(drain(&mut frontier).await, 6);
+    // Two at a time, each answered in 5 ms; the frontier looks again
+    // when one of its own ends.
+    assert_eq!(recorder.millis(), vec![0, 0, 5, 5, 10, 10]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_held_site_takes_no_slot_while_the_others_go() {
     let registry = polite(ms(100));
     registry.hold("s0.test", Duration::from_secs(3600));

@@ -20,9 +20,13 @@ use super::redirects::Chain;
 use super::shared::Shared;
 use crate::error::ConfigError;
 use crate::registry::Registry;
+use crate::waited::WaitCause;
 
 /// How many requests a frontier keeps in its service at once unless told.
 pub const DEFAULT_IN_FLIGHT: usize = 64;
+/// How soon a frontier looks again when every global permit is taken.
+const GLOBAL_RETRY: Duration = Duration::from_millis(10);
+
 /// How many requests a frontier holds pending unless told.
 pub const DEFAULT_MAX_PENDING: usize = 1_000_000;
 
@@ -95,6 +99,7 @@ impl FrontierBuilder {
             timer_at: None,
             source: None,
             service_busy: false,
+            global_wait: None,
             follow: None,
         };
         Ok((frontier, FrontierHandle { shared }))
@@ -158,6 +163,9 @@ where
     /// Whether the service said `Pending` to the last request that could
     /// go: it wakes the frontier when it is ready, and no timer is needed.
     service_busy: bool,
+    /// Until when no request is sent because every global permit was
+    /// taken (one of ours ending ends it sooner).
+    global_wait: Option<Instant>,
     follow: Option<Follow<S::Response, B, S::Error>>,
 }
 
@@ -206,6 +214,10 @@ where
     /// budget has room. `Some` with a request the service refused.
     fn send_ready(&mut self, cx: &mut Context<'_>) -> Option<Fetched<T, S::Response, S::Error>> {
         self.service_busy = false;
+        if self.global_wait.is_some_and(|until| Instant::now() < until) {
+            return None;
+        }
+        self.global_wait = None;
         while self.sending.len() < self.budget {
             let now = Instant::now();
             let mut state = self.shared.lock();
@@ -218,6 +230,15 @@ where
             if !prediction.wait.is_zero() {
                 state.queues.schedule(slot, prediction.at);
                 continue;
+            }
+            if prediction.cause == Some(WaitCause::GlobalConcurrency) {
+                // Every global permit is taken (by requests of others: the
+                // budget is below `max_concurrency` otherwise): when one
+                // frees is not known. Look again soon, or when one of ours
+                // ends.
+                state.queues.schedule(slot, now);
+                self.global_wait = Some(now + GLOBAL_RETRY);
+                return None;
             }
             match self.service.poll_ready(cx) {
                 Poll::Ready(Ok(())) => {}
@@ -268,6 +289,8 @@ where
             output,
             chain,
         } = sent;
+        // A global permit of ours is free.
+        self.global_wait = None;
         let mut state = self.shared.lock();
         state.queues.finished(slot, Instant::now());
         let (Some(follow), Ok(response), Some(mut chain)) = (&self.follow, &output, chain) else {
@@ -293,6 +316,7 @@ where
             self.timer_at = None;
             return false;
         };
+        let at = self.global_wait.map_or(at, |until| until.max(at));
         if self.timer_at != Some(at) {
             self.timer.as_mut().reset(at);
             self.timer_at = Some(at);
