@@ -507,3 +507,14 @@ mod redirects {
         assert_eq!(errors["https://s.test/hop/0"], RedirectError::TooMany(2));
     }
 }
+
+#[test]
+fn a_frontier_can_be_built_outside_a_runtime() {
+    let registry = polite(ms(100));
+    let recorder = Recorder::new();
+    let (frontier, handle): (Frontier<Client, ()>, FrontierHandle<()>) =
+        FrontierBuilder::new(registry.clone())
+            .build(client(&registry, &recorder, ms(5)))
+            .unwrap();
+    drop((frontier, handle));
+}

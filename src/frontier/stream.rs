@@ -95,7 +95,7 @@ impl FrontierBuilder {
             shared: shared.clone(),
             sending: FuturesUnordered::new(),
             budget: self.in_flight,
-            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            timer: None,
             timer_at: None,
             source: None,
             service_busy: false,
@@ -156,8 +156,9 @@ where
     shared: Arc<Shared<B, T>>,
     sending: FuturesUnordered<Sending<S::Future, T>>,
     budget: usize,
-    /// The one timer: the next instant a scope may go.
-    timer: Pin<Box<Sleep>>,
+    /// The one timer: the next instant a scope may go (made on first use,
+    /// so a frontier can be built outside a runtime).
+    timer: Option<Pin<Box<Sleep>>>,
     timer_at: Option<Instant>,
     source: Option<BoxStream<'static, (http::Request<B>, T)>>,
     /// Whether the service said `Pending` to the last request that could
@@ -317,11 +318,14 @@ where
             return false;
         };
         let at = self.global_wait.map_or(at, |until| until.max(at));
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
         if self.timer_at != Some(at) {
-            self.timer.as_mut().reset(at);
+            timer.as_mut().reset(at);
             self.timer_at = Some(at);
         }
-        if self.timer.as_mut().poll(cx).is_ready() {
+        if timer.as_mut().poll(cx).is_ready() {
             self.timer_at = None;
             return true;
         }
