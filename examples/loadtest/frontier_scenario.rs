@@ -197,9 +197,9 @@ pub(super) fn run(
     );
     print_gap_table(&runs);
     print_site_gap_summary(&runs);
-    for ((label, _), (driver, fact)) in runs.iter().zip(&facts) {
+    for ((label, run), (driver, fact)) in runs.iter().zip(&facts) {
         if let (Driver::Frontier { .. }, Some(fact)) = (driver, fact) {
-            print_facts(label, *driver, fact);
+            print_facts(label, *driver, fact, run.arrivals.steady_rate);
         }
     }
     let verdicts = verdicts(&runs, &facts);
@@ -497,12 +497,21 @@ fn drive(
     ))
 }
 
-fn print_facts(label: &str, driver: Driver, facts: &FrontierFacts) {
+/// What a frontier run saw besides the tables; `steady` is its steady
+/// rate, set beside what its budget allows at the time a request really
+/// spent in the service (the nominal latency plus the loopback path and
+/// both runtimes): where the budget binds, the frontier's own share.
+fn print_facts(label: &str, driver: Driver, facts: &FrontierFacts, steady: Option<f64>) {
     if let Driver::Frontier { in_flight, .. } = driver {
+        let by_budget = in_flight as f64 / facts.mean_service.as_secs_f64().max(1e-9);
         println!(
-            "   {label}: a request's time in the service (call to body end) {:.2} ms on average: N / that = {:.0}/s",
+            "   {label}: a request's time in the service (call to body end) {:.2} ms on average: N / that = \
+             {by_budget:.0}/s{} (not judged)",
             facts.mean_service.as_secs_f64() * 1e3,
-            in_flight as f64 / facts.mean_service.as_secs_f64().max(1e-9),
+            optional(steady, |steady| format!(
+                ", and the steady rate {:.1} % of it",
+                100.0 * steady / by_budget
+            )),
         );
     }
     println!(
