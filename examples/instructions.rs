@@ -385,7 +385,7 @@ fn measure(small: u64, large: u64) -> ExitCode {
             None,
         ),
         (
-            "frontier / throttle, overheads over bare",
+            "frontier / throttle 1 scope, overheads",
             "frontier_1_scope",
             "throttle_1_scope",
             None,
