@@ -158,12 +158,14 @@ pub(super) fn run(
     ];
     let mut runs = Vec::new();
     let mut facts = Vec::new();
+    let mut calls = Vec::new();
     for driver in drivers {
         let label = driver.label();
         match run_once(server, busy, &scenario, blocks.next(), driver) {
-            Ok((report, fact)) => {
+            Ok((report, fact, calls_per_poll)) => {
                 runs.push((label, report));
                 facts.push((driver, fact));
+                calls.push(calls_per_poll);
             }
             Err(error) => {
                 println!("  {label}: could not run: {error}");
@@ -171,6 +173,7 @@ pub(super) fn run(
                 report.bound = Some(bound_of(&scenario, driver));
                 runs.push((label, report));
                 facts.push((driver, None));
+                calls.push(None);
             }
         }
     }
@@ -200,6 +203,18 @@ pub(super) fn run(
     for ((label, run), (driver, fact)) in runs.iter().zip(&facts) {
         if let (Driver::Frontier { .. }, Some(fact)) = (driver, fact) {
             print_facts(label, *driver, fact, run.arrivals.steady_rate);
+        }
+    }
+    println!(
+        "   requests called per poll of the driving future (on one thread, hyper-util's connection tasks write them \
+         only after that poll):"
+    );
+    for ((label, _), calls) in runs.iter().zip(&calls) {
+        if let Some(calls) = calls {
+            println!(
+                "   {label:<14} mean {:.1}, p99 {}, max {} (over the {} polls that called any)",
+                calls.mean, calls.p99, calls.max, calls.polls
+            );
         }
     }
     let verdicts = verdicts(&runs, &facts);
@@ -284,6 +299,8 @@ struct Fetch {
     waited: Arc<AtomicUsize>,
     /// Microseconds from `call` to the body's end, summed over requests.
     service_micros: Arc<AtomicUsize>,
+    /// Requests called so far.
+    calls: Arc<AtomicUsize>,
 }
 
 impl Service<Request> for Fetch {
@@ -296,6 +313,7 @@ impl Service<Request> for Fetch {
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::Relaxed);
         let called = Instant::now();
         let response = MarkPolls::new(self.stack.call(request));
         let (waited, service_micros) = (self.waited.clone(), self.service_micros.clone());
@@ -313,13 +331,73 @@ impl Service<Request> for Fetch {
     }
 }
 
+pin_project_lite::pin_project! {
+    /// Counts the requests [`Fetch`] is called with in each poll of the
+    /// driving future. On a current-thread runtime hyper-util's connection
+    /// tasks run only between two such polls, so the requests called in
+    /// one poll are written to their sockets only after it ends.
+    struct CountCalls<F> {
+        #[pin]
+        inner: F,
+        calls: Arc<AtomicUsize>,
+        per_poll: Arc<std::sync::Mutex<Vec<usize>>>,
+    }
+}
+
+impl<F> CountCalls<F> {
+    fn new(inner: F, calls: &Arc<AtomicUsize>, per_poll: &Arc<std::sync::Mutex<Vec<usize>>>) -> Self {
+        CountCalls {
+            inner,
+            calls: calls.clone(),
+            per_poll: per_poll.clone(),
+        }
+    }
+}
+
+impl<F: Future> Future for CountCalls<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let before = this.calls.load(Ordering::Relaxed);
+        let output = this.inner.poll(cx);
+        let called = this.calls.load(Ordering::Relaxed) - before;
+        if called > 0 {
+            this.per_poll.lock().unwrap().push(called);
+        }
+        output
+    }
+}
+
+/// How many requests were called per poll of the driving future (the
+/// polls that called any): mean, p99 and max.
+struct CallsPerPoll {
+    polls: usize,
+    mean: f64,
+    p99: usize,
+    max: usize,
+}
+
+impl CallsPerPoll {
+    fn of(mut per_poll: Vec<usize>) -> Option<Self> {
+        per_poll.sort_unstable();
+        let polls = per_poll.len();
+        Some(CallsPerPoll {
+            polls,
+            mean: per_poll.iter().sum::<usize>() as f64 / polls.max(1) as f64,
+            p99: *per_poll.get(polls.checked_sub(1)? * 99 / 100)?,
+            max: *per_poll.last()?,
+        })
+    }
+}
+
 fn run_once(
     server: &ServerThread,
     busy: &BusyThreads,
     scenario: &Scenario,
     block: u8,
     driver: Driver,
-) -> Result<(RunReport, Option<FrontierFacts>), BoxError> {
+) -> Result<(RunReport, Option<FrontierFacts>, Option<CallsPerPoll>), BoxError> {
     let hold_every = if driver.holds() { HOLD_EVERY } else { 0 };
     let sites = start_sites(server, scenario, block, hold_every)?;
     let rss_before = resident_bytes();
@@ -345,13 +423,14 @@ fn run_once(
             .layer(RetryAfterLayer::new(registry.clone()).layer(client)),
         waited: Arc::new(AtomicUsize::new(0)),
         service_micros: Arc::new(AtomicUsize::new(0)),
+        calls: Arc::new(AtomicUsize::new(0)),
     };
     let requests = site_by_site_requests(scenario, sites.addressing.clone());
     let held = if driver.holds() { held_sites(scenario) } else { 0 };
     // A held site answers one page; the run ends when every other page is
     // answered.
     let expected = scenario.requests() - held * (scenario.pages - 1);
-    let (outcome, mut facts) = drive(driver, fetch, &registry, requests, expected)?;
+    let (outcome, mut facts, calls_per_poll) = drive(driver, fetch, &registry, requests, expected)?;
     let cpu_after = CpuSample::take(server, busy);
     let rss_after = resident_bytes();
     let scopes = registry.stats().scopes_tracked;
@@ -393,7 +472,7 @@ fn run_once(
         scopes,
         bound: Some(bound_of(scenario, driver)),
     };
-    Ok((report, facts))
+    Ok((report, facts, calls_per_poll))
 }
 
 /// Drives the requests as `driver` says, until `expected` results are in
@@ -404,7 +483,7 @@ fn drive(
     registry: &Registry,
     requests: impl Iterator<Item = Request> + Send + 'static,
     expected: usize,
-) -> std::io::Result<(Outcome, Option<FrontierFacts>)> {
+) -> std::io::Result<(Outcome, Option<FrontierFacts>, Option<CallsPerPoll>)> {
     let tally = Arc::new(Tally::default());
     let runtime = match driver {
         Driver::Spawn => tokio::runtime::Builder::new_multi_thread()
@@ -416,6 +495,8 @@ fn drive(
             .build()?,
     };
     let (waited, service_micros) = (fetch.waited.clone(), fetch.service_micros.clone());
+    let per_poll = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let calls = fetch.calls.clone();
     let start = Instant::now();
     let (timed_out, facts) = runtime.block_on(async {
         match driver {
@@ -442,7 +523,9 @@ fn drive(
                         facts.max_registry_waiting = facts.max_registry_waiting.max(registry.stats().waiting);
                     }
                 };
-                let timed_out = tokio::time::timeout(RUN_TIMEOUT, work).await.is_err();
+                let timed_out = tokio::time::timeout(RUN_TIMEOUT, CountCalls::new(work, &calls, &per_poll))
+                    .await
+                    .is_err();
                 let stats = registry.stats();
                 facts.end_in_flight = frontier.in_flight();
                 facts.end_pending = frontier.pending();
@@ -458,6 +541,7 @@ fn drive(
                         tally.add(result.map(drop));
                         std::future::ready(())
                     });
+                let work = CountCalls::new(work, &calls, &per_poll);
                 (tokio::time::timeout(RUN_TIMEOUT, work).await.is_err(), None)
             }
             Driver::Spawn => {
@@ -484,6 +568,9 @@ fn drive(
         facts
     });
     let first_error = tally.first_error.lock().unwrap().take();
+    // One task per request is not driven by one future.
+    let per_poll = std::mem::take(&mut *per_poll.lock().unwrap());
+    let calls_per_poll = CallsPerPoll::of(per_poll).filter(|_| driver != Driver::Spawn);
     Ok((
         Outcome {
             requests: expected,
@@ -494,6 +581,7 @@ fn drive(
             first_error,
         },
         facts,
+        calls_per_poll,
     ))
 }
 
