@@ -25,6 +25,17 @@
 //! 1 000 sites × 20 pages, 1 lane each, delay 100 ms, jitter 0, 5 ms
 //! latency (`--quick`: 100 sites × 5 pages): the politeness bound is
 //! 10 000 requests/s.
+//!
+//! Besides the tables the other scenarios print, each frontier run says
+//! how long a request spent in the service on average (the frontier's
+//! `call` to the body's end) and its steady rate against `N /` that time,
+//! which tells, where the budget binds, the frontier's share from the
+//! latency the loopback path and both runtimes add; and the frontier runs
+//! and `buffer_unordered` say how many requests were called per poll of
+//! the future driving them: on one thread hyper-util writes them only
+//! after that poll, so the first of a long run leaves late after its
+//! hand-over, which shortens its site's next gap when departures are
+//! stamped at the hand-over (the default; `--socket-stamps` changes it).
 
 use std::future::Future;
 use std::pin::Pin;
