@@ -1,10 +1,12 @@
 //! The memory figures of docs/performance.md, measured with a counting global
-//! allocator: bytes per idle scope, bytes per waiting request, the CPU time
-//! 100 000 waiting requests cost over 2 s, and the stack size of the public
-//! types a user stores. Prints a table against the budgets (≤ 256 bytes per
-//! idle scope, key and index included; ≤ 256 bytes per waiting request,
-//! body excluded; ~0 CPU while waiting) and always exits 0: it is a
-//! measurement, not a test (CI only compiles it).
+//! allocator: bytes per idle scope, bytes per waiting request, bytes per
+//! request pending in a frontier, the CPU time 100 000 waiting requests
+//! cost over 2 s, and the stack size of the public types a user stores.
+//! Prints a table against the budgets (≤ 256 bytes per idle scope, key and
+//! index included; ≤ 256 bytes per waiting request, body excluded; ≤ 96
+//! bytes per pending request beyond the request itself; ~0 CPU while
+//! waiting) and always exits 0: it is a measurement, not a test (CI only
+//! compiles it).
 //!
 //! ```text
 //! cargo bench --bench memory
@@ -33,6 +35,17 @@
 //!   one the same way). What remains is the throttle's own cost per waiter:
 //!   the ticket in the scheduler, the queue entry, the `Scopes` extension
 //!   the throttle inserts with `record_scopes(true)` (shown apart).
+//! - **Pending request in a frontier**: N = 1 000 000 requests over
+//!   10 000 scopes (100 each, pushed site by site, as a crawler's links
+//!   come) into a `frontier::Frontier` around `ThrottleLayer` over the bare
+//!   service, never polled, so all stay pending. The URIs are parsed (and
+//!   cloned once, so their buffers are shared) before the snapshot; each
+//!   request is built in the loop, and what building one allocates and its
+//!   own `size_of` (the frontier boxes it) are subtracted per request, as
+//!   for a waiting request. What remains is the frontier's bookkeeping and
+//!   the tag: measured with `push` (the tag is the request's URI, a clone:
+//!   `size_of::<http::Uri>()` inline, its buffers shared) and with
+//!   `push_tagged(request, ())` (no tag: the frontier's own cost).
 //! - **CPU while waiting**: utime + stime from `/proc/self/stat` (clock
 //!   ticks, usually 10 ms each) over 2 s of `tokio::time::sleep` with the
 //!   100 000 waiters pending.
@@ -60,6 +73,7 @@ use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use tower::{Layer, Service, ServiceExt};
+use tower_throttle::frontier::{FrontierBuilder, FrontierHandle};
 use tower_throttle::{Registry, ScopeConfig, ScopeStats, Scopes, ThrottleLayer};
 
 #[path = "variants/mod.rs"]
@@ -147,6 +161,9 @@ fn per_item(before: Snapshot, after: Snapshot, count: usize) -> (f64, f64) {
 const SCOPES: usize = 100_000;
 const WAITERS: usize = 100_000;
 const BUDGET_BYTES: f64 = 256.0;
+const PENDING: usize = 1_000_000;
+const PENDING_SCOPES: usize = 10_000;
+const PENDING_BUDGET_BYTES: f64 = 96.0;
 const IDLE_WALL: Duration = Duration::from_secs(2);
 
 /// One row of the final table.
@@ -292,6 +309,91 @@ async fn waiting_requests(record_scopes: bool, measure_cpu: bool) -> Waiting {
     }
 }
 
+/// The figures of a frontier-pending run.
+struct Pending {
+    gross: f64,
+    blocks: f64,
+    request_inline: usize,
+    request_heap: f64,
+    /// Live bytes against before, once the frontier is dropped.
+    after_drop: isize,
+}
+
+impl Pending {
+    fn net(&self) -> f64 {
+        self.gross - self.request_inline as f64 - self.request_heap
+    }
+}
+
+/// How a frontier-pending run tags its requests.
+#[derive(Clone, Copy, PartialEq)]
+enum Tagging {
+    /// `push`: the request's URI.
+    Uri,
+    /// `push_tagged(request, ())`.
+    Nothing,
+}
+
+/// Pushes `PENDING` requests over `PENDING_SCOPES` scopes, site by site,
+/// into a frontier that is never polled.
+async fn frontier_pending(tagging: Tagging) -> Pending {
+    let registry = Registry::builder()
+        .default_scope(ScopeConfig::default().delay(Duration::from_secs(3_600)))
+        .build()
+        .unwrap();
+    let hosts = uris(PENDING_SCOPES);
+    // One clone each first: a parsed URI's buffers become shared at their
+    // first clone (an allocation), and later clones only count references.
+    drop(hosts.to_vec());
+    let service = ThrottleLayer::new(registry.clone()).layer(bare());
+
+    let probe = request(&hosts[0]);
+    let before_request = snapshot();
+    let probe_again = request(&hosts[0]);
+    let request_heap = snapshot().bytes.saturating_sub(before_request.bytes) as f64;
+    drop((probe, probe_again));
+
+    let per_scope = PENDING / PENDING_SCOPES;
+    let pending = match tagging {
+        Tagging::Uri => {
+            let (frontier, handle) = FrontierBuilder::new(registry.clone()).build(service).unwrap();
+            let before = snapshot();
+            for uri in &hosts {
+                for _ in 0..per_scope {
+                    handle.push(request(uri)).await.unwrap();
+                }
+            }
+            let after = snapshot();
+            assert_eq!(handle.pending(), PENDING);
+            drop((frontier, handle));
+            (before, after)
+        }
+        Tagging::Nothing => {
+            let (frontier, handle): (_, FrontierHandle<(), ()>) =
+                FrontierBuilder::new(registry.clone()).build(service).unwrap();
+            let before = snapshot();
+            for uri in &hosts {
+                for _ in 0..per_scope {
+                    handle.push_tagged(request(uri), ()).await.unwrap();
+                }
+            }
+            let after = snapshot();
+            assert_eq!(handle.pending(), PENDING);
+            drop((frontier, handle));
+            (before, after)
+        }
+    };
+    let (before, after) = pending;
+    let (gross, blocks) = per_item(before, after, PENDING);
+    Pending {
+        gross,
+        blocks,
+        request_inline: std::mem::size_of::<http::Request<()>>(),
+        request_heap,
+        after_drop: snapshot().bytes as isize - before.bytes as isize,
+    }
+}
+
 fn main() {
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -334,6 +436,31 @@ fn main() {
         verdict: "",
     });
 
+    println!("memory: N = {PENDING} requests pending in a frontier over {PENDING_SCOPES} scopes");
+    for (tagging, label) in [
+        (Tagging::Uri, "push (tag: the URI)"),
+        (Tagging::Nothing, "push_tagged(request, ())"),
+    ] {
+        let pending = runtime.block_on(frontier_pending(tagging));
+        println!(
+            "  frontier, {label}: {:.1} bytes and {:.2} live blocks per pending request in all; subtracted {:.1} = \
+             http::Request<()> inline {} (boxed by the frontier) + its heap {:.1}; live bytes {:+} against before \
+             once the frontier is dropped",
+            pending.gross,
+            pending.blocks,
+            pending.request_inline as f64 + pending.request_heap,
+            pending.request_inline,
+            pending.request_heap,
+            pending.after_drop,
+        );
+        rows.push(Row {
+            figure: format!("bytes per pending request, {label}"),
+            measured: format!("{:.1}", pending.net()),
+            budget: "≤ 96",
+            verdict: verdict(pending.net() <= PENDING_BUDGET_BYTES),
+        });
+    }
+
     match waiting.cpu_ticks {
         Some(ticks) => rows.push(Row {
             figure: format!(
@@ -362,6 +489,7 @@ fn main() {
             "size_of http::Request<()>",
             std::mem::size_of::<http::Request<()>>(),
         ),
+        ("size_of http::Uri (push's tag)", std::mem::size_of::<http::Uri>()),
     ] {
         rows.push(Row {
             figure: figure.to_string(),
@@ -372,10 +500,10 @@ fn main() {
     }
 
     println!();
-    println!("{:<44} {:>10} {:>8}  result", "figure", "measured", "budget");
+    println!("{:<48} {:>10} {:>8}  result", "figure", "measured", "budget");
     for row in &rows {
         println!(
-            "{:<44} {:>10} {:>8}  {}",
+            "{:<48} {:>10} {:>8}  {}",
             row.figure, row.measured, row.budget, row.verdict
         );
     }

@@ -12,6 +12,12 @@
 //! `governor` keyed check on the lower-cased host (1 key), and `Throttle`
 //! with one scope, with one scope and `record_scopes(true)`, and with
 //! 100 000 scopes visited round-robin (created by a warm-up pass first).
+//! Then `frontier_1_scope`: a request pushed into a
+//! `frontier::Frontier` around `throttle_1_scope`'s service (the same
+//! registry: admitted at once) and taken out of its stream, one at a time;
+//! its target is at most 1.5 × `throttle_1_scope`, taken between whole
+//! requests (the frontier's own work over the throttle's whole cost; the
+//! ratio of overheads over bare is printed beside it).
 //! Then requests that wait, as the bench's `backlog` group drives them:
 //! backlogs of 2 000 requests spawned at once against 64 lanes, through a
 //! tokio semaphore (`backlog_semaphore`) and through `Throttle`
@@ -70,16 +76,19 @@ use std::hint::black_box;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use tower::Layer;
+use tower_throttle::frontier::{Frontier, FrontierBuilder, FrontierHandle};
 use tower_throttle::ThrottleLayer;
 
-const VARIANTS: [&str; 8] = [
+const VARIANTS: [&str; 9] = [
     "bare",
     "concurrency_limit",
     "governor_keyed",
     "throttle_1_scope",
     "throttle_1_scope_recorded",
     "throttle_100k_scopes",
+    "frontier_1_scope",
     "backlog_semaphore",
     "backlog_throttle",
 ];
@@ -188,6 +197,14 @@ fn run_variant(variant: &str, n: u64) -> ExitCode {
             runtime.block_on(drive(&mut service, &many, MANY_SCOPES as u64));
             measured(&runtime, drive(&mut service, &many, n));
         }
+        "frontier_1_scope" => {
+            let registry = unthrottled_registry();
+            let service = ThrottleLayer::new(registry.clone()).layer(bare());
+            // The frontier's timer needs the runtime's.
+            let _runtime = runtime.enter();
+            let (frontier, handle) = FrontierBuilder::new(registry).build(service).unwrap();
+            measured(&runtime, through_frontier(frontier, handle, &one, n));
+        }
         "backlog_semaphore" => measured(&runtime, backlogs(&backlog_semaphore(), n)),
         "backlog_throttle" => {
             measured(&runtime, backlogs(&backlog_throttle(BACKLOG_DEPTH), n));
@@ -195,6 +212,28 @@ fn run_variant(variant: &str, n: u64) -> ExitCode {
         other => return usage(&format!("unknown variant: {other}")),
     }
     ExitCode::SUCCESS
+}
+
+/// `n` requests through `frontier`, one at a time: each pushed through
+/// `handle`, then taken out of the frontier's stream with its response.
+async fn through_frontier<S, B>(
+    mut frontier: Frontier<S, (), ()>,
+    handle: FrontierHandle<(), ()>,
+    uris: &[http::Uri],
+    n: u64,
+) -> Duration
+where
+    S: tower::Service<http::Request<()>, Response = http::Response<B>> + Unpin,
+    S::Error: std::fmt::Debug,
+{
+    let start = Instant::now();
+    for i in 0..n as usize {
+        let request = variants::request(&uris[i % uris.len()]);
+        handle.try_push_tagged(request, ()).unwrap();
+        let (_, response) = frontier.next().await.expect("the pushed request's result");
+        black_box(response.unwrap());
+    }
+    start.elapsed()
 }
 
 /// `n` requests through `service` as backlogs of [`BACKLOG_DEPTH`], one
@@ -295,13 +334,17 @@ fn measure(small: u64, large: u64) -> ExitCode {
     };
     // The layers' ratios are of overheads over bare; a backlog's are of
     // whole requests (the inner service's yield and the task's spawn are
-    // part of what waiting costs), as the `backlog` bench's times are.
-    let measure = |name: &str| match name.starts_with("backlog_") {
-        true => cost(name),
-        false => cost(name) - cost("bare"),
+    // part of what waiting costs), as the `backlog` bench's times are, and
+    // so is the frontier's against the throttle's (the frontier is no
+    // layer: what it adds is measured against a whole request through the
+    // throttle). A `whole:` prefix asks for a whole request's cost.
+    let measure = |name: &str| match name.strip_prefix("whole:") {
+        Some(name) => cost(name),
+        None if name.starts_with("backlog_") => cost(name),
+        None => cost(name) - cost("bare"),
     };
     println!();
-    println!("target ratios (of overheads over bare; backlogs: of whole requests):");
+    println!("target ratios (of overheads over bare; backlogs and the frontier: of whole requests):");
     // `None`: printed for reference, no target (ConcurrencyLimit does no
     // keyed work, so it is no peer for a keyed limiter).
     for (label, numerator, denominator, target) in [
@@ -318,6 +361,12 @@ fn measure(small: u64, large: u64) -> ExitCode {
             Some(2.0),
         ),
         (
+            "frontier 1 scope / throttle 1 scope",
+            "whole:frontier_1_scope",
+            "whole:throttle_1_scope",
+            Some(1.5),
+        ),
+        (
             "backlog: throttle / semaphore",
             "backlog_throttle",
             "backlog_semaphore",
@@ -332,6 +381,12 @@ fn measure(small: u64, large: u64) -> ExitCode {
         (
             "throttle 100k / throttle 1 scope",
             "throttle_100k_scopes",
+            "throttle_1_scope",
+            None,
+        ),
+        (
+            "frontier / throttle 1 scope, overheads",
+            "frontier_1_scope",
             "throttle_1_scope",
             None,
         ),

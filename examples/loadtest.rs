@@ -80,13 +80,22 @@
 //! cargo run --release --example loadtest -- [scenario...] [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | --socket-stamps] [--off MECHANISM,...]
 //! ```
 //!
-//! Scenarios are named `a` to `e` (all by default); `--quick` shrinks the
+//! Scenarios are named `a` to `f` (all by default); `--quick` shrinks the
 //! counts for a smoke run; `--check` exits non-zero when any criterion fails;
 //! `--no-pin` lets the server and the client share the cores (see `cores`).
-//! Each scenario runs once per driving style: `stream` (one
+//! Each of `a` to `e` runs once per driving style: `stream` (one
 //! `buffer_unordered` stream on a current-thread runtime, the crawler's main
 //! loop) and `spawn` (one task per request on a multi-thread runtime with a
-//! worker per core the client has: one when pinned, see `cores`).
+//! worker per core the client has: one when pinned, see `cores`), with the
+//! requests in round-robin order (page 0 of every site, then page 1, ...).
+//!
+//! Scenario `f` feeds its requests site by site instead (all of one site's
+//! pages, then the next site's), as a crawler's links come, and runs them
+//! through `tower_throttle::frontier::Frontier` (budgets 200 and 20, and
+//! with 5 % of the sites held by a `429` + `Retry-After`) beside
+//! `buffer_unordered(200)` and one task per request over the same order;
+//! only the frontier's runs are judged. It lives in
+//! `loadtest/frontier_scenario.rs`, whose docs say what each run checks.
 //!
 //! `--write-stamps` puts `tower_throttle::departure::DepartureStampLayer`
 //! between the throttle and hyper-util's client: a request's departure is
@@ -440,7 +449,7 @@ fn parse_options() -> Result<Command, String> {
             "--busy" => options.busy = busy_count(arguments.next())?,
             "--off" => options.off = mechanisms_off(arguments.next())?,
             "-h" | "--help" => return Ok(Command::Help),
-            "a" | "b" | "c" | "d" | "e" => options.names.push(argument),
+            "a" | "b" | "c" | "d" | "e" | "f" => options.names.push(argument),
             other => match other.strip_prefix("--busy=") {
                 Some(count) => options.busy = busy_count(Some(count.to_owned()))?,
                 None => return Err(format!("unknown argument {other:?}; {USAGE} (--help says more)")),
@@ -454,10 +463,12 @@ const HELP: &str = "\
 loadtest: crawls loopback sites through ThrottleLayer over hyper-util and
 reports politeness as each site's kernel saw the requests arrive.
 
-usage: loadtest [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N]
+usage: loadtest [a|b|c|d|e|f]... [--quick] [--check] [--no-pin] [--busy N]
                 [--write-stamps | --socket-stamps] [--off MECHANISM,...]
 
-  a b c d e         the scenarios to run (all five when none is named)
+  a b c d e         the scenarios to run (all six when none is named)
+  f                 a crawl fed site by site: the frontier beside
+                    buffer_unordered and one task per request
   --quick           smaller scenarios, for a smoke run
   --check           exit 1 when a criterion fails
   --no-pin          leave server and client threads unpinned (shared cores)
@@ -472,7 +483,7 @@ usage: loadtest [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N]
                     (words, or all)
   -h, --help        this text";
 
-const USAGE: &str = "expected [a|b|c|d|e]... [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | \
+const USAGE: &str = "expected [a|b|c|d|e|f]... [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | \
                      --socket-stamps] [--off MECHANISM,...]";
 
 /// The performance mechanisms `--off` names, each with the registry
@@ -585,6 +596,9 @@ fn main() -> ExitCode {
         if options.names.is_empty() || options.names.iter().any(|name| name == scenario.name) {
             failures += run_scenario(&server, &busy, &scenario, &mut blocks);
         }
+    }
+    if options.names.is_empty() || options.names.iter().any(|name| name == "f") {
+        failures += frontier_scenario::run(&server, &busy, options.quick, &mut blocks);
     }
     println!(
         "\nall scenarios: {:.1} s, {failures} criterion(s) failed",
@@ -727,6 +741,11 @@ impl Drop for BusyThreads {
 
 // ---------------------------------------------------------------- scenarios
 
+/// Scenario (f): a crawl fed site by site, through the frontier and its
+/// two alternatives.
+#[path = "loadtest/frontier_scenario.rs"]
+mod frontier_scenario;
+
 /// Runs every (style, jitter) of a scenario, prints its tables, and returns
 /// how many criteria failed.
 fn run_scenario(
@@ -849,6 +868,9 @@ struct RunReport {
     rss_before: Option<u64>,
     rss_after: Option<u64>,
     scopes: usize,
+    /// The bound this run is judged against, when not the scenario's
+    /// politeness bound (scenario (f)'s small budget, its held sites).
+    bound: Option<f64>,
 }
 
 impl RunReport {
@@ -872,6 +894,7 @@ impl RunReport {
             rss_before: None,
             rss_after: None,
             scopes: 0,
+            bound: None,
         }
     }
 
@@ -894,7 +917,7 @@ fn run_once(
     kind: Kind,
     jitter: f64,
 ) -> Result<RunReport, BoxError> {
-    let sites = start_sites(server, scenario, block)?;
+    let sites = start_sites(server, scenario, block, 0)?;
     let rss_before = resident_bytes();
     let cpu_before = CpuSample::take(server, busy);
     let registry = without_mechanisms_off(
@@ -946,6 +969,7 @@ fn run_once(
         rss_before,
         rss_after,
         scopes,
+        bound: None,
     })
 }
 
@@ -1436,7 +1460,20 @@ struct ServerBehaviour {
     /// Off for scenario (d): its sites get one request each, and the records
     /// would inflate the memory it measures.
     record: bool,
+    /// Every `hold_every`-th site (0: none) answers its first request with
+    /// `429` and `Retry-After: 3600` (scenario (f)'s held sites; needs
+    /// `record`, which tells a site's first request).
+    hold_every: usize,
 }
+
+impl ServerBehaviour {
+    fn holds(&self, site: usize) -> bool {
+        self.hold_every > 0 && site.is_multiple_of(self.hold_every)
+    }
+}
+
+/// What a held site's first answer says.
+const HELD_RETRY_AFTER: &str = "3600";
 
 /// One request as its site saw it.
 #[derive(Clone, Copy)]
@@ -1470,13 +1507,15 @@ struct ArrivalLog {
 }
 
 impl ArrivalLog {
-    fn record(&self, site: usize, arrival: Arrival, accepted: Option<Instant>) {
+    /// Records `arrival` at `site`; true when it is the site's first.
+    fn record(&self, site: usize, arrival: Arrival, accepted: Option<Instant>) -> bool {
         let mut sites = self.sites.lock().unwrap();
         let arrivals = &mut sites[site];
         arrivals.heads.push(arrival);
         if let Some(accepted) = accepted {
             arrivals.setups.push(arrival.head - accepted);
         }
+        arrivals.heads.len() == 1
     }
 }
 
@@ -1495,7 +1534,14 @@ impl Drop for RunningSites {
     }
 }
 
-fn start_sites(server: &ServerThread, scenario: &Scenario, block: u8) -> std::io::Result<RunningSites> {
+/// Starts the scenario's listeners in `block`; every `hold_every`-th site
+/// (0: none) answers its first request with `429` (see [`ServerBehaviour`]).
+fn start_sites(
+    server: &ServerThread,
+    scenario: &Scenario,
+    block: u8,
+    hold_every: usize,
+) -> std::io::Result<RunningSites> {
     let listeners = if scenario.named_sites {
         bind_on_one_port(block, NAMED_SITE_LISTENERS)?
     } else {
@@ -1523,6 +1569,7 @@ fn start_sites(server: &ServerThread, scenario: &Scenario, block: u8) -> std::io
         latency: scenario.latency,
         handshake: scenario.handshake,
         record: !scenario.named_sites,
+        hold_every,
     };
     let mut accept_loops = Vec::with_capacity(listeners.len());
     for (site, listener) in listeners.into_iter().enumerate() {
@@ -1605,6 +1652,7 @@ async fn serve_connection(
         let head = Instant::now();
         // Taken whether recorded or not: it lets the next read stamp the next request.
         let kernel = kernel_stamp.take();
+        let mut held = false;
         if behaviour.record {
             let seq = request
                 .headers()
@@ -1619,20 +1667,31 @@ async fn serve_connection(
                 first_on_connection: first,
                 seq,
             };
-            log.record(site, arrival, first.then_some(accepted));
+            let first_of_site = log.record(site, arrival, first.then_some(accepted));
+            held = first_of_site && behaviour.holds(site);
         }
-        answer_after(behaviour.latency)
+        answer_after(behaviour.latency, held)
     });
     let _ = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(stream), service)
         .await;
 }
 
-async fn answer_after(latency: Duration) -> Result<http::Response<Full<Bytes>>, Infallible> {
+/// The answer after `latency`: `200 ok`, or for a held site's first
+/// request `429` with `Retry-After`.
+async fn answer_after(latency: Duration, held: bool) -> Result<http::Response<Full<Bytes>>, Infallible> {
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    Ok(http::Response::new(Full::new(Bytes::from_static(b"ok"))))
+    let mut response = http::Response::new(Full::new(Bytes::from_static(b"ok")));
+    if held {
+        *response.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+        response.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static(HELD_RETRY_AFTER),
+        );
+    }
+    Ok(response)
 }
 
 // ---------------------------------------------------------------- kernel stamps
@@ -2143,6 +2202,7 @@ fn print_throughput_table(scenario: &Scenario, runs: &[(String, RunReport)]) {
         throughput_row(["", "", "", "", "", "", "req/s", "", "", "", "", "s/1k req", "s/1k req"])
     );
     for (label, run) in runs {
+        let bound = run.bound.unwrap_or(bound);
         let outcome = &run.outcome;
         let rate = run.requests_per_second();
         println!(
