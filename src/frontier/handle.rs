@@ -75,6 +75,11 @@ impl<B, T> FrontierHandle<B, T> {
     ///
     /// [`PushError`], with the request, when the frontier was dropped.
     pub async fn push_tagged(&self, request: http::Request<B>, tag: T) -> Result<(), PushError<B>> {
+        self.push_inner(request, Some(Box::new(tag))).await
+    }
+
+    /// Queues `request` with `tag` (`None`: its URI, made when it is sent).
+    async fn push_inner(&self, request: http::Request<B>, tag: Option<Box<T>>) -> Result<(), PushError<B>> {
         let mut item = Some((request, tag));
         poll_fn(|cx| {
             let mut state = self.shared.lock();
@@ -108,7 +113,8 @@ impl<B, T> FrontierHandle<B, T> {
         if state.queues.pending() >= self.shared.max_pending {
             return Err(PushError::full(request));
         }
-        self.shared.enqueue(&mut state, (request, tag, None));
+        self.shared
+            .enqueue(&mut state, (request, Some(Box::new(tag)), None));
         Ok(())
     }
 
@@ -126,8 +132,10 @@ impl<B> FrontierHandle<B, http::Uri> {
     ///
     /// [`PushError`], with the request, when the frontier was dropped.
     pub async fn push(&self, request: http::Request<B>) -> Result<(), PushError<B>> {
-        let uri = request.uri().clone();
-        self.push_tagged(request, uri).await
+        // The URI is copied when the request is sent, not kept twice while
+        // it waits.
+        self.shared.lock().uri_tag = Some(|request| request.uri().clone());
+        self.push_inner(request, None).await
     }
 }
 

@@ -14,12 +14,13 @@ use crate::scope::Scope;
 
 /// One pending request: its priority, its arrival, the request (boxed, so
 /// a queue's spare capacity costs a pointer per slot, not a request), its
-/// tag, and its chain of redirects when it is a hop.
+/// tag (boxed: `None` when the tag is the request's URI, taken when it is
+/// sent), and its chain of redirects when it is a hop. 40 bytes.
 pub(super) struct Entry<B, T> {
     priority: i32,
     seq: u64,
     pub(super) request: Box<http::Request<B>>,
-    pub(super) tag: T,
+    pub(super) tag: Option<Box<T>>,
     pub(super) chain: Option<Box<Chain>>,
 }
 
@@ -98,7 +99,7 @@ impl<B, T> Queues<B, T> {
         &mut self,
         key: Scope,
         priority: i32,
-        (request, tag, chain): (http::Request<B>, T, Option<Box<Chain>>),
+        (request, tag, chain): (http::Request<B>, Option<Box<T>>, Option<Box<Chain>>),
         now: Instant,
     ) {
         self.seq += 1;
@@ -218,10 +219,16 @@ mod tests {
         let mut queues: Queues<(), &str> = Queues::default();
         for (path, priority) in [("/a", 0), ("/b", 5), ("/c", 0), ("/d", 5)] {
             let (request, priority) = request(path, priority);
-            queues.push(Scope::new("s"), priority, (request, path, None), now);
+            queues.push(
+                Scope::new("s"),
+                priority,
+                (request, Some(Box::new(path)), None),
+                now,
+            );
         }
         let slot = queues.pop_ready(now).unwrap();
-        let order: Vec<&str> = std::iter::from_fn(|| queues.take_head(slot).map(|entry| entry.tag)).collect();
+        let order: Vec<&str> =
+            std::iter::from_fn(|| queues.take_head(slot).map(|entry| *entry.tag.unwrap())).collect();
         assert_eq!(order, ["/b", "/d", "/a", "/c"]);
         assert_eq!(queues.pending(), 0);
     }
@@ -232,14 +239,19 @@ mod tests {
         let mut queues: Queues<(), u32> = Queues::default();
         for (index, key) in ["a", "b", "c"].into_iter().enumerate() {
             let (request, _) = request("/", 0);
-            queues.push(Scope::new(key), 0, (request, index as u32, None), now);
+            queues.push(
+                Scope::new(key),
+                0,
+                (request, Some(Box::new(index as u32)), None),
+                now,
+            );
         }
         let a = queues.pop_ready(now).unwrap();
         let b = queues.pop_ready(now).unwrap();
         queues.schedule(a, now + Duration::from_secs(2));
         queues.schedule(b, now + Duration::from_secs(1));
         let c = queues.pop_ready(now).unwrap();
-        assert_eq!(queues.take_head(c).unwrap().tag, 2);
+        assert_eq!(*queues.take_head(c).unwrap().tag.unwrap(), 2);
         assert_eq!(queues.pop_ready(now), None, "a and b are not ready yet");
         assert_eq!(queues.next_instant(), Some(now + Duration::from_secs(1)));
         assert_eq!(queues.pop_ready(now + Duration::from_secs(5)), Some(b));
@@ -251,7 +263,7 @@ mod tests {
         let now = Instant::now();
         let mut queues: Queues<(), ()> = Queues::default();
         let (request, _) = request("/", 0);
-        queues.push(Scope::new("a"), 0, (request, (), None), now);
+        queues.push(Scope::new("a"), 0, (request, Some(Box::new(())), None), now);
         let slot = queues.pop_ready(now).unwrap();
         queues.take_head(slot).unwrap();
         queues.forget_if_idle(slot);

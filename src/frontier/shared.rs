@@ -23,6 +23,10 @@ pub(super) struct State<B, T> {
     pub(super) pushers: Vec<Waker>,
     /// Whether the frontier was dropped: pushes fail.
     pub(super) closed: bool,
+    /// How an untagged request's tag is made when it is sent: its URI (set
+    /// by [`FrontierHandle::push`](super::FrontierHandle::push), where the
+    /// tag is a `Uri`).
+    pub(super) uri_tag: Option<fn(&http::Request<B>) -> T>,
 }
 
 /// The frontier's shared part.
@@ -41,6 +45,7 @@ impl<B, T> Shared<B, T> {
                 frontier: None,
                 pushers: Vec::new(),
                 closed: false,
+                uri_tag: None,
             }),
             registry,
             max_pending,
@@ -57,7 +62,7 @@ impl<B, T> Shared<B, T> {
     pub(super) fn enqueue(
         &self,
         state: &mut State<B, T>,
-        (request, tag, chain): (http::Request<B>, T, Option<Box<Chain>>),
+        (request, tag, chain): (http::Request<B>, Option<Box<T>>, Option<Box<Chain>>),
     ) {
         let key = self.registry.scopes_of(&request).first().clone();
         let priority = request

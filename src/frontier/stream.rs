@@ -24,6 +24,13 @@ use crate::waited::WaitCause;
 
 /// How many requests a frontier keeps in its service at once unless told.
 pub const DEFAULT_IN_FLIGHT: usize = 64;
+/// How many requests a frontier hands over in one poll before it lets the
+/// runtime run (the client's connection tasks write what it handed over:
+/// a large batch would be written late, its last requests later than the
+/// first, and a site would see two of its requests closer than the
+/// throttle sent them).
+const HANDOVERS_PER_POLL: usize = 4;
+
 /// How soon a frontier looks again when every global permit is taken.
 const GLOBAL_RETRY: Duration = Duration::from_millis(10);
 
@@ -99,6 +106,7 @@ impl FrontierBuilder {
             timer_at: None,
             source: None,
             service_busy: false,
+            batch_full: false,
             global_wait: None,
             follow: None,
         };
@@ -164,6 +172,9 @@ where
     /// Whether the service said `Pending` to the last request that could
     /// go: it wakes the frontier when it is ready, and no timer is needed.
     service_busy: bool,
+    /// Whether the last pass stopped at [`HANDOVERS_PER_POLL`]: the frontier
+    /// wakes itself to go on once the runtime has run.
+    batch_full: bool,
     /// Until when no request is sent because every global permit was
     /// taken (one of ours ending ends it sooner).
     global_wait: Option<Instant>,
@@ -203,7 +214,8 @@ where
             match source.poll_next_unpin(cx) {
                 Poll::Ready(Some((request, tag))) => {
                     let mut state = self.shared.lock();
-                    self.shared.enqueue(&mut state, (request, tag, None));
+                    self.shared
+                        .enqueue(&mut state, (request, Some(Box::new(tag)), None));
                 }
                 Poll::Ready(None) => self.source = None,
                 Poll::Pending => return,
@@ -219,7 +231,13 @@ where
             return None;
         }
         self.global_wait = None;
+        self.batch_full = false;
+        let mut handed_over = 0;
         while self.sending.len() < self.budget {
+            if handed_over == HANDOVERS_PER_POLL {
+                self.batch_full = true;
+                return None;
+            }
             let now = Instant::now();
             let mut state = self.shared.lock();
             let slot = state.queues.pop_ready(now)?;
@@ -247,7 +265,11 @@ where
                     let entry = state.queues.take_head(slot).expect("the head was there");
                     state.queues.finished(slot, now);
                     state.wake_pushers();
-                    return Some((entry.tag, Err(error)));
+                    let tag = match entry.tag {
+                        Some(tag) => *tag,
+                        None => (state.uri_tag.expect("an untagged request came by `push`"))(&entry.request),
+                    };
+                    return Some((tag, Err(error)));
                 }
                 Poll::Pending => {
                     state.queues.schedule(slot, now);
@@ -260,16 +282,22 @@ where
             // allow another now; the prediction says when if not).
             state.queues.schedule(slot, now);
             state.wake_pushers();
+            let uri_tag = state.uri_tag;
             drop(state);
             let chain = match (&self.follow, entry.chain) {
                 (None, _) => None,
                 (Some(_), Some(chain)) => Some(chain),
                 (Some(_), None) => Some(Chain::start(&entry.request)),
             };
+            let tag = match entry.tag {
+                Some(tag) => *tag,
+                None => (uri_tag.expect("an untagged request came by `push`"))(&entry.request),
+            };
             let future = self.service.call(*entry.request);
+            handed_over += 1;
             self.sending.push(Sending {
                 future,
-                tag: Some(entry.tag),
+                tag: Some(tag),
                 slot,
                 chain,
             });
@@ -300,7 +328,8 @@ where
         match follow(response, &mut chain) {
             Ok(None) => Some((tag, output)),
             Ok(Some(hop)) => {
-                self.shared.enqueue(&mut state, (hop, tag, Some(chain)));
+                self.shared
+                    .enqueue(&mut state, (hop, Some(Box::new(tag)), Some(chain)));
                 None
             }
             Err(error) => Some((tag, Err(error))),
@@ -310,7 +339,7 @@ where
     /// Aims the one timer at the next instant a scope may go, when the
     /// budget has room; true when that instant has come.
     fn timer_fired(&mut self, cx: &mut Context<'_>) -> bool {
-        if self.sending.len() >= self.budget || self.service_busy {
+        if self.sending.len() >= self.budget || self.service_busy || self.batch_full {
             return false;
         }
         let Some(at) = self.shared.lock().queues.next_instant() else {
@@ -392,6 +421,12 @@ where
                         None => continue,
                     }
                 }
+            }
+            if this.batch_full {
+                // More may go now: after the runtime has run the tasks
+                // that write what was just handed over.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
             let mut state = this.shared.lock();
             let done = state.handles == 0
