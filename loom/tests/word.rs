@@ -29,14 +29,14 @@ use word::{Ended, Permits, Word};
 fn each_request_on_a_word_is_ended_open_or_adopted_exactly_once() {
     loom::model(|| {
         let word = Arc::new(Word::new());
-        assert!(word.open());
+        assert!(word.open(2));
         // A request in flight before the threads start.
-        assert!(word.try_admit(2));
+        assert!(word.try_admit());
         let requests = {
             let word = word.clone();
             thread::spawn(move || {
                 // A second request, if the word is still open; then both end.
-                let second = word.try_admit(2).then(|| word.end());
+                let second = word.try_admit().then(|| word.end());
                 let first = word.end();
                 [Some(first), second]
             })
@@ -48,7 +48,7 @@ fn each_request_on_a_word_is_ended_open_or_adopted_exactly_once() {
         assert_eq!(adopted as usize, adopted_ends, "adopted by the close = ended as adopted");
         assert_eq!(word.in_flight(), 0);
         assert!(!word.is_open());
-        assert!(!word.try_admit(2), "nothing admitted on a closed word");
+        assert!(!word.try_admit(), "nothing admitted on a closed word");
     });
 }
 
@@ -58,11 +58,11 @@ fn each_request_on_a_word_is_ended_open_or_adopted_exactly_once() {
 fn a_word_is_retired_only_with_nothing_in_flight_and_never_admits_after() {
     loom::model(|| {
         let word = Arc::new(Word::new());
-        assert!(word.open());
+        assert!(word.open(1));
         let request = {
             let word = word.clone();
             thread::spawn(move || {
-                let admitted = word.try_admit(1);
+                let admitted = word.try_admit();
                 let end = admitted.then(|| word.end());
                 (admitted, end)
             })
@@ -76,7 +76,7 @@ fn a_word_is_retired_only_with_nothing_in_flight_and_never_admits_after() {
         if retired {
             assert_eq!(word.in_flight(), 0);
             assert!(!word.is_open());
-            assert!(!word.open(), "a retired word never opens again");
+            assert!(!word.open(1), "a retired word never opens again");
         } else {
             assert!(admitted, "retiring an idle word fails only with a request on it");
         }

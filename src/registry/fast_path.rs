@@ -85,7 +85,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use self::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use self::atomic::{AtomicBool, AtomicU64, Ordering};
 pub(crate) use word::Ended;
 use word::{Permits, Word};
 
@@ -244,9 +244,6 @@ pub(crate) struct FastScope {
     /// The open bit and the count of requests admitted on the word and
     /// not yet ended.
     state: Word,
-    /// The lanes the word may fill (the scope's concurrency, capped by the
-    /// global limit), set before it opens.
-    lanes: AtomicU32,
     /// Sends admitted on the word since the scheduler last took them in.
     sent: AtomicU64,
     /// The latest departure of a request that ended on the word (a
@@ -287,7 +284,6 @@ impl FastScope {
     pub(crate) fn new(id: ScopeId, key: Scope, owner: &WordOwner) -> Arc<Self> {
         Arc::new(FastScope {
             state: Word::new(),
-            lanes: AtomicU32::new(0),
             sent: AtomicU64::new(0),
             last_departure: AtomicU64::new(0),
             last_end: AtomicU64::new(0),
@@ -325,9 +321,8 @@ impl FastScope {
     /// average (`latency`, as the scope keeps it); under the lock, with
     /// nothing of the scope in flight. False when it was retired.
     pub(crate) fn open(&self, lanes: u32, latency: u64) -> bool {
-        self.lanes.store(lanes, Ordering::Relaxed);
         self.latency.store(latency, Ordering::Relaxed);
-        self.state.open()
+        self.state.open(lanes)
     }
 
     /// Closes the scope (under the lock): what the scheduler adopts.
@@ -378,8 +373,7 @@ impl FastScope {
 
     /// Admits a request on the open word when a lane is free.
     fn try_admit(&self) -> bool {
-        let lanes = u64::from(self.lanes.load(Ordering::Relaxed));
-        let admitted = self.state.try_admit(lanes);
+        let admitted = self.state.try_admit();
         if admitted {
             self.sent.fetch_add(1, Ordering::Relaxed);
         }

@@ -27,9 +27,15 @@ const RETIRED: u64 = 1 << 62;
 /// The count of requests admitted on the word and not yet ended.
 const COUNT: u64 = u32::MAX as u64;
 
-/// A scope's open bit and count of requests in flight on it.
+/// A scope's open bit and count of requests in flight on it, and the lanes
+/// the word may fill.
 #[derive(Debug)]
-pub(crate) struct Word(AtomicU64);
+pub(crate) struct Word {
+    state: AtomicU64,
+    /// The lanes the word may fill (the scope's concurrency, capped by the
+    /// global limit), set before it opens.
+    lanes: AtomicU32,
+}
 
 /// How a request admitted on a word ended.
 #[must_use]
@@ -45,31 +51,35 @@ pub(crate) enum Ended {
 impl Word {
     /// A closed word.
     pub(crate) fn new() -> Self {
-        Word(AtomicU64::new(0))
+        Word {
+            state: AtomicU64::new(0),
+            lanes: AtomicU32::new(0),
+        }
     }
 
     /// Whether requests may be admitted on the word now.
     pub(crate) fn is_open(&self) -> bool {
-        self.0.load(Ordering::Acquire) & OPEN != 0
+        self.state.load(Ordering::Acquire) & OPEN != 0
     }
 
     /// Requests in flight on the word.
     pub(crate) fn in_flight(&self) -> u32 {
-        (self.0.load(Ordering::Acquire) & COUNT) as u32
+        (self.state.load(Ordering::Acquire) & COUNT) as u32
     }
 
-    /// Opens a closed word with nothing in flight; false when it was
-    /// retired (or not closed and empty).
-    pub(crate) fn open(&self) -> bool {
-        self.0
+    /// Opens a closed word with nothing in flight, with `lanes` lanes;
+    /// false when it was retired (or not closed and empty).
+    pub(crate) fn open(&self, lanes: u32) -> bool {
+        self.lanes.store(lanes, Ordering::Relaxed);
+        self.state
             .compare_exchange(0, OPEN, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
 
-    /// Admits a request on the open word when fewer than `lanes` are in
-    /// flight on it.
-    pub(crate) fn try_admit(&self, lanes: u64) -> bool {
-        self.0
+    /// Admits a request on the open word when a lane is free.
+    pub(crate) fn try_admit(&self) -> bool {
+        let lanes = u64::from(self.lanes.load(Ordering::Relaxed));
+        self.state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
                 (state & OPEN != 0 && state & COUNT < lanes).then_some(state + 1)
             })
@@ -78,7 +88,7 @@ impl Word {
 
     /// Ends a request admitted on the word.
     pub(crate) fn end(&self) -> Ended {
-        let before = self.0.fetch_sub(1, Ordering::AcqRel);
+        let before = self.state.fetch_sub(1, Ordering::AcqRel);
         if before & OPEN != 0 {
             Ended::Open
         } else {
@@ -90,14 +100,14 @@ impl Word {
     /// adopts, and whether it was open (else there is nothing to adopt:
     /// it was closed before, and those were adopted then).
     pub(crate) fn close(&self) -> (u32, bool) {
-        let before = self.0.fetch_and(!OPEN, Ordering::AcqRel);
+        let before = self.state.fetch_and(!OPEN, Ordering::AcqRel);
         ((before & COUNT) as u32, before & OPEN != 0)
     }
 
     /// Retires a word with nothing in flight: never opened again. False
     /// when requests are in flight on it.
     pub(crate) fn retire(&self) -> bool {
-        self.0
+        self.state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
                 (state & COUNT == 0).then_some(RETIRED)
             })
