@@ -83,6 +83,40 @@ fn a_word_is_retired_only_with_nothing_in_flight_and_never_admits_after() {
     });
 }
 
+/// The scheduler closes the word, adopts what is in flight, and opens it
+/// again with fewer lanes (a `set_scope` lowering the scope's concurrency)
+/// while another thread admits a request on it: once the word is open
+/// with one lane, never more than one request is in flight on it.
+#[test]
+fn a_word_reopened_with_fewer_lanes_never_admits_beyond_them() {
+    loom::model(|| {
+        let word = Arc::new(Word::new());
+        assert!(word.open(2));
+        let request = {
+            let word = word.clone();
+            thread::spawn(move || word.try_admit())
+        };
+        // The scheduler, under its lock: the close adopts what is in
+        // flight; with nothing in flight, the word opens again with one
+        // lane, and the scheduler admits a request on it.
+        let (adopted, was_open) = word.close();
+        assert!(was_open);
+        let reopened = adopted == 0 && word.open(1);
+        let scheduler_admitted = reopened && word.try_admit();
+        let admitted = request.join().unwrap();
+        if reopened {
+            assert!(
+                word.in_flight() <= 1,
+                "{} requests in flight on a word of one lane",
+                word.in_flight()
+            );
+            assert_eq!(word.in_flight(), u32::from(scheduler_admitted) + u32::from(admitted));
+        } else {
+            assert!(admitted, "a reopen fails only with the request adopted");
+        }
+    });
+}
+
 /// The last permit comes back without the lock as the scheduler queues a
 /// waiter for one under it: the release sees the waiter (and takes the
 /// lock to let it go), or the scheduler sees the permit free (and lets it

@@ -28,10 +28,12 @@
 //!   the closed word and finishes under the lock.
 //! - **retired**: evicted; a stale handle never opens it again.
 //!
-//! One word holds the open bit and the count, so a request that ends and a
-//! scheduler that closes can never both think the other one will do the
-//! work: the subtraction returns the state it changed, the close the count
-//! it adopted.
+//! One word holds the open bit, the lanes and the count, so a request that
+//! ends and a scheduler that closes can never both think the other one will
+//! do the work: the subtraction returns the state it changed, the close the
+//! count it adopted. And an admission compares the count with the lanes of
+//! the word it swaps, so a word opened again with fewer lanes never admits
+//! against the old ones.
 //!
 //! The scheduler closes a scope whenever anything but a plain admission
 //! touches it: a waiter (lanes or the global limit full), a request with
@@ -241,8 +243,9 @@ impl GlobalFlight {
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct FastScope {
-    /// The open bit and the count of requests admitted on the word and
-    /// not yet ended.
+    /// The open bit, the lanes the word may fill (the scope's concurrency,
+    /// capped by the global limit) and the count of requests admitted on
+    /// the word and not yet ended.
     state: Word,
     /// Sends admitted on the word since the scheduler last took them in.
     sent: AtomicU64,

@@ -3,10 +3,16 @@
 //! allows (`cargo test --release --manifest-path loom/Cargo.toml`): the
 //! atomics come from the parent module, std's here and loom's there.
 //!
-//! - [`Word`]: a scope's open bit and count of requests in flight. An end
-//!   and a close both read-modify-write the one word, so every request
-//!   admitted on it is either ended on the open word or adopted by the
-//!   close, never both, never neither.
+//! - [`Word`]: a scope's open bit, its lanes and its count of requests in
+//!   flight, in one atomic word. An end and a close both read-modify-write
+//!   the one word, so every request admitted on it is either ended on the
+//!   open word or adopted by the close, never both, never neither. An
+//!   admission compares the count with the lanes of the same word it
+//!   swaps: a word closed and opened again with fewer lanes (a
+//!   `set_scope` lowering the scope's concurrency) never admits against
+//!   the lanes it had before. (With the lanes in an atomic of their own,
+//!   read before the compare-and-swap, loom found an admission on the
+//!   reopened word against the old count: `loom/tests/word.rs`.)
 //! - [`Permits`]: the global count and the flag that requests wait for a
 //!   permit. A release writes the count, then reads the flag; the
 //!   scheduler writes the flag, then reads the count, each with a
@@ -24,18 +30,19 @@ use super::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 const OPEN: u64 = 1 << 63;
 /// The retired bit: evicted, never opened again.
 const RETIRED: u64 = 1 << 62;
+/// Where the lanes the open word may fill start: the 30 bits below the
+/// retired bit.
+const LANES_SHIFT: u32 = 32;
+/// The most lanes a word holds; a scope of more fills this many on its
+/// word (a billion requests in flight on one scope is not a case).
+const MAX_LANES: u32 = (1 << 30) - 1;
 /// The count of requests admitted on the word and not yet ended.
 const COUNT: u64 = u32::MAX as u64;
 
-/// A scope's open bit and count of requests in flight on it, and the lanes
-/// the word may fill.
+/// A scope's open bit, its lanes and its count of requests in flight on
+/// it, in one atomic word.
 #[derive(Debug)]
-pub(crate) struct Word {
-    state: AtomicU64,
-    /// The lanes the word may fill (the scope's concurrency, capped by the
-    /// global limit), set before it opens.
-    lanes: AtomicU32,
-}
+pub(crate) struct Word(AtomicU64);
 
 /// How a request admitted on a word ended.
 #[must_use]
@@ -51,36 +58,35 @@ pub(crate) enum Ended {
 impl Word {
     /// A closed word.
     pub(crate) fn new() -> Self {
-        Word {
-            state: AtomicU64::new(0),
-            lanes: AtomicU32::new(0),
-        }
+        Word(AtomicU64::new(0))
     }
 
     /// Whether requests may be admitted on the word now.
     pub(crate) fn is_open(&self) -> bool {
-        self.state.load(Ordering::Acquire) & OPEN != 0
+        self.0.load(Ordering::Acquire) & OPEN != 0
     }
 
     /// Requests in flight on the word.
     pub(crate) fn in_flight(&self) -> u32 {
-        (self.state.load(Ordering::Acquire) & COUNT) as u32
+        (self.0.load(Ordering::Acquire) & COUNT) as u32
     }
 
-    /// Opens a closed word with nothing in flight, with `lanes` lanes;
-    /// false when it was retired (or not closed and empty).
+    /// Opens a closed word with nothing in flight, with `lanes` lanes (at
+    /// most [`MAX_LANES`]); false when it was retired (or not closed and
+    /// empty).
     pub(crate) fn open(&self, lanes: u32) -> bool {
-        self.lanes.store(lanes, Ordering::Relaxed);
-        self.state
-            .compare_exchange(0, OPEN, Ordering::AcqRel, Ordering::Acquire)
+        let lanes = u64::from(lanes.min(MAX_LANES)) << LANES_SHIFT;
+        self.0
+            .compare_exchange(0, OPEN | lanes, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
 
-    /// Admits a request on the open word when a lane is free.
+    /// Admits a request on the open word when a lane is free: fewer in
+    /// flight than the lanes the same word holds.
     pub(crate) fn try_admit(&self) -> bool {
-        let lanes = u64::from(self.lanes.load(Ordering::Relaxed));
-        self.state
+        self.0
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                let lanes = (state >> LANES_SHIFT) & u64::from(MAX_LANES);
                 (state & OPEN != 0 && state & COUNT < lanes).then_some(state + 1)
             })
             .is_ok()
@@ -88,7 +94,7 @@ impl Word {
 
     /// Ends a request admitted on the word.
     pub(crate) fn end(&self) -> Ended {
-        let before = self.state.fetch_sub(1, Ordering::AcqRel);
+        let before = self.0.fetch_sub(1, Ordering::AcqRel);
         if before & OPEN != 0 {
             Ended::Open
         } else {
@@ -98,16 +104,17 @@ impl Word {
 
     /// Closes the word: the requests in flight on it, which the caller
     /// adopts, and whether it was open (else there is nothing to adopt:
-    /// it was closed before, and those were adopted then).
+    /// it was closed before, and those were adopted then). Its lanes go
+    /// with the open bit: it opens again with the lanes then in force.
     pub(crate) fn close(&self) -> (u32, bool) {
-        let before = self.state.fetch_and(!OPEN, Ordering::AcqRel);
+        let before = self.0.fetch_and(RETIRED | COUNT, Ordering::AcqRel);
         ((before & COUNT) as u32, before & OPEN != 0)
     }
 
     /// Retires a word with nothing in flight: never opened again. False
     /// when requests are in flight on it.
     pub(crate) fn retire(&self) -> bool {
-        self.state
+        self.0
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
                 (state & COUNT == 0).then_some(RETIRED)
             })
