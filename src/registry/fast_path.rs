@@ -67,6 +67,15 @@
 //! then admits nothing (so it cannot pass those waiters), and a request
 //! ending on an open scope takes the lock to let the first of them go.
 //!
+//! # Logging
+//!
+//! A `tracing` subscriber is an observer: the words work the same with any
+//! subscriber, at any level. A send admitted on a word is logged at DEBUG
+//! ("request sent", `lock_free = true`) with what the word knows: its
+//! scope, no wait and no gap to come (a plain scope has none), but no
+//! lane, since the word counts requests rather than lanes. Its end is not
+//! logged, as the scheduler logs none either.
+//!
 //! # Checked by loom
 //!
 //! The word's open bit and count and the global count with its flag are in
@@ -416,6 +425,33 @@ impl FastScope {
     }
 }
 
+/// Whether a subscriber listens for the sends admitted on words (see
+/// [`log_sent`]).
+#[inline(always)]
+pub(crate) fn logs_sends() -> bool {
+    // One load while no subscriber was ever set, the common case.
+    tracing::dispatcher::has_been_set() && tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
+}
+
+/// Logs a send admitted on `scope`'s word at DEBUG, as the scheduler logs
+/// the sends it admits ("request sent"), with what the word knows: no
+/// lane (the word counts requests, not lanes), no wait, no gap to come
+/// (a plain scope has none). A subscriber only listens: the word stays
+/// open for it (see the [module docs](self#logging)). Out of the request
+/// path's way: the caller asks [`logs_sends`] first.
+#[cold]
+#[inline(never)]
+pub(crate) fn log_sent(scope: &Scope) {
+    tracing::debug!(
+        target: "tower_throttle",
+        scope = %scope,
+        lock_free = true,
+        waited_ms = 0u64,
+        next_send_in_ms = 0u64,
+        "request sent"
+    );
+}
+
 /// What closing a scope hands the scheduler.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Adopted {
@@ -501,7 +537,12 @@ pub(crate) mod hot {
                 .flatten()
                 .find(|(owner, _, key)| *owner == registry && key.as_str() == name);
             match cached {
-                Some((_, scope, key)) if scope.admit() => Lookup::Admitted(scope.clone(), key.clone()),
+                Some((_, scope, key)) if scope.admit() => {
+                    if super::logs_sends() {
+                        super::log_sent(key);
+                    }
+                    Lookup::Admitted(scope.clone(), key.clone())
+                }
                 Some(_) => Lookup::Refused,
                 None => Lookup::Missed,
             }

@@ -39,7 +39,7 @@ pub const MAX_MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FastMode {
     /// Never: the scheduler admits, and closes an open scope first (a
-    /// debug listener wants every send's event).
+    /// request of several scopes; tests of tickets).
     Never,
     /// On the word of a scope already open (another thread uses it); also
     /// opens the word of a plain scope that the last one-scope request
