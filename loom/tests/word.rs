@@ -20,7 +20,9 @@ mod atomic {
 #[allow(dead_code)]
 mod word;
 
-use word::{Ended, Permits, Word};
+use std::time::Duration;
+
+use word::{moving_average, Closed, Ended, Permits, ScopeWord, Word};
 
 /// A close while requests end and are admitted on the word: every request
 /// admitted is ended on the open word or adopted by the close, exactly
@@ -114,6 +116,75 @@ fn a_word_reopened_with_fewer_lanes_never_admits_beyond_them() {
         } else {
             assert!(admitted, "a reopen fails only with the request adopted");
         }
+    });
+}
+
+/// A request is admitted and ends on a scope's word as the scheduler
+/// closes it: if it ended on the open word, its departure, end and latency are in what the
+/// close takes in; if not, the close adopted it. Its send is counted
+/// once, by the close or on the word after it.
+#[test]
+fn what_a_request_left_on_the_open_word_is_in_what_the_close_takes_in() {
+    loom::model(|| {
+        let word = Arc::new(ScopeWord::new());
+        assert!(word.open(2, 0));
+        let request = {
+            let word = word.clone();
+            thread::spawn(move || {
+                let admitted = word.try_admit();
+                admitted.then(|| word.end(Some(10), 20, Some(Duration::from_nanos(99))))
+            })
+        };
+        let closed = word.close();
+        let ended = request.join().unwrap();
+        assert!(closed.was_open);
+        match ended {
+            None => {
+                assert_eq!(closed.in_flight, 0);
+                assert_eq!(closed.sent + word.sent(), 0, "nothing sent");
+                return;
+            }
+            Some(Ended::Open) => {
+                let left = Closed {
+                    in_flight: 0,
+                    was_open: true,
+                    sent: 1,
+                    last_departure: 10,
+                    latency: moving_average(0, Duration::from_nanos(99)),
+                    warm: true,
+                };
+                assert_eq!(closed, left, "what the request left, taken in by the close");
+            }
+            Some(Ended::Adopted) => assert_eq!(closed.in_flight, 1, "adopted by the close"),
+        }
+        assert_eq!(closed.sent + word.sent(), 1, "one send, counted once");
+    });
+}
+
+/// Two responses end on a word at once: the latency average takes both
+/// samples, in one order or the other; neither is lost.
+#[test]
+fn concurrent_ends_lose_no_latency_sample() {
+    loom::model(|| {
+        let word = Arc::new(ScopeWord::new());
+        let start = moving_average(0, Duration::from_nanos(1_000));
+        assert!(word.open(2, start));
+        assert!(word.try_admit());
+        assert!(word.try_admit());
+        let (a, b) = (Duration::from_nanos(5_000), Duration::from_nanos(50_000));
+        let other = {
+            let word = word.clone();
+            thread::spawn(move || word.end(Some(1), 2, Some(b)))
+        };
+        assert_eq!(word.end(Some(1), 2, Some(a)), Ended::Open);
+        assert_eq!(other.join().unwrap(), Ended::Open);
+        let a_first = moving_average(moving_average(start, a), b);
+        let b_first = moving_average(moving_average(start, b), a);
+        let average = word.latency();
+        assert!(
+            average == a_first || average == b_first,
+            "average {average}: a sample was lost (both give {a_first} or {b_first})"
+        );
     });
 }
 

@@ -13,6 +13,14 @@
 //!   the lanes it had before. (With the lanes in an atomic of their own,
 //!   read before the compare-and-swap, loom found an admission on the
 //!   reopened word against the old count: `loom/tests/word.rs`.)
+//! - [`ScopeWord`]: the [`Word`] with what the requests on it leave for
+//!   the scheduler: their sends, the latest departure and end, the
+//!   latency average. An end writes them before it ends on the word, and
+//!   the close reads them after it closed the word, so what a request
+//!   that ended on the open word left is in what the close takes in (and
+//!   one that ends after the close is adopted, and finishes under the
+//!   lock). The latency average moves by compare-and-swap: concurrent
+//!   ends lose no sample.
 //! - [`Permits`]: the global count and the flag that requests wait for a
 //!   permit. A release writes the count, then reads the flag; the
 //!   scheduler writes the flag, then reads the count, each with a
@@ -23,6 +31,8 @@
 //!   model treats such accesses as acquire/release, and the fences are
 //!   what the C++ model requires of a protocol of this shape on any
 //!   hardware.)
+
+use std::time::Duration;
 
 use super::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -120,6 +130,156 @@ impl Word {
             })
             .is_ok()
     }
+}
+
+/// A scope's [`Word`] and what the requests admitted on it leave for the
+/// scheduler; see the [module docs](self). Instants are stamps' values
+/// (0: none).
+///
+/// What every request writes comes first (`repr(C)`): with the owner's
+/// `Arc` counts, one cache line or two.
+#[derive(Debug)]
+#[repr(C)]
+pub(crate) struct ScopeWord {
+    /// The open bit, the lanes and the count.
+    word: Word,
+    /// Sends admitted on the word since the scheduler last took them in.
+    sent: AtomicU64,
+    /// The latest departure of a request that ended on the word: where a
+    /// gap starts if the scope gets a delay.
+    last_departure: AtomicU64,
+    /// The latest end of a request on the word: since when the scope is
+    /// idle, for eviction.
+    last_end: AtomicU64,
+    /// The latency average as the scope keeps it (nanoseconds + 1; 0: no
+    /// response yet), moved by the responses that end on the word.
+    latency: AtomicU64,
+}
+
+/// What closing a [`ScopeWord`] hands the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Closed {
+    /// Requests admitted on the word and not yet ended.
+    pub(crate) in_flight: u32,
+    /// Whether it was open (else there is nothing to adopt).
+    pub(crate) was_open: bool,
+    /// Sends on the word since the scheduler last took them in.
+    pub(crate) sent: u64,
+    /// The latest departure of a request that ended on the word (0: none).
+    pub(crate) last_departure: u64,
+    /// The latency average (nanoseconds + 1; 0: none).
+    pub(crate) latency: u64,
+    /// Whether a request ended on the word.
+    pub(crate) warm: bool,
+}
+
+impl ScopeWord {
+    /// A closed word with nothing left on it.
+    pub(crate) fn new() -> Self {
+        ScopeWord {
+            word: Word::new(),
+            sent: AtomicU64::new(0),
+            last_departure: AtomicU64::new(0),
+            last_end: AtomicU64::new(0),
+            latency: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether requests may be admitted on the word now.
+    pub(crate) fn is_open(&self) -> bool {
+        self.word.is_open()
+    }
+
+    /// Requests in flight on the word.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.word.in_flight()
+    }
+
+    /// Opens a closed word with nothing in flight, with `lanes` lanes and
+    /// the scheduler's latency average (`latency`, as the scope keeps
+    /// it); under the lock. False when it was retired.
+    pub(crate) fn open(&self, lanes: u32, latency: u64) -> bool {
+        self.latency.store(latency, Ordering::Relaxed);
+        self.word.open(lanes)
+    }
+
+    /// Admits a request on the open word when a lane is free, and counts
+    /// its send.
+    #[inline]
+    pub(crate) fn try_admit(&self) -> bool {
+        let admitted = self.word.try_admit();
+        if admitted {
+            self.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        admitted
+    }
+
+    /// Ends a request admitted on the word: its departure (if it left),
+    /// its end, and the response's latency go to the word first, then the
+    /// count. Says whether it ended open or was adopted.
+    pub(crate) fn end(&self, departed_at: Option<u64>, ended: u64, latency: Option<Duration>) -> Ended {
+        if let Some(at) = departed_at {
+            self.last_departure.fetch_max(at, Ordering::Relaxed);
+        }
+        self.last_end.fetch_max(ended, Ordering::Relaxed);
+        if let Some(latency) = latency {
+            let _ = self
+                .latency
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |biased| {
+                    Some(moving_average(biased, latency))
+                });
+        }
+        self.word.end()
+    }
+
+    /// Closes the word (under the lock), then takes in what the requests
+    /// that ended on it left.
+    pub(crate) fn close(&self) -> Closed {
+        let (in_flight, was_open) = self.word.close();
+        Closed {
+            in_flight,
+            was_open,
+            sent: self.sent.swap(0, Ordering::Relaxed),
+            last_departure: self.last_departure.load(Ordering::Relaxed),
+            latency: self.latency.load(Ordering::Relaxed),
+            warm: self.last_end.load(Ordering::Relaxed) != 0,
+        }
+    }
+
+    /// Retires a word with nothing in flight (under the lock, for
+    /// eviction): false when requests are in flight on it.
+    pub(crate) fn retire(&self) -> bool {
+        self.word.retire()
+    }
+
+    /// Sends on the word the scheduler has not taken in yet.
+    pub(crate) fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// The latency average as the scope keeps it (0: none).
+    pub(crate) fn latency(&self) -> u64 {
+        self.latency.load(Ordering::Relaxed)
+    }
+
+    /// The latest end of a request on the word (0: none).
+    pub(crate) fn last_end(&self) -> u64 {
+        self.last_end.load(Ordering::Relaxed)
+    }
+}
+
+/// The scope's moving average (weight 1/5 for the newest sample, in
+/// nanoseconds + 1; 0: none yet) after `latency`: the rule
+/// `ScopeState::observe_latency` applies, on the biased value.
+pub(crate) fn moving_average(biased: u64, latency: Duration) -> u64 {
+    let latest = u64::try_from(latency.as_nanos())
+        .unwrap_or(u64::MAX)
+        .min(u64::MAX / 8);
+    let average = match biased {
+        0 => latest,
+        biased => ((biased - 1).min(u64::MAX / 8) * 4 + latest) / 5,
+    };
+    average + 1
 }
 
 /// The global count of requests in flight and whether requests wait for a
