@@ -103,6 +103,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use self::atomic::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use statuses::StatusSet;
 pub(crate) use word::Ended;
 use word::{Permits, ScopeWord};
 
@@ -115,6 +116,7 @@ use crate::time::Stamp;
 pub(crate) mod places;
 #[cfg(test)]
 mod places_tests;
+mod statuses;
 mod word;
 
 /// The atomics of [`word`]'s and [`places`]' protocols: std's here; `loom/`
