@@ -1,7 +1,7 @@
 //! Errors: [`ConfigError`] for rejected settings, [`Error`] for requests a
 //! layer fails.
 
-use std::fmt;
+use std::{fmt, io};
 
 use crate::store::StoreError;
 
@@ -105,7 +105,7 @@ enum Failure {
     /// The scope store could not be reached (the registry fails closed).
     Store(StoreError),
     /// The request's host could not be resolved (`IpScopeLayer`).
-    Dns(crate::ip::LookupFailure),
+    Dns(LookupFailure),
     Inner(BoxError),
 }
 
@@ -121,7 +121,7 @@ impl Error {
         }
     }
 
-    pub(crate) fn dns(failure: crate::ip::LookupFailure) -> Self {
+    pub(crate) fn dns(failure: LookupFailure) -> Self {
         Error {
             kind: Failure::Dns(failure),
         }
@@ -262,6 +262,23 @@ impl std::error::Error for Error {
         }
     }
 }
+
+/// A failed lookup of a request's host (`IpScopeLayer`), as every request
+/// that shared it sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct LookupFailure {
+    pub(crate) host: String,
+    pub(crate) kind: io::ErrorKind,
+    pub(crate) message: String,
+}
+
+impl fmt::Display for LookupFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "could not resolve {:?}: {}", self.host, self.message)
+    }
+}
+
+impl std::error::Error for LookupFailure {}
 
 #[cfg(test)]
 mod tests {

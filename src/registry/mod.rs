@@ -188,6 +188,7 @@ mod configs;
 mod fast_path;
 mod feedback;
 mod learning;
+mod limit_source;
 pub mod manager;
 mod metrics;
 mod rampup;
@@ -208,9 +209,9 @@ pub use builder::RegistryBuilder;
 pub(crate) use config::Setting;
 pub use config::{ScopeConfig, DEFAULT_QUOTA_WINDOW};
 pub use feedback::{AnnouncedLimits, ErrorKind, Feedback, FeedbackKind};
+pub use limit_source::LimitSource;
 pub use rampup::RampupConfig;
 pub(crate) use report::ScopeReport;
-pub use scope_state::LimitSource;
 pub use stats::{QuotaStats, ScopeStats, Stats};
 
 use std::fmt;

@@ -39,7 +39,7 @@ pub const MAX_MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FastMode {
     /// Never: the scheduler admits, and closes an open scope first (a
-    /// debug listener wants every send's event).
+    /// request of several scopes; tests of tickets).
     Never,
     /// On the word of a scope already open (another thread uses it); also
     /// opens the word of a plain scope that the last one-scope request
@@ -229,21 +229,10 @@ impl Scheduler {
         self.evict_expired(now);
         let scope = self.scope_id_named(name, || Scope::new(name), now);
         let key = self.scopes[scope].state.key.clone();
-        if let Some(fast) = self.fast_admission(scope, mode, now) {
-            return (Admission::Fast(fast), key);
-        }
-        self.note_busy(scope);
-        if let Some(plain) = self.plain_admission(scope, mode, now) {
-            return (plain, key);
-        }
-        let seats = Seats::One([Seat {
-            scope,
-            lane: usize::MAX,
-            cost: DEFAULT_COST,
-            before: SendsBefore::KEEP,
-        }]);
-        let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
-        (Admission::Ticket(id, admitted), key)
+        (
+            self.enqueue_one(scope, DEFAULT_COST, priority, mode, now, wake),
+            key,
+        )
     }
 
     /// Queues a request for `scopes`; admits it at once when nothing is
@@ -259,37 +248,52 @@ impl Scheduler {
         now: Instant,
         wake: &mut WakeList,
     ) -> Admission {
-        let ids: Vec<(ScopeId, f64)>;
-        let seats = if scopes.len() == 1 {
+        self.evict_expired(now);
+        if scopes.len() == 1 {
             let (key, cost) = scopes.iter().next().expect("a Scopes is never empty");
-            self.evict_expired(now);
             let scope = self.scope_id_named(key.as_str(), || key.clone(), now);
-            if let Some(fast) = self.fast_admission(scope, mode, now) {
-                return Admission::Fast(fast);
-            }
-            self.note_busy(scope);
-            if let Some(plain) = self.plain_admission(scope, mode, now) {
-                return plain;
-            }
-            Seats::One([Seat {
-                scope,
-                lane: usize::MAX,
-                cost,
-                before: SendsBefore::KEEP,
-            }])
-        } else {
-            self.evict_expired(now);
-            ids = scopes
-                .iter()
-                .map(|(scope, cost)| (self.busy_scope_id(scope, now), cost))
-                .collect();
-            Seats::from_iter(ids.iter().map(|&(scope, cost)| Seat {
-                scope,
-                lane: usize::MAX,
-                cost,
-                before: SendsBefore::KEEP,
-            }))
-        };
+            return self.enqueue_one(scope, cost, priority, mode, now, wake);
+        }
+        let ids: Vec<(ScopeId, f64)> = scopes
+            .iter()
+            .map(|(scope, cost)| (self.busy_scope_id(scope, now), cost))
+            .collect();
+        let seats = Seats::from_iter(ids.iter().map(|&(scope, cost)| Seat {
+            scope,
+            lane: usize::MAX,
+            cost,
+            before: SendsBefore::KEEP,
+        }));
+        let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
+        Admission::Ticket(id, admitted)
+    }
+
+    /// The one admission of a one-scope request (of scope `scope`, at
+    /// `cost`), whichever way its scope was found: on the scope's word,
+    /// on a plain lane, or with a ticket.
+    #[inline(always)]
+    fn enqueue_one(
+        &mut self,
+        scope: ScopeId,
+        cost: f64,
+        priority: i32,
+        mode: FastMode,
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> Admission {
+        if let Some(fast) = self.fast_admission(scope, mode, now) {
+            return Admission::Fast(fast);
+        }
+        self.note_busy(scope);
+        if let Some(plain) = self.plain_admission(scope, mode, now) {
+            return plain;
+        }
+        let seats = Seats::One([Seat {
+            scope,
+            lane: usize::MAX,
+            cost,
+            before: SendsBefore::KEEP,
+        }]);
         let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
         Admission::Ticket(id, admitted)
     }

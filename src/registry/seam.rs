@@ -77,15 +77,10 @@ impl Registry {
     /// lock may use the word.
     #[inline(always)]
     fn admit_unlocked(&self, name: &str) -> Result<(Arc<FastScope>, Scope), FastMode> {
-        // A debug listener wants each send's event, which the lock gives.
         // No word yet (never, without words): the lock decides whether to
-        // open one (not for a debug listener: see
-        // `Scheduler::word_admission`).
+        // open one.
         if !self.shared.global.words_exist() {
             return Err(FastMode::Join);
-        }
-        if tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
-            return Err(FastMode::Never);
         }
         match hot::admit(self.shared.uid, name) {
             hot::Lookup::Admitted(fast, key) => {
