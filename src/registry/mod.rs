@@ -294,8 +294,7 @@ struct RegistryShared {
     /// manager; set once, never cleared): only then do feedback layers
     /// measure what managers alone use, such as latency.
     managers_hear_successes: AtomicBool,
-    /// Whether some scope config counts whole transfers (set once, never
-    /// cleared): only then does a request look up when it ends.
+    /// Whether some scope counts whole transfers (set once): else no lookup.
     whole_transfers_somewhere: AtomicBool,
     /// Responses of whole-transfer scopes held unread (see `unread`).
     unread: unread::UnreadTransfers,
