@@ -1,12 +1,16 @@
 //! Errors: [`ConfigError`] for rejected settings, [`Error`] for requests a
 //! layer fails.
 
+use std::borrow::Cow;
 use std::{fmt, io};
 
 use crate::store::StoreError;
 
 /// A configuration value was rejected when the registry was built or a scope
-/// config was replaced. The message names the field and the value.
+/// config was replaced. The message names the field and the value; for a
+/// scope key that the registry's resolver can never give a request, the
+/// field is `scope key` and the value the key (see
+/// [`ScopeResolver::check_key`](crate::scope::ScopeResolver::check_key)).
 ///
 /// ```
 /// use tower_throttle::{Registry, ScopeConfig};
@@ -23,15 +27,24 @@ use crate::store::StoreError;
 pub struct ConfigError {
     field: String,
     value: String,
-    reason: &'static str,
+    reason: Cow<'static, str>,
 }
 
 impl ConfigError {
     pub(crate) fn new(field: impl Into<String>, value: impl fmt::Debug, reason: &'static str) -> Self {
+        ConfigError::with_reason(field, value, reason)
+    }
+
+    /// [`new`](Self::new) with a reason made for this value.
+    pub(crate) fn with_reason(
+        field: impl Into<String>,
+        value: impl fmt::Debug,
+        reason: impl Into<Cow<'static, str>>,
+    ) -> Self {
         ConfigError {
             field: field.into(),
             value: format!("{value:?}"),
-            reason,
+            reason: reason.into(),
         }
     }
 
@@ -47,8 +60,8 @@ impl ConfigError {
 
     /// Why the value was rejected.
     #[cfg(feature = "serde")]
-    pub(crate) fn reason(&self) -> &'static str {
-        self.reason
+    pub(crate) fn reason(&self) -> &str {
+        &self.reason
     }
 }
 

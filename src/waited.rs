@@ -182,8 +182,21 @@ impl Waited {
         self.parts.iter().copied()
     }
 
-    /// The time spent on `cause`, whatever its source.
-    pub(crate) fn of_cause(&self, cause: WaitCause) -> Duration {
+    /// The time spent on `cause`, whatever its source: the sum of the
+    /// [`causes`](Self::causes) with that cause.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::waited::WaitCause;
+    /// use tower_throttle::Waited;
+    ///
+    /// # fn report(response: &http::Response<()>) {
+    /// let waited = Waited::from_extensions(response.extensions());
+    /// let on_lanes: Duration = waited.of_cause(WaitCause::Lanes);
+    /// println!("waited {on_lanes:?} for a free lane");
+    /// # }
+    /// ```
+    pub fn of_cause(&self, cause: WaitCause) -> Duration {
         self.parts
             .iter()
             .filter(|(part, _, _)| *part == cause)

@@ -27,6 +27,7 @@
 //! (off by default), for inner code that reads the extension itself.
 
 pub(crate) mod handover;
+mod key_check;
 mod ready_made;
 mod resolver;
 
