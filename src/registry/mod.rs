@@ -182,6 +182,7 @@
 
 mod autothrottle;
 mod backoff;
+mod bounded;
 mod builder;
 mod config;
 mod configs;
@@ -203,6 +204,7 @@ mod unread;
 pub use crate::time::{Jitter, MAX_CONFIG_DELAY};
 pub use autothrottle::AutoThrottleConfig;
 pub use backoff::{BackoffConfig, DEFAULT_BACKOFF_CODES};
+pub(crate) use bounded::RequestBound;
 pub(crate) use builder::GlobalSettings;
 pub use builder::RegistryBuilder;
 #[cfg(feature = "serde")]
@@ -230,7 +232,7 @@ pub(crate) use fast_path::places::{PlaceHandle, QueuePlace, Reserved};
 pub(crate) use fast_path::FastScope;
 pub(crate) use report::collect;
 pub(crate) use report::Collected;
-pub(crate) use scheduler::{Admission, Finishing, Outcome, TicketId, TicketPoll};
+pub(crate) use scheduler::{Admission, Finishing, Outcome, Refusal, TicketId, TicketPoll};
 use scheduler::{Scheduler, WakeList};
 pub use scheduler::{
     DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_HOLD, DEFAULT_MAX_SCOPES, MAX_MAX_HOLD,

@@ -107,7 +107,11 @@ where
         // The common case: the request could be sent at once, so the inner
         // call starts now and the waiting state is never entered. With a
         // store, the store has its say first.
-        let (state, write_stamp) = if ticket.is_sent() && !ticket.has_fleet() {
+        let (state, write_stamp) = if ticket.is_refused() {
+            // Failed for its bounds: it fails at its first poll, and
+            // nothing reaches the inner service.
+            (State::Waiting { waiting: None }, None)
+        } else if ticket.is_sent() && !ticket.has_fleet() {
             let (future, write_stamp) =
                 hand_over(readied, request, ticket.registry_id(), scopes, record_scopes);
             (State::Calling { future }, write_stamp)
@@ -235,6 +239,14 @@ where
                 StateProj::Waiting { waiting } => {
                     if ticket.poll_send(cx).is_pending() {
                         return Poll::Pending;
+                    }
+                    if let Some(error) = ticket.take_refusal() {
+                        this.state.set(State::Done);
+                        // Only a throttle that can say it has its requests
+                        // failed for their bounds (see `RequestBound`).
+                        let error =
+                            M::refused(error).expect("a throttle that cannot fail requests applies no bound");
+                        return Poll::Ready(Err(error));
                     }
                     let Some(parked) = waiting.as_mut() else {
                         this.state.set(State::Done);

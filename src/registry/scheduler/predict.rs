@@ -5,7 +5,7 @@
 use tokio::time::Instant;
 
 use super::groups::NO_GROUP;
-use super::{OrderKey, Scheduler, ScopeId};
+use super::{OrderKey, Scheduler, ScopeId, TicketId};
 use crate::registry::fast_path::latency_of;
 use crate::registry::scope_state::ScopeForecast;
 use crate::registry::LimitSource;
@@ -26,6 +26,13 @@ impl Scheduler {
             Some((id, cost))
         });
         self.forecast_seats(seats, order, now)
+    }
+
+    /// The forecast for waiting ticket `id`, from where it stands.
+    pub(crate) fn forecast_ticket(&self, id: TicketId, now: Instant) -> ScopeForecast {
+        let ticket = &self.tickets[id];
+        let seats = ticket.seats.iter().map(|seat| (seat.scope, seat.cost));
+        self.forecast_seats(seats, ticket.order, now)
     }
 
     /// The forecast of a request with these seats standing at `order`: the

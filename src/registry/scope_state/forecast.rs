@@ -32,6 +32,13 @@ pub(crate) struct ScopeForecast {
     pub(crate) exact: bool,
 }
 
+impl ScopeForecast {
+    /// The instant, the cause and whether it is exact.
+    pub(crate) fn view(self) -> (Instant, Option<CauseKey>, bool) {
+        (self.at, self.cause, self.exact)
+    }
+}
+
 /// A lane as a forecast plays it: when it frees, and whether that is an
 /// estimate.
 #[derive(Debug, Clone, Copy)]
