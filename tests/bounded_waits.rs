@@ -253,3 +253,50 @@ async fn a_throttle_that_cannot_fail_requests_lets_bounded_ones_wait() {
         .unwrap();
     assert_eq!(recorder.millis(), [2000]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_flooded_scope_with_max_waiting_leaves_other_scopes_at_their_own_pace() {
+    let registry = Registry::builder()
+        .default_scope(one_lane_one_second().delay(ms(500)))
+        .scope("flood.example", one_lane_one_second().max_waiting(100))
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry.clone())
+        .crate_errors()
+        .layer(recorder.service(Duration::ZERO));
+    let start = Instant::now();
+    let mut flood = Vec::new();
+    for i in 0..10_000 {
+        service.ready().await.unwrap();
+        let response = service.call(get(&format!("http://flood.example/{i}")));
+        flood.push(tokio::spawn(at_head(response)));
+    }
+    // Every queue place but the flood's hundred waiters is free again.
+    let mut others = Vec::new();
+    for i in 0..5 {
+        service.ready().await.unwrap();
+        let response = service.call(get(&format!("http://other.example/{i}")));
+        others.push(tokio::spawn(async move {
+            at_head(response).await.unwrap();
+            start.elapsed()
+        }));
+    }
+    let mut other_sent = Vec::new();
+    for other in others {
+        other_sent.push(other.await.unwrap().as_millis());
+    }
+    assert_eq!(other_sent, [0, 500, 1000, 1500, 2000]);
+    let stats = registry.scope_stats("flood.example").unwrap();
+    assert!(stats.queued <= 100, "{} wait", stats.queued);
+    let mut full = 0;
+    for response in flood {
+        if let Err(error) = response.await.unwrap() {
+            assert!(error.is_queue_full(), "{error}");
+            full += 1;
+        }
+    }
+    // One sent at once, a hundred waited their turn, the rest failed.
+    assert_eq!(full, 10_000 - 101);
+    assert_eq!(recorder.millis_of("/").len(), 101 + 5);
+}
