@@ -59,7 +59,7 @@ pub(crate) enum Admission {
     /// [`Scheduler::enqueue`] says.
     Ticket(TicketId, Option<bool>),
     /// Failed for its bounds (see `bounds.rs`): it left the scheduler.
-    Refused(Refusal),
+    Refused(Box<Refusal>),
     /// Admitted at once on a lane of a plain scope, without a ticket: the
     /// scope and the lane are all its end needs (see
     /// [`Scheduler::finish_request`]).

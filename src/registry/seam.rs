@@ -13,7 +13,7 @@ use super::report::Collected;
 use super::scheduler::{Admission, FastMode, Finishing, Outcome, Scheduler, TicketId, TicketPoll};
 use super::ticket::WaitedInScheduler;
 use super::{Registry, RequestBound};
-use crate::scope::{Priority, Scope, Scopes};
+use crate::scope::{Priority, Scope, Scopes, DEFAULT_COST};
 use crate::store::backend::{ScopeTerms, SharedFacts};
 use crate::time::Stamp;
 
@@ -55,8 +55,13 @@ impl Registry {
             Err(mode) => mode,
         };
         let (admission, scope) = self.with_scheduler(|scheduler, now, wake| {
+            let checked =
+                match scheduler.check_bounds([(&*name, DEFAULT_COST)].into_iter(), priority.0, bound, now) {
+                    Ok(checked) => checked,
+                    Err(refusal) => return (Admission::Refused(refusal), Scope::new(&*name)),
+                };
             let (admission, scope) = scheduler.enqueue_named(&name, priority.0, mode, now, wake);
-            (scheduler.within_bounds(admission, bound, now, wake), scope)
+            (scheduler.wait_within(admission, (checked, bound), now), scope)
         });
         self.remember(&admission);
         (admission, Scopes::one(scope))
@@ -74,8 +79,13 @@ impl Registry {
             _ => FastMode::Never,
         };
         let admission = self.with_scheduler(|scheduler, now, wake| {
+            let named = scopes.iter().map(|(scope, cost)| (scope.as_str(), cost));
+            let checked = match scheduler.check_bounds(named, priority.0, bound, now) {
+                Ok(checked) => checked,
+                Err(refusal) => return Admission::Refused(refusal),
+            };
             let admission = scheduler.enqueue(scopes, priority.0, mode, now, wake);
-            scheduler.within_bounds(admission, bound, now, wake)
+            scheduler.wait_within(admission, (checked, bound), now)
         });
         self.remember(&admission);
         admission

@@ -248,8 +248,9 @@ pub(crate) enum TicketPoll {
     Sent { report_departure: bool },
     /// Still waiting; keep a timer until this instant, if any.
     Waiting { timer: Option<Instant> },
-    /// Failed for its bound: it left the scheduler.
-    Refused(Refusal),
+    /// Failed for its bound: it left the scheduler. (Boxed: polls that
+    /// wait move this enum, and a refusal is rare.)
+    Refused(Box<Refusal>),
 }
 
 /// Wakers to call once the lock is released.

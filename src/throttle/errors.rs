@@ -49,7 +49,7 @@ mod sealed {
 /// ([`ScopeConfig::max_wait`](crate::ScopeConfig::max_wait),
 /// [`max_waiting`](crate::ScopeConfig::max_waiting),
 /// [`MaxWait`](crate::scope::MaxWait)) do not apply to its requests, which
-/// wait as if there were none (with a warning, once).
+/// wait as if there were none (a scope's bounds with a warning, once).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct InnerErrors;
 

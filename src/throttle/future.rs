@@ -107,11 +107,9 @@ where
         // The common case: the request could be sent at once, so the inner
         // call starts now and the waiting state is never entered. With a
         // store, the store has its say first.
-        let (state, write_stamp) = if ticket.is_refused() {
-            // Failed for its bounds: it fails at its first poll, and
-            // nothing reaches the inner service.
-            (State::Waiting { waiting: None }, None)
-        } else if ticket.is_sent() && !ticket.has_fleet() {
+        // A request failed for its bounds is not sent: it parks, and fails
+        // at its first poll (nothing reaches the inner service).
+        let (state, write_stamp) = if ticket.is_sent() && !ticket.has_fleet() {
             let (future, write_stamp) =
                 hand_over(readied, request, ticket.registry_id(), scopes, record_scopes);
             (State::Calling { future }, write_stamp)

@@ -181,7 +181,12 @@ where
                     .unwrap_or_default();
                 let place = self.places.take_reserved().expect("poll_ready reserved a place");
                 let place = (place, self.place_wait.take());
-                let bound = RequestBound::of(&request, M::REFUSES);
+                // A throttle that cannot fail requests does not even look
+                // for a request's bound (its scopes' bounds are warned of).
+                let bound = match M::REFUSES {
+                    true => RequestBound::of(&request, true),
+                    false => RequestBound::NONE,
+                };
                 Ticket::enqueue_resolved(&self.handle, place, &request, (priority, bound))
             }
             Reserved::Ticket(mut ticket) => match &self.fixed {

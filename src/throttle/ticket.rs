@@ -125,7 +125,7 @@ impl Ticket {
             Admission::Ticket(id, admitted) => (id, admitted, Owner::Scheduler(handle.clone())),
             // Nothing to report early: a plain scope has no gap.
             Admission::Plain(scope, lane) => (scope, Some(false), Owner::Plain(handle.clone(), lane)),
-            Admission::Refused(refusal) => return Ticket::refused(handle, place, refusal),
+            Admission::Refused(refusal) => return Ticket::refused(handle, place, *refusal),
         };
         let stage = match admitted {
             // A request admitted at once gives its place back now.
@@ -265,15 +265,16 @@ impl Ticket {
     }
 
     /// Whether the request was admitted (it may be handed to the inner
-    /// service).
+    /// service): not while it waits, nor once it was failed for its
+    /// bounds (finished before it was sent).
     pub(crate) fn is_sent(&self) -> bool {
-        !matches!(self.stage, Stage::Queued { .. })
+        !matches!(self.stage, Stage::Queued { .. } | Stage::Finished)
     }
 
     /// Resolves when the request may be sent, or was failed for its bounds
     /// (see [`take_refusal`](Self::take_refusal)).
     pub(crate) fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.is_sent() {
+        if self.is_sent() || self.is_refused() {
             return Poll::Ready(());
         }
         let Owner::Scheduler(handle) = &self.owner else {
@@ -298,7 +299,7 @@ impl Ticket {
                 TicketPoll::Refused(refusal) => {
                     // Out of the scheduler already: its place goes back.
                     self.stage = Stage::Finished;
-                    self.note_refusal(refusal);
+                    self.note_refusal(*refusal);
                     return Poll::Ready(());
                 }
                 TicketPoll::Waiting { timer: None } => return Poll::Pending,

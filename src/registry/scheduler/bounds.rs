@@ -1,7 +1,7 @@
-//! Bounded waits: a queued request whose prediction is past its bound
-//! (its own [`MaxWait`](crate::scope::MaxWait) or its scopes'
-//! `max_wait`, the tighter) leaves at once, and so does one that comes
-//! when its scope has `max_waiting` requests waiting already. A bounded
+//! Bounded waits: a request whose prediction is past its bound (its own
+//! [`MaxWait`](crate::scope::MaxWait) or its scopes' `max_wait`, the
+//! tighter) is refused before it is queued, and so is one that comes when
+//! its scope has `max_waiting` requests waiting already. A bounded
 //! request that waits keeps its deadline here, is woken whenever one of
 //! its scopes' limits changes from outside (a hold, feedback, a config),
 //! looks at its prediction again at each poll, and keeps a timer for its
@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Admission, Outcome, Scheduler, ScopeId, TicketId, WakeList};
+use crate::registry::config::ScopeConfig;
 use crate::registry::ticket::Refusal;
 use crate::registry::RequestBound;
 use crate::time::saturating_add;
@@ -28,48 +29,58 @@ pub(crate) struct Bounds {
     /// Each bounded waiter's deadline and bound (ticket ids are the
     /// scheduler's own slab indices: a fast hash).
     deadlines: HashMap<TicketId, (Instant, Duration), foldhash::fast::RandomState>,
+    /// Whether some scope config sets a bound (`None`: not looked at since
+    /// the configs last changed). Without one, a request without a bound
+    /// of its own skips every check.
+    configured: Option<bool>,
 }
+
+/// What the checks before queuing found: the bound the request waits
+/// with, if any.
+pub(crate) type BoundCheck = Result<Option<Duration>, Box<Refusal>>;
 
 /// Whether a bound that cannot apply was warned about.
 static WARNED_UNENFORCED: AtomicBool = AtomicBool::new(false);
 
 impl Scheduler {
-    /// Applies the bounds of a request just queued as `admission` (only a
-    /// ticket that waits has any to apply): its own `bound` and its scopes'.
+    /// The checks before a request of `scopes` (resolved by name: a scope
+    /// not known yet has nothing in its way) with `priority` and `bound`
+    /// is queued: refused when its scope has `max_waiting` requests
+    /// waiting, or when its prediction is past its bound; otherwise the
+    /// bound it waits with, if any. Nothing to check (`Ok(None)`) without
+    /// a bound anywhere, or for a throttle that cannot fail requests.
     #[inline]
-    pub(crate) fn within_bounds(
+    pub(crate) fn check_bounds<'a>(
         &mut self,
-        admission: Admission,
+        scopes: impl Iterator<Item = (&'a str, f64)> + Clone,
+        priority: i32,
         bound: RequestBound,
         now: Instant,
-        wake: &mut WakeList,
-    ) -> Admission {
-        match admission {
-            Admission::Ticket(id, None) => self.check_bounds(id, bound, now, wake),
-            admitted => admitted,
+    ) -> BoundCheck {
+        if !bound.enforced || (bound.max_wait.is_none() && !self.bounds_configured()) {
+            return Ok(None);
         }
+        self.check_known_bounds(scopes, priority, bound, now)
     }
 
     #[cold]
-    fn check_bounds(
-        &mut self,
-        id: TicketId,
+    #[inline(never)]
+    fn check_known_bounds<'a>(
+        &self,
+        scopes: impl Iterator<Item = (&'a str, f64)> + Clone,
+        priority: i32,
         bound: RequestBound,
         now: Instant,
-        wake: &mut WakeList,
-    ) -> Admission {
+    ) -> BoundCheck {
+        let known = scopes.filter_map(|(name, cost)| Some((self.index.get(name, &self.scopes)?, cost)));
         let mut max_wait = bound.max_wait;
         let mut full = None;
-        for seat in &self.tickets[id].seats {
-            let scope = &self.scopes[seat.scope];
+        for (id, _) in known.clone() {
+            let scope = &self.scopes[id];
             let config = &scope.state.config;
-            if let Some(max_waiting) = config.max_waiting {
-                // Counted among them already.
-                if scope.queued() > max_waiting && full.is_none() {
-                    full = Some(Refusal::QueueFull {
-                        scope: scope.state.key.clone(),
-                        max_waiting,
-                    });
+            if let (Some(max_waiting), None) = (config.max_waiting, &full) {
+                if scope.queued() >= max_waiting {
+                    full = Some((scope.state.key.clone(), max_waiting, scope.queued()));
                 }
             }
             max_wait = match (max_wait, config.max_wait) {
@@ -77,37 +88,84 @@ impl Scheduler {
                 (own, scope) => own.or(scope),
             };
         }
-        if !bound.enforced {
-            if (full.is_some() || max_wait.is_some()) && !WARNED_UNENFORCED.swap(true, Ordering::Relaxed) {
-                tracing::warn!(
-                    target: "tower_throttle",
-                    "a request with a bound on its wait (max_wait, max_waiting or MaxWait) goes through a \
-                     throttle that cannot fail it: bounds need ThrottleLayer::crate_errors(); it waits unbounded"
-                );
+        if full.is_none() && max_wait.is_none() {
+            return Ok(None);
+        }
+        let forecast = self.forecast_new_seats(known, priority, now);
+        if let Some((scope, max_waiting, queued)) = full {
+            // Waiters ahead mean it waits too; with none (`max_waiting` 0)
+            // it is full only if it could not go at once.
+            if queued > 0 || forecast.at > now {
+                return Err(Box::new(Refusal::QueueFull { scope, max_waiting }));
             }
-            return Admission::Ticket(id, None);
         }
-        if let Some(refusal) = full {
-            return self.refuse(id, refusal, now, wake);
+        match max_wait {
+            Some(bound) if forecast.at > saturating_add(now, bound) => {
+                Err(Box::new(Refusal::would_wait(forecast.view(), now, bound, None)))
+            }
+            max_wait => Ok(max_wait),
         }
-        let Some(bound) = max_wait else {
-            return Admission::Ticket(id, None);
-        };
-        let forecast = self.forecast_ticket(id, now);
-        let deadline = saturating_add(now, bound);
-        if forecast.at > deadline {
-            let refusal = Refusal::would_wait(forecast.view(), now, bound, None);
-            return self.refuse(id, refusal, now, wake);
-        }
-        self.bounds.deadlines.insert(id, (deadline, bound));
-        Admission::Ticket(id, None)
     }
 
-    /// Takes queued ticket `id` out of the scheduler, as if it had never
-    /// come, for `refusal`.
-    fn refuse(&mut self, id: TicketId, refusal: Refusal, now: Instant, wake: &mut WakeList) -> Admission {
-        self.finish(id, Outcome::NoResponse, None, (now, None), wake);
-        Admission::Refused(refusal)
+    /// After a request passed [`check_bounds`](Self::check_bounds) with
+    /// `bound` and was queued as `admission`: a ticket that waits keeps
+    /// its deadline. For a throttle that cannot fail requests, warns once
+    /// of a scope's bounds, which do not apply.
+    #[inline]
+    pub(crate) fn wait_within(
+        &mut self,
+        admission: Admission,
+        (checked, bound): (Option<Duration>, RequestBound),
+        now: Instant,
+    ) -> Admission {
+        match (&admission, checked) {
+            (Admission::Ticket(id, None), Some(max_wait)) => {
+                self.bounds
+                    .deadlines
+                    .insert(*id, (saturating_add(now, max_wait), max_wait));
+            }
+            (Admission::Ticket(id, None), None) if !bound.enforced => self.warn_unenforced(*id),
+            _ => {}
+        }
+        admission
+    }
+
+    /// Warns, once, when a waiter's scope sets a bound that its throttle
+    /// cannot apply.
+    #[cold]
+    fn warn_unenforced(&mut self, id: TicketId) {
+        if WARNED_UNENFORCED.load(Ordering::Relaxed) || !self.bounds_configured() {
+            return;
+        }
+        let bounded = self.tickets[id].seats.iter().any(|seat| {
+            let config = &self.scopes[seat.scope].state.config;
+            config.max_wait.is_some() || config.max_waiting.is_some()
+        });
+        if bounded && !WARNED_UNENFORCED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                target: "tower_throttle",
+                "a scope with a bound on its waits (max_wait, max_waiting) is throttled by a throttle \
+                 that cannot fail requests: bounds need ThrottleLayer::crate_errors(); its requests wait unbounded"
+            );
+        }
+    }
+
+    /// Whether some scope config sets a bound (looked at again after the
+    /// configs change).
+    fn bounds_configured(&mut self) -> bool {
+        if let Some(configured) = self.bounds.configured {
+            return configured;
+        }
+        let configured = self
+            .configs
+            .any(|config: &ScopeConfig| config.max_wait.is_some() || config.max_waiting.is_some());
+        self.bounds.configured = Some(configured);
+        configured
+    }
+
+    /// The configs changed: whether one sets a bound is looked at again.
+    pub(super) fn configs_changed(&mut self) {
+        self.bounds.configured = None;
     }
 
     /// For waiting ticket `id`, polled at `now`: a bounded waiter whose
@@ -118,7 +176,7 @@ impl Scheduler {
         id: TicketId,
         now: Instant,
         wake: &mut WakeList,
-    ) -> Option<Refusal> {
+    ) -> Option<Box<Refusal>> {
         if self.bounds.deadlines.is_empty() {
             return None;
         }
@@ -131,7 +189,7 @@ impl Scheduler {
         };
         let refusal = Refusal::would_wait(forecast.view(), now, bound, waited);
         self.finish(id, Outcome::NoResponse, None, (now, None), wake);
-        Some(refusal)
+        Some(Box::new(refusal))
     }
 
     /// The instant waiting ticket `id` must be polled at: its scopes'

@@ -17,14 +17,25 @@ impl Scheduler {
     /// now: every waiter of its scopes that it would stand behind goes
     /// first. A scope the scheduler does not know has nothing in its way.
     pub(crate) fn forecast_new(&self, scopes: &Scopes, priority: i32, now: Instant) -> ScopeForecast {
-        let order = OrderKey {
-            priority: std::cmp::Reverse(priority),
-            seq: self.next_seq,
-        };
         let seats = scopes.iter().filter_map(|(key, cost)| {
             let id = self.index.get(key.as_str(), &self.scopes)?;
             Some((id, cost))
         });
+        self.forecast_new_seats(seats, priority, now)
+    }
+
+    /// [`forecast_new`](Self::forecast_new) for the scopes the scheduler
+    /// knows, by id.
+    pub(crate) fn forecast_new_seats(
+        &self,
+        seats: impl Iterator<Item = (ScopeId, f64)>,
+        priority: i32,
+        now: Instant,
+    ) -> ScopeForecast {
+        let order = OrderKey {
+            priority: std::cmp::Reverse(priority),
+            seq: self.next_seq,
+        };
         self.forecast_seats(seats, order, now)
     }
 

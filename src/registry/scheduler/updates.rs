@@ -27,6 +27,7 @@ impl Scheduler {
     /// shared table too); waiters re-evaluate at once.
     pub(crate) fn set_scope(&mut self, key: Scope, config: ScopeConfig, now: Instant, wake: &mut WakeList) {
         let config = Arc::new(config.inherit_from(&self.configs.default_config()));
+        self.configs_changed();
         if let Some(id) = self.index.get(key.as_str(), &self.scopes) {
             self.close_fast(id);
             self.scopes[id].state.replace_config(config.clone(), now);

@@ -52,7 +52,7 @@ impl ScopeState {
     /// requests before it in its queue (each of which takes a send first),
     /// from its limits `effective` at `now`. `on_word`: the requests in
     /// flight on the scope's open lock-free word, which the scope does not
-    /// count (when they left is not known: each is estimated to end a
+    /// count (when they left is not known: each is estimated to end half a
     /// latency average from now), with the word's latency average.
     pub(crate) fn forecast(
         &self,
@@ -182,11 +182,11 @@ impl ScopeState {
                 saturating_add(sent, latency).max(lane_gap).max(now)
             })
             .collect();
-        // Requests in flight on no lane (taken over from a lock-free word).
-        let on_no_lane = (self.in_flight as usize).saturating_sub(busy.len());
-        let scope_sent = self.last_send.map_or(now, |last| last.at.instant());
-        busy.extend((0..on_no_lane).map(|_| saturating_add(scope_sent, latency).max(now)));
-        busy.extend((0..on_word).map(|_| saturating_add(now, latency)));
+        // Requests in flight on no lane (taken over from a lock-free word)
+        // or on the open word: when each left is not known, so each is
+        // estimated halfway through a latency average from now.
+        let on_no_lane = (self.in_flight as usize).saturating_sub(busy.len()) + on_word as usize;
+        busy.extend((0..on_no_lane).map(|_| saturating_add(now, latency / 2)));
         busy.sort_unstable();
         let mut slots: SmallVec<[Slot; 4]> = SmallVec::new();
         if in_flight >= concurrency {
