@@ -350,7 +350,7 @@ fn measure(small: u64, large: u64) -> ExitCode {
         false => cost(name) - cost("bare"),
     };
     println!();
-    println!("target ratios (of overheads over bare; backlogs: of whole requests):");
+    println!("target ratios (of overheads over bare; backlogs and failing at once: of whole requests):");
     // `None`: printed for reference, no target (ConcurrencyLimit does no
     // keyed work, so it is no peer for a keyed limiter).
     for (label, numerator, denominator, target) in [
@@ -397,7 +397,12 @@ fn measure(small: u64, large: u64) -> ExitCode {
             None,
         ),
     ] {
-        let (numerator, denominator) = (measure(numerator), measure(denominator));
+        let (numerator, denominator) = match numerator {
+            // Whole requests: a request failed at once never calls the
+            // inner service, whose cost the one admitted at once includes.
+            "throttle_refused" => (cost(numerator), cost(denominator)),
+            _ => (measure(numerator), measure(denominator)),
+        };
         if denominator <= 0.0 {
             println!("  {label:<38} n/a (denominator {denominator:.1})");
             continue;

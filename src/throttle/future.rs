@@ -115,7 +115,15 @@ where
             (State::Calling { future }, write_stamp)
         } else {
             ticket.note_parked();
-            (park(readied, request, scopes, ticket.has_fleet()), None)
+            (
+                park(
+                    readied,
+                    request,
+                    scopes,
+                    (ticket.has_fleet(), ticket.is_refused()),
+                ),
+                None,
+            )
         };
         ResponseFuture {
             state,
@@ -135,10 +143,20 @@ where
 /// the inner call.
 #[cold]
 #[inline(never)]
-fn park<S, Req>(readied: S, request: Req, scopes: Scopes, has_fleet: bool) -> State<S, Req, S::Future>
+fn park<S, Req>(
+    readied: S,
+    request: Req,
+    scopes: Scopes,
+    (has_fleet, refused): (bool, bool),
+) -> State<S, Req, S::Future>
 where
     S: Service<Req> + Clone,
 {
+    if refused {
+        // Failed for its bounds: nothing to keep, it fails at its first
+        // poll.
+        return State::Waiting { waiting: None };
+    }
     // Give the readiness back while the request waits: a clone is not
     // ready, and dropping the readied handle releases whatever it
     // reserved, so other scopes' requests can use it meanwhile.

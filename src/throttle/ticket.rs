@@ -125,7 +125,7 @@ impl Ticket {
             Admission::Ticket(id, admitted) => (id, admitted, Owner::Scheduler(handle.clone())),
             // Nothing to report early: a plain scope has no gap.
             Admission::Plain(scope, lane) => (scope, Some(false), Owner::Plain(handle.clone(), lane)),
-            Admission::Refused(refusal) => return Ticket::refused(handle, place, *refusal),
+            Admission::Refused(refusal) => return Ticket::refused(handle, place, refusal),
         };
         let stage = match admitted {
             // A request admitted at once gives its place back now.
@@ -148,7 +148,7 @@ impl Ticket {
     /// and holds nothing.
     #[cold]
     #[inline(never)]
-    fn refused(handle: &Arc<Handle>, place: Reserved<'_>, refusal: Refusal) -> Self {
+    fn refused(handle: &Arc<Handle>, place: Reserved<'_>, refusal: Box<Refusal>) -> Self {
         place.give_back();
         let mut ticket = Ticket {
             owner: Owner::Scheduler(handle.clone()),
@@ -266,9 +266,9 @@ impl Ticket {
 
     /// Whether the request was admitted (it may be handed to the inner
     /// service): not while it waits, nor once it was failed for its
-    /// bounds (finished before it was sent).
+    /// bounds.
     pub(crate) fn is_sent(&self) -> bool {
-        !matches!(self.stage, Stage::Queued { .. } | Stage::Finished)
+        !matches!(self.stage, Stage::Queued { .. }) && !self.is_refused()
     }
 
     /// Resolves when the request may be sent, or was failed for its bounds
@@ -299,7 +299,7 @@ impl Ticket {
                 TicketPoll::Refused(refusal) => {
                     // Out of the scheduler already: its place goes back.
                     self.stage = Stage::Finished;
-                    self.note_refusal(*refusal);
+                    self.note_refusal(refusal);
                     return Poll::Ready(());
                 }
                 TicketPoll::Waiting { timer: None } => return Poll::Pending,

@@ -15,9 +15,9 @@ pub(super) struct Waiting {
     pub(super) timer: Option<Box<WakeTimer>>,
     /// Why the request waited, while it is recorded.
     clock: Option<WaitClock>,
-    /// The error its future fails with, once the registry failed the
-    /// request for its bounds.
-    refused: Option<Box<Error>>,
+    /// Why the registry failed the request for its bounds, once it did
+    /// (the ticket is finished then).
+    refused: Option<Box<Refusal>>,
 }
 
 impl Waiting {
@@ -99,13 +99,29 @@ struct WaitClock {
 }
 
 impl Ticket {
-    /// Notes that the registry failed the request for its bounds (it holds
-    /// nothing there any more): keeps the error its future returns, with
-    /// what it waited when it waited.
+    /// Notes that the registry failed the request for its bounds: it holds
+    /// nothing there any more.
     #[cold]
-    pub(super) fn note_refusal(&mut self, refusal: Refusal) {
-        let clock = self.waiting.as_mut().and_then(|waiting| waiting.clock.take());
-        let error = match refusal {
+    pub(super) fn note_refusal(&mut self, refusal: Box<Refusal>) {
+        self.waiting.get_or_insert_with(Box::default).refused = Some(refusal);
+    }
+
+    /// Whether the registry failed the request for its bounds.
+    #[inline(always)]
+    pub(crate) fn is_refused(&self) -> bool {
+        self.waiting
+            .as_ref()
+            .is_some_and(|waiting| waiting.refused.is_some())
+    }
+
+    /// The error of a request the registry failed for its bounds, with
+    /// what it waited when it waited (the ticket is finished then).
+    #[cold]
+    pub(crate) fn take_refusal(&mut self) -> Option<Error> {
+        let waiting = self.waiting.as_mut()?;
+        let refusal = waiting.refused.take()?;
+        let clock = waiting.clock.take();
+        Some(match *refusal {
             Refusal::QueueFull { scope, max_waiting } => {
                 Error::queue_full(scope.as_str().to_owned(), max_waiting)
             }
@@ -132,25 +148,7 @@ impl Ticket {
                     waited,
                 }))
             }
-        };
-        self.waiting.get_or_insert_with(Box::default).refused = Some(Box::new(error));
-    }
-
-    /// Whether the registry failed the request for its bounds.
-    #[inline(always)]
-    pub(crate) fn is_refused(&self) -> bool {
-        self.waiting
-            .as_ref()
-            .is_some_and(|waiting| waiting.refused.is_some())
-    }
-
-    /// The error of a request the registry failed for its bounds.
-    #[cold]
-    pub(crate) fn take_refusal(&mut self) -> Option<Error> {
-        self.waiting
-            .as_mut()
-            .and_then(|waiting| waiting.refused.take())
-            .map(|error| *error)
+        })
     }
 
     /// Notes the store's say, which ended now.
