@@ -1,7 +1,9 @@
 //! Errors: [`ConfigError`] for rejected settings, [`Error`] for requests a
 //! layer fails.
 
+use std::any::Any;
 use std::borrow::Cow;
+use std::time::Duration;
 use std::{fmt, io};
 
 use crate::store::StoreError;
@@ -119,7 +121,25 @@ enum Failure {
     Store(StoreError),
     /// The request's host could not be resolved (`IpScopeLayer`).
     Dns(LookupFailure),
+    /// The request would wait past its bound, or did (see
+    /// [`ScopeConfig::max_wait`](crate::ScopeConfig::max_wait)).
+    WouldWait(Box<dyn Refused>),
+    /// Its scope had `max_waiting` requests waiting already.
+    QueueFull {
+        scope: String,
+        max_waiting: usize,
+    },
     Inner(BoxError),
+}
+
+/// What a request failed for its bound learnt (`waited::WouldWait`),
+/// known here only by this trait: this module depends on none that reaches
+/// the registry, whose errors it defines.
+pub(crate) trait Refused: fmt::Debug + fmt::Display + Send + Sync + 'static {
+    /// The wait predicted when the request was failed.
+    fn retry_after(&self) -> Duration;
+    /// The details, for `waited`'s accessors.
+    fn as_any(&self) -> &dyn Any;
 }
 
 impl Error {
@@ -137,6 +157,26 @@ impl Error {
     pub(crate) fn dns(failure: LookupFailure) -> Self {
         Error {
             kind: Failure::Dns(failure),
+        }
+    }
+
+    pub(crate) fn would_wait(would_wait: Box<dyn Refused>) -> Self {
+        Error {
+            kind: Failure::WouldWait(would_wait),
+        }
+    }
+
+    /// The details of a request failed for its bound.
+    pub(crate) fn refused(&self) -> Option<&dyn Any> {
+        match &self.kind {
+            Failure::WouldWait(would_wait) => Some(would_wait.as_any()),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn queue_full(scope: String, max_waiting: usize) -> Self {
+        Error {
+            kind: Failure::QueueFull { scope, max_waiting },
         }
     }
 
@@ -181,6 +221,36 @@ impl Error {
         matches!(self.kind, Failure::Dns(_))
     }
 
+    /// Whether the request would have waited past its bound
+    /// ([`ScopeConfig::max_wait`](crate::ScopeConfig::max_wait) or its
+    /// [`MaxWait`](crate::scope::MaxWait)): the registry predicted so when
+    /// it came, or while it waited, or the bound passed while it waited.
+    /// The inner service never saw the request; it took no lane, started
+    /// no gap and spent no quota. [`retry_after`](Self::retry_after) says
+    /// when to try again, [`wait_cause`](Self::wait_cause) why, and
+    /// [`waited`](Self::waited) what it waited when it was failed while it
+    /// waited.
+    pub fn is_would_wait(&self) -> bool {
+        matches!(self.kind, Failure::WouldWait(_))
+    }
+
+    /// Whether the request's scope had its
+    /// [`max_waiting`](crate::ScopeConfig::max_waiting) requests waiting
+    /// already when it came. The inner service never saw the request.
+    pub fn is_queue_full(&self) -> bool {
+        matches!(self.kind, Failure::QueueFull { .. })
+    }
+
+    /// For a request that [would wait](Self::is_would_wait): the wait the
+    /// registry predicted when it failed the request (from then on), for a
+    /// `Retry-After` header.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match &self.kind {
+            Failure::WouldWait(would_wait) => Some(would_wait.retry_after()),
+            _ => None,
+        }
+    }
+
     /// Whether the inner service failed (its error is the
     /// [`source`](std::error::Error::source)).
     pub fn is_inner(&self) -> bool {
@@ -192,7 +262,11 @@ impl Error {
     pub fn into_inner(self) -> Option<BoxError> {
         match self.kind {
             Failure::Inner(err) => Some(err),
-            Failure::RobotsDisallowed { .. } | Failure::Store(_) | Failure::Dns(_) => None,
+            Failure::RobotsDisallowed { .. }
+            | Failure::Store(_)
+            | Failure::Dns(_)
+            | Failure::WouldWait(_)
+            | Failure::QueueFull { .. } => None,
         }
     }
 }
@@ -223,6 +297,17 @@ impl fmt::Debug for Error {
                 .field("io_kind", &failure.kind)
                 .field("error", &failure.message)
                 .finish(),
+            Failure::WouldWait(would_wait) => f
+                .debug_struct("Error")
+                .field("kind", &"WouldWait")
+                .field("refused", would_wait)
+                .finish(),
+            Failure::QueueFull { scope, max_waiting } => f
+                .debug_struct("Error")
+                .field("kind", &"QueueFull")
+                .field("scope", scope)
+                .field("max_waiting", max_waiting)
+                .finish(),
             Failure::Inner(err) => f
                 .debug_struct("Error")
                 .field("kind", &"Inner")
@@ -250,6 +335,11 @@ impl fmt::Display for Error {
             ),
             Failure::Store(_) => f.write_str("scope store unreachable, and the registry fails closed"),
             Failure::Dns(failure) => write!(f, "{failure}"),
+            Failure::WouldWait(would_wait) => write!(f, "{would_wait}"),
+            Failure::QueueFull { scope, max_waiting } => write!(
+                f,
+                "scope {scope:?} has {max_waiting} requests waiting already (its max_waiting)"
+            ),
             Failure::Inner(_) => f.write_str("inner service error"),
         }
     }
@@ -271,7 +361,7 @@ impl std::error::Error for Error {
             Failure::Inner(err) => Some(&**err),
             Failure::Store(err) => Some(err),
             Failure::Dns(failure) => Some(failure),
-            Failure::RobotsDisallowed { .. } => None,
+            Failure::RobotsDisallowed { .. } | Failure::WouldWait(_) | Failure::QueueFull { .. } => None,
         }
     }
 }

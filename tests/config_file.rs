@@ -80,7 +80,7 @@ fn bad_files_name_the_key_path_and_the_value() {
         (
             "[scopes.\"api.example\"]\ndelai = 1",
             "scopes.\"api.example\".delai: unknown field `delai`, expected one of `concurrency`, `delay`, \
-             `delay_per_slot`, `jitter`, `ignore_robots_txt`, `count_whole_transfers`, `release_at_head`, `quota`, `window`, `backoff`, `autothrottle`, `rampup`",
+             `delay_per_slot`, `jitter`, `ignore_robots_txt`, `count_whole_transfers`, `release_at_head`, `quota`, `window`, `max_wait`, `max_waiting`, `backoff`, `autothrottle`, `rampup`",
         ),
         (
             "[default_scope]\nrampup = { foo = 1 }",
@@ -366,6 +366,8 @@ mod generated {
         "ignore_robots_txt",
         "quota",
         "window",
+        "max_wait",
+        "max_waiting",
         "autothrottle",
         "rampup",
         "http_codes",

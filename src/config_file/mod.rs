@@ -81,6 +81,8 @@
 //! | `count_whole_transfers` | false | keep a request's lane until its response body ends, not only until the head (large or slow bodies): see `ScopeConfig::count_whole_transfers`; the 0.1 key `release_at_head` is still read, as its opposite |
 //! | `quota` | none | units the scope may spend per `window` |
 //! | `window` | `quota_window` | length of the scope's quota windows |
+//! | `max_wait` | none | the longest a request of the scope may wait: one predicted to wait longer fails at once (see `ScopeConfig::max_wait`) |
+//! | `max_waiting` | none | how many requests of the scope may wait: one more fails at once (see `ScopeConfig::max_waiting`) |
 //! | `backoff.http_codes` | `[429, 502, 503, 504, 520, 521, 522, 523, 524]` | statuses that are backoff feedback |
 //! | `backoff.delay_factor` | 2.0 | each step multiplies the delay by this (≥ 1) |
 //! | `backoff.min_delay` | 1 s | the smallest delay while backing off |

@@ -68,6 +68,10 @@ pub(crate) struct ScopeTable {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) window: Option<Seconds>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_wait: Option<Seconds>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_waiting: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) backoff: Option<BackoffTable>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) autothrottle: Option<Switch<AutoThrottleTable>>,
@@ -209,6 +213,12 @@ fn apply(base: ScopeConfig, table: &ScopeTable, default: &ScopeConfig) -> ScopeC
     }
     if let Some(window) = table.window {
         config = config.window(window.0);
+    }
+    if let Some(bound) = table.max_wait {
+        config = config.max_wait(bound.0);
+    }
+    if let Some(waiting) = table.max_waiting {
+        config = config.max_waiting(waiting);
     }
     if let Some(backoff) = &table.backoff {
         config = config.backoff(apply_backoff(default.get_backoff().clone(), backoff));
@@ -386,6 +396,8 @@ fn limits_table(config: &ScopeConfig, base: &ScopeConfig, default: Option<&Scope
         ignore_robots_txt: changed(config.ignore_robots_txt, base.ignore_robots_txt, |v| v),
         count_whole_transfers: changed(config.count_whole_transfers, base.count_whole_transfers, |v| v),
         quota: changed(config.quota, base.quota, |q| q).flatten(),
+        max_wait: changed(config.max_wait, base.max_wait, |w| w.map(Seconds)).flatten(),
+        max_waiting: changed(config.max_waiting, base.max_waiting, |n| n).flatten(),
         ..ScopeTable::default()
     }
 }

@@ -82,6 +82,10 @@ pub struct ScopeConfig {
     pub(crate) count_whole_transfers: bool,
     pub(crate) quota: Option<f64>,
     pub(crate) window: Option<Duration>,
+    /// How long a request of the scope may wait (see `bounded.rs`).
+    pub(crate) max_wait: Option<Duration>,
+    /// How many requests of the scope may wait (see `bounded.rs`).
+    pub(crate) max_waiting: Option<usize>,
     /// The scope's custom manager (`None`: the built-in one). Not
     /// serialisable; equal when it is the same factory.
     pub(crate) manager: Option<ManagerFactory>,
@@ -145,6 +149,8 @@ impl Default for ScopeConfig {
             count_whole_transfers: false,
             quota: None,
             window: None,
+            max_wait: None,
+            max_waiting: None,
             manager: None,
             set_by_user: SetByUser::default(),
         }
@@ -514,6 +520,8 @@ impl ScopeConfig {
             rampup: self.rampup.or_inherit(&default.rampup),
             quota: self.quota.or(default.quota),
             window: self.window.or(default.window),
+            max_wait: self.max_wait.or(default.max_wait),
+            max_waiting: self.max_waiting.or(default.max_waiting),
             manager: self.manager.clone().or_else(|| default.manager.clone()),
             ..self.clone()
         }
@@ -564,7 +572,7 @@ impl ScopeConfig {
         if let Some(window) = self.window {
             validate_window(&format!("{name} window"), window)?;
         }
-        Ok(())
+        self.validate_bounds(name)
     }
 }
 

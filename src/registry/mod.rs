@@ -182,6 +182,7 @@
 
 mod autothrottle;
 mod backoff;
+mod bounded;
 mod builder;
 mod checks;
 mod config;
@@ -193,6 +194,7 @@ mod learning;
 mod limit_source;
 pub mod manager;
 mod metrics;
+mod predict;
 mod rampup;
 mod report;
 mod scheduler;
@@ -205,6 +207,7 @@ mod unread;
 pub use crate::time::{Jitter, MAX_CONFIG_DELAY};
 pub use autothrottle::AutoThrottleConfig;
 pub use backoff::{BackoffConfig, DEFAULT_BACKOFF_CODES};
+pub(crate) use bounded::RequestBound;
 pub(crate) use builder::GlobalSettings;
 pub use builder::RegistryBuilder;
 #[cfg(feature = "serde")]
@@ -215,6 +218,7 @@ pub(crate) use config::Setting;
 pub use config::{ScopeConfig, DEFAULT_QUOTA_WINDOW};
 pub use feedback::{AnnouncedLimits, ErrorKind, Feedback, FeedbackKind};
 pub use limit_source::LimitSource;
+pub use predict::Prediction;
 pub use rampup::RampupConfig;
 pub(crate) use report::ScopeReport;
 pub use stats::{QuotaStats, ScopeStats, Stats};
@@ -233,7 +237,7 @@ pub(crate) use fast_path::places::{PlaceHandle, QueuePlace, Reserved};
 pub(crate) use fast_path::FastScope;
 pub(crate) use report::collect;
 pub(crate) use report::Collected;
-pub(crate) use scheduler::{Admission, Finishing, Outcome, TicketId, TicketPoll};
+pub(crate) use scheduler::{Admission, Finishing, Outcome, Refusal, TicketId, TicketPoll};
 use scheduler::{Scheduler, WakeList};
 pub use scheduler::{
     DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_HOLD, DEFAULT_MAX_SCOPES, MAX_MAX_HOLD,
@@ -630,45 +634,4 @@ impl Registry {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::{Arc, Mutex};
-    use std::time::Duration;
-
-    use tokio::time::Instant;
-    use tower::{Layer, Service, ServiceExt};
-
-    use crate::{Registry, ScopeConfig, ThrottleLayer};
-
-    #[tokio::test(start_paused = true)]
-    async fn waiters_go_when_a_pacing_ends_rather_than_when_its_delay_would() {
-        let free = ScopeConfig::default()
-            .delay(Duration::ZERO)
-            .delay_per_slot(Duration::ZERO)
-            .jitter(0.0);
-        let registry = Registry::builder().default_scope(free).build().unwrap();
-        let start = Instant::now();
-        let sent = Arc::new(Mutex::new(Vec::new()));
-        let seen = sent.clone();
-        let inner = tower::service_fn(move |_request: http::Request<()>| {
-            seen.lock().unwrap().push(start.elapsed().as_millis());
-            std::future::ready(Ok::<_, std::convert::Infallible>(http::Response::new(())))
-        });
-        let mut service = ThrottleLayer::new(registry.clone()).layer(inner);
-        registry.set_pacing(
-            "example.com",
-            Some((Duration::from_secs(10), start + Duration::from_secs(3))),
-        );
-        let mut responses = Vec::new();
-        for i in 0..3 {
-            service.ready().await.unwrap();
-            let request = http::Request::get(format!("https://example.com/{i}"))
-                .body(())
-                .unwrap();
-            responses.push(tokio::spawn(service.call(request)));
-        }
-        for response in responses {
-            response.await.unwrap().unwrap();
-        }
-        assert_eq!(*sent.lock().unwrap(), vec![0, 3000, 3000]);
-    }
-}
+mod tests;

@@ -22,7 +22,7 @@ use super::fast_path::{FastScope, GlobalFlight, WordOwner};
 use super::metrics::Metrics;
 use super::scope_state::{Effective, ScopeCheck, ScopeState};
 use super::ticket::{HeldBy, OrderKey, Seat, Seats, SendsBefore, Status, TicketState, WaitedInScheduler};
-pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
+pub(crate) use super::ticket::{Outcome, Refusal, ScopeId, TicketId, TicketPoll, WakeList};
 use crate::scope::{Scope, Scopes, DEFAULT_COST};
 use crate::store::backend::AutoThrottleSample;
 use crate::time::Stamp;
@@ -58,6 +58,8 @@ pub(crate) enum Admission {
     /// A ticket of the scheduler; admitted at once or not, as
     /// [`Scheduler::enqueue`] says.
     Ticket(TicketId, Option<bool>),
+    /// Failed for its bounds (see `bounds.rs`): it left the scheduler.
+    Refused(Box<Refusal>),
     /// Admitted at once on a lane of a plain scope, without a ticket: the
     /// scope and the lane are all its end needs (see
     /// [`Scheduler::finish_request`]).
@@ -130,6 +132,7 @@ pub(crate) struct Scheduler {
     /// Whether the warning for the current crossing was given.
     delayed_warned: bool,
     metrics: Metrics,
+    bounds: bounds::Bounds,
 }
 
 impl Scheduler {
@@ -167,6 +170,7 @@ impl Scheduler {
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
             delayed_warned: false,
             metrics: Metrics::default(),
+            bounds: bounds::Bounds::default(),
         }
     }
 
@@ -659,6 +663,7 @@ impl Scheduler {
     }
 }
 
+mod bounds;
 mod choice;
 mod dispatch;
 mod entry;
@@ -668,29 +673,17 @@ mod index;
 mod learning;
 mod ordered;
 mod plain;
+mod predict;
 mod settings;
 mod store_terms;
 mod timers;
 mod updates;
 mod wait_log;
 
-/// Keeps a response's AutoThrottle sample for the fleet's store (when the
-/// scope runs AutoThrottle): off the common path.
-#[inline(never)]
-fn sample_for_fleet(
-    samples: &mut Vec<(Scope, AutoThrottleSample)>,
-    scope: &ScopeState,
-    latency: Duration,
-    status: u16,
-) {
-    if let Some(sample) = scope.autothrottle_sample(latency, status) {
-        samples.push((scope.key.clone(), sample));
-    }
-}
-
 use eviction::Eviction;
 pub use eviction::{DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
 use index::ScopeIndex;
+use learning::sample_for_fleet;
 
 /// Default number of waiting requests past which the registry warns.
 pub const DEFAULT_DELAYED_WARN_THRESHOLD: usize = 500;

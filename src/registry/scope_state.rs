@@ -633,10 +633,12 @@ impl ScopeState {
 }
 
 mod contributions;
+mod forecast;
 mod last_send;
 mod limits;
 mod manager;
 mod quota;
 mod updates;
 
+pub(crate) use forecast::ScopeForecast;
 pub(crate) use last_send::LastSend;

@@ -86,6 +86,11 @@ pub struct ScopeStats {
     /// while it has); an idle scope is evicted after the registry's
     /// `idle_ttl`.
     pub idle_for: Option<Duration>,
+    /// The earliest instant the scope's limits would let a request go
+    /// (its lanes, gaps, hold and quota window, played forward as
+    /// [`Registry::predict`](crate::Registry::predict) does, but with
+    /// nobody ahead): now, when a request of it could go at once.
+    pub next_send: Instant,
 }
 
 /// A scope's quota window, in [`ScopeStats::quota`].
@@ -210,6 +215,7 @@ impl ScopeEntry {
             idle_for: self
                 .idle_since()
                 .map(|since| now.saturating_duration_since(since)),
+            next_send: scope.forecast(now, &effective, (head_cost, 0), (0, None)).at,
             held_back_by: (queued > 0)
                 .then(|| held_back_by(scope, &effective, head_cost, now))
                 .flatten(),

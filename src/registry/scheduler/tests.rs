@@ -501,6 +501,7 @@ fn replay_quota(quota: f64, window: Duration, arrivals: &[(u64, f64)]) -> (Vec<(
                         next_timer = [next_timer, timer].into_iter().flatten().min();
                         waiting.push((id, cost));
                     }
+                    TicketPoll::Refused(refusal) => panic!("no bound here: {refusal:?}"),
                 }
             }
         }

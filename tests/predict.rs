@@ -1,0 +1,156 @@
+//! Predictions (`Registry::predict`, `Registry::predict_request`,
+//! `ScopeStats::next_send`), in paused virtual time with an in-process
+//! inner service, so every instant asserted is exact.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{at_head, get, Recorder};
+use tokio::time::Instant;
+use tower::{Layer, Service, ServiceExt};
+use tower_throttle::waited::WaitCause;
+use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
+
+fn ms(millis: u64) -> Duration {
+    Duration::from_millis(millis)
+}
+
+/// Lets every spawned task run until it waits on time.
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_prediction_takes_nothing() {
+    let registry = Registry::builder()
+        .default_scope(ScopeConfig::default().delay(ms(1000)).jitter(0.0))
+        .build()
+        .unwrap();
+    let scopes = Scopes::from(["a.example"]);
+    for _ in 0..3 {
+        let prediction = registry.predict(&scopes);
+        assert_eq!(prediction.wait, Duration::ZERO);
+        assert_eq!(prediction.cause, None);
+        assert!(prediction.exact);
+    }
+    // Nothing was sent, queued or even created.
+    assert!(registry.scope_stats("a.example").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_prediction_counts_the_waiters_ahead_and_names_the_delay() {
+    let registry = Registry::builder()
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(4)
+                .delay(ms(1000))
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry.clone()).layer(recorder.service(Duration::ZERO));
+    let mut handles = Vec::new();
+    for i in 0..3 {
+        service.ready().await.unwrap();
+        handles.push(tokio::spawn(at_head(
+            service.call(get(&format!("http://a.example/{i}"))),
+        )));
+        settle().await;
+    }
+    // One sent at 0 ms and answered; two wait, for 1 s and 2 s.
+    let prediction = registry.predict_request(&get("http://a.example/next"));
+    assert_eq!(prediction.wait, ms(3000));
+    assert_eq!(prediction.cause, Some(WaitCause::Delay));
+    assert!(prediction.exact);
+    let stats = registry.scope_stats("a.example").unwrap();
+    assert_eq!(stats.next_send, Instant::now() + ms(1000));
+    for handle in handles {
+        handle.await.unwrap().unwrap();
+    }
+    assert_eq!(recorder.millis(), [0, 1000, 2000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_lane_is_an_estimate_from_the_latency_average() {
+    let registry = Registry::builder()
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(1)
+                .delay(Duration::ZERO)
+                .delay_per_slot(ms(1))
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let service = ThrottleLayer::new(registry.clone()).layer(recorder.service(ms(400)));
+    // One answer teaches the scope a latency of 400 ms; the next request
+    // leaves at 400 ms and is predicted to free its lane at 800 ms.
+    at_head(service.clone().oneshot(get("http://a.example/0")))
+        .await
+        .unwrap();
+    let busy = tokio::spawn(at_head(service.clone().oneshot(get("http://a.example/1"))));
+    settle().await;
+    tokio::time::sleep(ms(100)).await;
+    let prediction = registry.predict(&Scopes::from(["a.example"]));
+    assert_eq!(prediction.wait, ms(300));
+    assert_eq!(prediction.cause, Some(WaitCause::Lanes));
+    assert!(!prediction.exact);
+    busy.await.unwrap().unwrap();
+}
+
+/// Generated schedules of one scope where lanes never bind (lanes to
+/// spare, answers at once, no jitter), with holds set now and then while
+/// nothing waits, and requests coming at random instants: each
+/// request's prediction, taken just before it is called, is the instant
+/// it is sent.
+#[tokio::test(start_paused = true)]
+async fn where_lanes_do_not_bind_the_predicted_instant_is_the_actual_one() {
+    for seed in 0..20u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let delay = ms(rng.u64(1..=20) * 100);
+        let registry = Registry::builder()
+            .default_scope(
+                ScopeConfig::default()
+                    .concurrency(16)
+                    .delay(delay)
+                    .delay_per_slot(Duration::ZERO)
+                    .jitter(0.0),
+            )
+            .build()
+            .unwrap();
+        let recorder = Recorder::new();
+        let start = Instant::now();
+        let mut service = ThrottleLayer::new(registry.clone()).layer(recorder.service(Duration::ZERO));
+        let mut predicted = Vec::new();
+        let mut handles = Vec::new();
+        for i in 0..12 {
+            // A hold changes the instants of requests already waiting: it
+            // comes only when none waits, so every prediction holds.
+            let idle = registry
+                .scope_stats("a.example")
+                .is_none_or(|stats| stats.queued == 0);
+            if idle && rng.u8(0..4) == 0 {
+                registry.hold("a.example", ms(rng.u64(1..=50) * 100));
+            }
+            tokio::time::sleep(ms(rng.u64(0..=15) * 100)).await;
+            settle().await;
+            let request = get(&format!("http://a.example/{i:02}"));
+            let prediction = registry.predict_request(&request);
+            assert!(prediction.exact, "seed {seed}, request {i}: {prediction:?}");
+            predicted.push(prediction.at.duration_since(start).as_millis());
+            service.ready().await.unwrap();
+            handles.push(tokio::spawn(at_head(service.call(request))));
+            settle().await;
+        }
+        for handle in handles {
+            handle.await.unwrap().unwrap();
+        }
+        assert_eq!(recorder.millis(), predicted, "seed {seed}, delay {delay:?}");
+    }
+}
