@@ -7,6 +7,13 @@
 //! it, waits until it is ready and calls it (`oneshot` does both); it never
 //! calls a clone that was not readied.
 //!
+//! A handler never waits long for the upstream: each call carries a bound
+//! (`MaxWait`, 5 s). When the registry predicts a longer wait (the
+//! upstream answered `429` with `Retry-After: 3600`, say), the call fails
+//! at once and the handler answers `503 Service Unavailable` with a
+//! `Retry-After` of the predicted wait, rounded up to whole seconds,
+//! instead of holding its caller, a task and a queue place for an hour.
+//!
 //! ```text
 //! cargo run --example axum_outbound
 //! ```
@@ -18,7 +25,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use http_body_util::{BodyExt, Full};
@@ -28,12 +36,18 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt};
+use tower_throttle::scope::MaxWait;
+use tower_throttle::throttle::StoreErrors;
 use tower_throttle::{
     Backoff, BackoffLayer, Registry, RetryAfter, RetryAfterLayer, ScopeConfig, Throttle, ThrottleLayer,
 };
 
-/// The throttled upstream client every handler shares.
-pub type Upstream = Throttle<RetryAfter<Backoff<Client<HttpConnector, Full<Bytes>>>>>;
+/// The throttled upstream client every handler shares. It returns the
+/// crate's `Error`, which can say that a call would wait past its bound.
+pub type Upstream = Throttle<RetryAfter<Backoff<Client<HttpConnector, Full<Bytes>>>>, StoreErrors>;
+
+/// The longest a handler waits for its turn at the upstream.
+pub const MAX_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 struct AppState {
@@ -45,7 +59,7 @@ struct AppState {
 /// through one client throttled by `registry`.
 pub fn app(upstream_base: &str, registry: &Registry) -> Router {
     let upstream = ServiceBuilder::new()
-        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(ThrottleLayer::new(registry.clone()).crate_errors())
         .layer(RetryAfterLayer::new(registry.clone()))
         .layer(BackoffLayer::new(registry.clone()))
         .service(Client::builder(TokioExecutor::new()).build_http());
@@ -56,23 +70,25 @@ pub fn app(upstream_base: &str, registry: &Registry) -> Router {
     Router::new().route("/quote/{id}", get(quote)).with_state(state)
 }
 
-async fn quote(State(state): State<AppState>, Path(id): Path<u32>) -> Result<String, (StatusCode, String)> {
+async fn quote(State(state): State<AppState>, Path(id): Path<u32>) -> Result<String, Response> {
     let uri = format!("{}/quotes/{id}", state.upstream_base);
-    let request = http::Request::get(uri)
+    let mut request = http::Request::get(uri)
         .body(Full::default())
         .map_err(bad_gateway)?;
+    request.extensions_mut().insert(MaxWait(MAX_WAIT));
     // Clone the shared client, wait until it is ready, call it.
     let response = state
         .upstream
         .clone()
         .oneshot(request)
         .await
-        .map_err(bad_gateway)?;
+        .map_err(upstream_failed)?;
     if !response.status().is_success() {
         return Err((
             StatusCode::BAD_GATEWAY,
             format!("upstream answered {}", response.status()),
-        ));
+        )
+            .into_response());
     }
     let body = response
         .into_body()
@@ -83,14 +99,41 @@ async fn quote(State(state): State<AppState>, Path(id): Path<u32>) -> Result<Str
     Ok(format!("quote {id}: {}", String::from_utf8_lossy(&body)))
 }
 
-fn bad_gateway(error: impl std::fmt::Display) -> (StatusCode, String) {
-    (StatusCode::BAD_GATEWAY, format!("upstream failed: {error}"))
+/// A call that would wait past its bound is `503` with the predicted wait
+/// as `Retry-After` (whole seconds, rounded up); any other failure `502`.
+fn upstream_failed(error: tower_throttle::Error) -> Response {
+    match error.retry_after() {
+        Some(wait) if error.is_would_wait() => {
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, HeaderValue::from(seconds))],
+                format!("upstream busy: {error}"),
+            )
+                .into_response()
+        }
+        _ => bad_gateway(error),
+    }
+}
+
+fn bad_gateway(error: impl std::fmt::Display) -> Response {
+    (StatusCode::BAD_GATEWAY, format!("upstream failed: {error}")).into_response()
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    // Warnings (a setting that can never take effect, a hold capped) go to
+    // `tracing`: print them on stderr (RUST_LOG=debug shows more).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing_subscriber::filter::LevelFilter::WARN.into())
+                .from_env_lossy(),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let upstream = start_upstream().await?;
     let registry = Registry::builder()
         .scope(

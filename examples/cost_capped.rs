@@ -70,8 +70,15 @@ fn scopes_of(head: &RequestHead<'_>) -> Scopes {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    // Warnings (a setting that can never take effect, a hold capped) go to
+    // `tracing`: print them on stderr (RUST_LOG=debug shows more).
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing_subscriber::filter::LevelFilter::WARN.into())
+                .from_env_lossy(),
+        )
+        .with_writer(std::io::stderr)
         .init();
     let charges: Arc<Mutex<Vec<(Instant, f64)>>> = Arc::default();
     let addr = start_api(charges.clone()).await?;

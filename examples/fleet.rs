@@ -327,6 +327,16 @@ async fn measure_admissions(settings: &Settings, url: &str, prefix: &str) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Warnings (a setting that can never take effect, a hold capped) go to
+    // `tracing`: print them on stderr (RUST_LOG=debug shows more).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing_subscriber::filter::LevelFilter::WARN.into())
+                .from_env_lossy(),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let settings = match settings() {
         Ok(settings) => settings,
         Err(error) => {

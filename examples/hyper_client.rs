@@ -36,6 +36,16 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    // Warnings (a setting that can never take effect, a hold capped) go to
+    // `tracing`: print them on stderr (RUST_LOG=debug shows more).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing_subscriber::filter::LevelFilter::WARN.into())
+                .from_env_lossy(),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])?;
     let addr = start_server(&certified).await?;
 

@@ -18,6 +18,10 @@
 //! its target is at most 1.5 × `throttle_1_scope`, taken between whole
 //! requests (the frontier's own work over the throttle's whole cost; the
 //! ratio of overheads over bare is printed beside it).
+//! Bounded waits: `throttle_bounded` is the one-scope variant with a
+//! `max_wait` (admitted at once, as without), `throttle_refused` the same
+//! with its scope held, so every request fails at once for its bound
+//! (the target: at most 2 × the cost of one admitted at once).
 //! Then requests that wait, as the bench's `backlog` group drives them:
 //! backlogs of 2 000 requests spawned at once against 64 lanes, through a
 //! tokio semaphore (`backlog_semaphore`) and through `Throttle`
@@ -81,7 +85,7 @@ use tower::Layer;
 use tower_throttle::frontier::{Frontier, FrontierBuilder, FrontierHandle};
 use tower_throttle::ThrottleLayer;
 
-const VARIANTS: [&str; 9] = [
+const VARIANTS: [&str; 11] = [
     "bare",
     "concurrency_limit",
     "governor_keyed",
@@ -91,6 +95,8 @@ const VARIANTS: [&str; 9] = [
     "frontier_1_scope",
     "backlog_semaphore",
     "backlog_throttle",
+    "throttle_bounded",
+    "throttle_refused",
 ];
 
 #[path = "../benches/variants/mod.rs"]
@@ -205,6 +211,18 @@ fn run_variant(variant: &str, n: u64) -> ExitCode {
             let (frontier, handle) = FrontierBuilder::new(registry).build(service).unwrap();
             measured(&runtime, through_frontier(frontier, handle, &one, n));
         }
+        "throttle_bounded" => {
+            let mut service = ThrottleLayer::new(bounded_registry())
+                .crate_errors()
+                .layer(bare());
+            measured(&runtime, drive(&mut service, &one, n));
+        }
+        "throttle_refused" => {
+            let registry = bounded_registry();
+            registry.hold(one[0].host().unwrap(), Duration::from_secs(3600));
+            let mut service = ThrottleLayer::new(registry).crate_errors().layer(bare());
+            measured(&runtime, drive_refused(&mut service, &one, n));
+        }
         "backlog_semaphore" => measured(&runtime, backlogs(&backlog_semaphore(), n)),
         "backlog_throttle" => {
             measured(&runtime, backlogs(&backlog_throttle(BACKLOG_DEPTH), n));
@@ -232,6 +250,37 @@ where
         handle.try_push_tagged(request, ()).unwrap();
         let (_, response) = frontier.next().await.expect("the pushed request's result");
         black_box(response.unwrap());
+    }
+    start.elapsed()
+}
+
+/// The registry of `throttle_1_scope` with a bound on every wait
+/// (`max_wait`, 1 s): `throttle_bounded` admits at once as
+/// `throttle_1_scope` does; `throttle_refused`, its scope held, fails
+/// every request at once for its bound.
+fn bounded_registry() -> tower_throttle::Registry {
+    variants::unthrottled_builder()
+        .default_scope(variants::unthrottled_scope().max_wait(Duration::from_secs(1)))
+        .build()
+        .unwrap()
+}
+
+/// `count` requests through `service`, each failed at once (it would
+/// wait past its bound).
+async fn drive_refused<S>(service: &mut S, uris: &[http::Uri], count: u64) -> Duration
+where
+    S: tower::Service<http::Request<()>, Error = tower_throttle::Error>,
+{
+    let start = Instant::now();
+    for i in 0..count as usize {
+        let request = variants::request(&uris[i % uris.len()]);
+        let failed = tower::ServiceExt::ready(&mut *service)
+            .await
+            .unwrap()
+            .call(request)
+            .await
+            .is_err_and(|error| error.is_would_wait());
+        black_box(failed);
     }
     start.elapsed()
 }
@@ -344,7 +393,7 @@ fn measure(small: u64, large: u64) -> ExitCode {
         None => cost(name) - cost("bare"),
     };
     println!();
-    println!("target ratios (of overheads over bare; backlogs and the frontier: of whole requests):");
+    println!("target ratios (of overheads over bare; backlogs, the frontier and failing at once: of whole requests):");
     // `None`: printed for reference, no target (ConcurrencyLimit does no
     // keyed work, so it is no peer for a keyed limiter).
     for (label, numerator, denominator, target) in [
@@ -373,6 +422,18 @@ fn measure(small: u64, large: u64) -> ExitCode {
             Some(1.5),
         ),
         (
+            "throttle failing at once / admitted at once",
+            "throttle_refused",
+            "throttle_1_scope",
+            Some(2.0),
+        ),
+        (
+            "throttle bounded / throttle 1 scope",
+            "throttle_bounded",
+            "throttle_1_scope",
+            None,
+        ),
+        (
             "throttle 1 scope / concurrency_limit",
             "throttle_1_scope",
             "concurrency_limit",
@@ -391,7 +452,12 @@ fn measure(small: u64, large: u64) -> ExitCode {
             None,
         ),
     ] {
-        let (numerator, denominator) = (measure(numerator), measure(denominator));
+        let (numerator, denominator) = match numerator {
+            // Whole requests: a request failed at once never calls the
+            // inner service, whose cost the one admitted at once includes.
+            "throttle_refused" => (cost(numerator), cost(denominator)),
+            _ => (measure(numerator), measure(denominator)),
+        };
         if denominator <= 0.0 {
             println!("  {label:<38} n/a (denominator {denominator:.1})");
             continue;

@@ -6,10 +6,13 @@ use tokio::task::JoinSet;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_throttle::redirect::{FailOnLoops, FollowRedirectLayer};
 use tower_throttle::reqwest::{HttpClient, ReqwestLayer};
-use tower_throttle::{Registry, ScopeConfig, ThrottleLayer, Waited};
+use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, ScopeConfig, ThrottleLayer, Waited};
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    // The registry's warnings (a setting that can never take effect, a hold
+    // capped) go to `tracing`: this prints them on stderr.
+    tracing_subscriber::fmt().with_writer(std::io::stderr).init();
     let mut urls: Vec<String> = std::env::args().skip(1).collect();
     if urls.is_empty() {
         for page in 1..=4 {
@@ -23,14 +26,8 @@ async fn main() -> Result<(), BoxError> {
 /// Sends every request at once; the throttle decides when each one leaves.
 pub async fn crawl(urls: Vec<String>) -> Result<(), BoxError> {
     // One scope per host, each: 1 lane, 500 ms between sends, ±50 % jitter.
-    // `delay_per_slot` is the gap between two sends on the same lane, 1 s by
-    // default: without the ZERO below, one lane still sends once a second.
     let registry = Registry::builder()
-        .default_scope(
-            ScopeConfig::default()
-                .delay(Duration::from_millis(500))
-                .delay_per_slot(Duration::ZERO),
-        )
+        .default_scope(ScopeConfig::default().delay(Duration::from_millis(500)))
         .build()?;
     // Redirects are followed above the throttle, so each hop waits its turn.
     let http = reqwest::Client::builder()
@@ -40,7 +37,9 @@ pub async fn crawl(urls: Vec<String>) -> Result<(), BoxError> {
         .layer(ReqwestLayer::new()) // reqwest::Request in, reqwest::Response out
         .layer(FollowRedirectLayer::with_policy(FailOnLoops::new(10)))
         .map_err(BoxError::from)
-        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(ThrottleLayer::new(registry.clone())) // decides when each request goes
+        .layer(RetryAfterLayer::new(registry.clone())) // Retry-After, RateLimit: holds the site
+        .layer(BackoffLayer::new(registry.clone())) // 429, 5xx, timeouts: slows the site down
         .service(HttpClient::new(http.clone()));
 
     let start = Instant::now();

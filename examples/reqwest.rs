@@ -28,6 +28,16 @@ const SITES: [&str; 2] = ["books.toscrape.test", "api.example.test"];
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    // Warnings (a setting that can never take effect, a hold capped) go to
+    // `tracing`: print them on stderr (RUST_LOG=debug shows more).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing_subscriber::filter::LevelFilter::WARN.into())
+                .from_env_lossy(),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let addr = start_server().await?;
     // Your reqwest client, as you build it today (here: every virtual
     // site resolves to the loopback server).

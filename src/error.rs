@@ -1,12 +1,18 @@
 //! Errors: [`ConfigError`] for rejected settings, [`Error`] for requests a
 //! layer fails.
 
-use std::fmt;
+use std::any::Any;
+use std::borrow::Cow;
+use std::time::Duration;
+use std::{fmt, io};
 
 use crate::store::StoreError;
 
 /// A configuration value was rejected when the registry was built or a scope
-/// config was replaced. The message names the field and the value.
+/// config was replaced. The message names the field and the value; for a
+/// scope key that the registry's resolver can never give a request, the
+/// field is `scope key` and the value the key (see
+/// [`ScopeResolver::check_key`](crate::scope::ScopeResolver::check_key)).
 ///
 /// ```
 /// use tower_throttle::{Registry, ScopeConfig};
@@ -23,15 +29,24 @@ use crate::store::StoreError;
 pub struct ConfigError {
     field: String,
     value: String,
-    reason: &'static str,
+    reason: Cow<'static, str>,
 }
 
 impl ConfigError {
     pub(crate) fn new(field: impl Into<String>, value: impl fmt::Debug, reason: &'static str) -> Self {
+        ConfigError::with_reason(field, value, reason)
+    }
+
+    /// [`new`](Self::new) with a reason made for this value.
+    pub(crate) fn with_reason(
+        field: impl Into<String>,
+        value: impl fmt::Debug,
+        reason: impl Into<Cow<'static, str>>,
+    ) -> Self {
         ConfigError {
             field: field.into(),
             value: format!("{value:?}"),
-            reason,
+            reason: reason.into(),
         }
     }
 
@@ -47,8 +62,8 @@ impl ConfigError {
 
     /// Why the value was rejected.
     #[cfg(feature = "serde")]
-    pub(crate) fn reason(&self) -> &'static str {
-        self.reason
+    pub(crate) fn reason(&self) -> &str {
+        &self.reason
     }
 }
 
@@ -105,8 +120,26 @@ enum Failure {
     /// The scope store could not be reached (the registry fails closed).
     Store(StoreError),
     /// The request's host could not be resolved (`IpScopeLayer`).
-    Dns(crate::ip::LookupFailure),
+    Dns(LookupFailure),
+    /// The request would wait past its bound, or did (see
+    /// [`ScopeConfig::max_wait`](crate::ScopeConfig::max_wait)).
+    WouldWait(Box<dyn Refused>),
+    /// Its scope had `max_waiting` requests waiting already.
+    QueueFull {
+        scope: String,
+        max_waiting: usize,
+    },
     Inner(BoxError),
+}
+
+/// What a request failed for its bound learnt (`waited::WouldWait`),
+/// known here only by this trait: this module depends on none that reaches
+/// the registry, whose errors it defines.
+pub(crate) trait Refused: fmt::Debug + fmt::Display + Send + Sync + 'static {
+    /// The wait predicted when the request was failed.
+    fn retry_after(&self) -> Duration;
+    /// The details, for `waited`'s accessors.
+    fn as_any(&self) -> &dyn Any;
 }
 
 impl Error {
@@ -121,9 +154,29 @@ impl Error {
         }
     }
 
-    pub(crate) fn dns(failure: crate::ip::LookupFailure) -> Self {
+    pub(crate) fn dns(failure: LookupFailure) -> Self {
         Error {
             kind: Failure::Dns(failure),
+        }
+    }
+
+    pub(crate) fn would_wait(would_wait: Box<dyn Refused>) -> Self {
+        Error {
+            kind: Failure::WouldWait(would_wait),
+        }
+    }
+
+    /// The details of a request failed for its bound.
+    pub(crate) fn refused(&self) -> Option<&dyn Any> {
+        match &self.kind {
+            Failure::WouldWait(would_wait) => Some(would_wait.as_any()),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn queue_full(scope: String, max_waiting: usize) -> Self {
+        Error {
+            kind: Failure::QueueFull { scope, max_waiting },
         }
     }
 
@@ -168,6 +221,36 @@ impl Error {
         matches!(self.kind, Failure::Dns(_))
     }
 
+    /// Whether the request would have waited past its bound
+    /// ([`ScopeConfig::max_wait`](crate::ScopeConfig::max_wait) or its
+    /// [`MaxWait`](crate::scope::MaxWait)): the registry predicted so when
+    /// it came, or while it waited, or the bound passed while it waited.
+    /// The inner service never saw the request; it took no lane, started
+    /// no gap and spent no quota. [`retry_after`](Self::retry_after) says
+    /// when to try again, [`wait_cause`](Self::wait_cause) why, and
+    /// [`waited`](Self::waited) what it waited when it was failed while it
+    /// waited.
+    pub fn is_would_wait(&self) -> bool {
+        matches!(self.kind, Failure::WouldWait(_))
+    }
+
+    /// Whether the request's scope had its
+    /// [`max_waiting`](crate::ScopeConfig::max_waiting) requests waiting
+    /// already when it came. The inner service never saw the request.
+    pub fn is_queue_full(&self) -> bool {
+        matches!(self.kind, Failure::QueueFull { .. })
+    }
+
+    /// For a request that [would wait](Self::is_would_wait): the wait the
+    /// registry predicted when it failed the request (from then on), for a
+    /// `Retry-After` header.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match &self.kind {
+            Failure::WouldWait(would_wait) => Some(would_wait.retry_after()),
+            _ => None,
+        }
+    }
+
     /// Whether the inner service failed (its error is the
     /// [`source`](std::error::Error::source)).
     pub fn is_inner(&self) -> bool {
@@ -179,7 +262,11 @@ impl Error {
     pub fn into_inner(self) -> Option<BoxError> {
         match self.kind {
             Failure::Inner(err) => Some(err),
-            Failure::RobotsDisallowed { .. } | Failure::Store(_) | Failure::Dns(_) => None,
+            Failure::RobotsDisallowed { .. }
+            | Failure::Store(_)
+            | Failure::Dns(_)
+            | Failure::WouldWait(_)
+            | Failure::QueueFull { .. } => None,
         }
     }
 }
@@ -210,6 +297,17 @@ impl fmt::Debug for Error {
                 .field("io_kind", &failure.kind)
                 .field("error", &failure.message)
                 .finish(),
+            Failure::WouldWait(would_wait) => f
+                .debug_struct("Error")
+                .field("kind", &"WouldWait")
+                .field("refused", would_wait)
+                .finish(),
+            Failure::QueueFull { scope, max_waiting } => f
+                .debug_struct("Error")
+                .field("kind", &"QueueFull")
+                .field("scope", scope)
+                .field("max_waiting", max_waiting)
+                .finish(),
             Failure::Inner(err) => f
                 .debug_struct("Error")
                 .field("kind", &"Inner")
@@ -237,6 +335,11 @@ impl fmt::Display for Error {
             ),
             Failure::Store(_) => f.write_str("scope store unreachable, and the registry fails closed"),
             Failure::Dns(failure) => write!(f, "{failure}"),
+            Failure::WouldWait(would_wait) => write!(f, "{would_wait}"),
+            Failure::QueueFull { scope, max_waiting } => write!(
+                f,
+                "scope {scope:?} has {max_waiting} requests waiting already (its max_waiting)"
+            ),
             Failure::Inner(_) => f.write_str("inner service error"),
         }
     }
@@ -258,10 +361,27 @@ impl std::error::Error for Error {
             Failure::Inner(err) => Some(&**err),
             Failure::Store(err) => Some(err),
             Failure::Dns(failure) => Some(failure),
-            Failure::RobotsDisallowed { .. } => None,
+            Failure::RobotsDisallowed { .. } | Failure::WouldWait(_) | Failure::QueueFull { .. } => None,
         }
     }
 }
+
+/// A failed lookup of a request's host (`IpScopeLayer`), as every request
+/// that shared it sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct LookupFailure {
+    pub(crate) host: String,
+    pub(crate) kind: io::ErrorKind,
+    pub(crate) message: String,
+}
+
+impl fmt::Display for LookupFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "could not resolve {:?}: {}", self.host, self.message)
+    }
+}
+
+impl std::error::Error for LookupFailure {}
 
 #[cfg(test)]
 mod tests {

@@ -144,6 +144,8 @@ mod doc_pages {
     pub struct Readme;
     #[doc = include_str!("../docs/autothrottle.md")]
     pub struct AutoThrottle;
+    #[doc = include_str!("../docs/bounded-waits.md")]
+    pub struct BoundedWaits;
     #[cfg(feature = "serde")]
     #[doc = include_str!("../docs/config-file.md")]
     pub struct ConfigFile;

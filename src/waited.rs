@@ -182,8 +182,21 @@ impl Waited {
         self.parts.iter().copied()
     }
 
-    /// The time spent on `cause`, whatever its source.
-    pub(crate) fn of_cause(&self, cause: WaitCause) -> Duration {
+    /// The time spent on `cause`, whatever its source: the sum of the
+    /// [`causes`](Self::causes) with that cause.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::waited::WaitCause;
+    /// use tower_throttle::Waited;
+    ///
+    /// # fn report(response: &http::Response<()>) {
+    /// let waited = Waited::from_extensions(response.extensions());
+    /// let on_lanes: Duration = waited.of_cause(WaitCause::Lanes);
+    /// println!("waited {on_lanes:?} for a free lane");
+    /// # }
+    /// ```
+    pub fn of_cause(&self, cause: WaitCause) -> Duration {
         self.parts
             .iter()
             .filter(|(part, _, _)| *part == cause)
@@ -263,6 +276,79 @@ impl Waited {
             }
         }
         extensions.insert(self);
+    }
+}
+
+/// What a request failed for its bound learnt: the details of an
+/// [`Error::is_would_wait`](crate::Error::is_would_wait).
+#[derive(Debug)]
+pub(crate) struct WouldWait {
+    /// The wait the registry predicted when it failed the request.
+    pub(crate) retry_after: Duration,
+    pub(crate) cause: Option<WaitCause>,
+    pub(crate) source: Option<LimitSource>,
+    /// Whether the prediction was exact (see `Prediction::exact`).
+    pub(crate) exact: bool,
+    /// The bound it had.
+    pub(crate) bound: Duration,
+    /// What it waited, when it was failed after waiting.
+    pub(crate) waited: Option<Waited>,
+}
+
+impl crate::error::Refused for WouldWait {
+    fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl fmt::Display for WouldWait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cause = self.cause.map_or("its scopes", WaitCause::as_str);
+        match &self.waited {
+            Some(waited) => write!(
+                f,
+                "waited {:?} for its scopes, its bound of {:?}, and would wait {:?} more ({cause})",
+                waited.total(),
+                self.bound,
+                self.retry_after
+            ),
+            None => write!(
+                f,
+                "would wait {:?} for its scopes ({cause}), past its bound of {:?}",
+                self.retry_after, self.bound
+            ),
+        }
+    }
+}
+
+impl crate::Error {
+    fn would_wait_details(&self) -> Option<&WouldWait> {
+        self.refused()?.downcast_ref::<WouldWait>()
+    }
+
+    /// For a request that [would wait](crate::Error::is_would_wait): what
+    /// accounts for most of the predicted wait (a hold, the delay, lanes,
+    /// ...), and who set that limit.
+    pub fn wait_cause(&self) -> Option<(WaitCause, Option<LimitSource>)> {
+        let details = self.would_wait_details()?;
+        details.cause.map(|cause| (cause, details.source))
+    }
+
+    /// For a request that [would wait](crate::Error::is_would_wait) and
+    /// was failed after waiting: what it waited until then, by cause.
+    pub fn waited(&self) -> Option<&Waited> {
+        self.would_wait_details()?.waited.as_ref()
+    }
+
+    /// For a request that [would wait](crate::Error::is_would_wait):
+    /// whether its predicted wait was exact (see
+    /// [`Prediction::exact`](crate::registry::Prediction::exact)).
+    pub fn is_exact_prediction(&self) -> Option<bool> {
+        Some(self.would_wait_details()?.exact)
     }
 }
 

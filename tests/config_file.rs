@@ -80,7 +80,7 @@ fn bad_files_name_the_key_path_and_the_value() {
         (
             "[scopes.\"api.example\"]\ndelai = 1",
             "scopes.\"api.example\".delai: unknown field `delai`, expected one of `concurrency`, `delay`, \
-             `delay_per_slot`, `jitter`, `ignore_robots_txt`, `count_whole_transfers`, `release_at_head`, `quota`, `window`, `backoff`, `autothrottle`, `rampup`",
+             `delay_per_slot`, `jitter`, `ignore_robots_txt`, `count_whole_transfers`, `release_at_head`, `quota`, `window`, `max_wait`, `max_waiting`, `backoff`, `autothrottle`, `rampup`",
         ),
         (
             "[default_scope]\nrampup = { foo = 1 }",
@@ -366,6 +366,8 @@ mod generated {
         "ignore_robots_txt",
         "quota",
         "window",
+        "max_wait",
+        "max_waiting",
         "autothrottle",
         "rampup",
         "http_codes",
@@ -459,4 +461,38 @@ fn whole_transfers_are_a_scopes_choice_and_the_old_key_reads_as_its_opposite() {
     let written = registry.config().to_toml_string().unwrap();
     assert!(written.contains("count_whole_transfers = true"), "{written}");
     assert!(!written.contains("release_at_head"), "{written}");
+}
+
+#[test]
+fn a_scope_name_the_host_resolver_never_gives_is_an_error_at_its_key_path() {
+    for (name, path, why) in [
+        (
+            "example.com:8080",
+            r#"scopes."example.com:8080""#,
+            "it has a port",
+        ),
+        (
+            "http://example.com/",
+            r#"scopes."http://example.com/""#,
+            "it has a scheme and a path",
+        ),
+        ("Example.COM", r#"scopes."Example.COM""#, "it has upper case"),
+    ] {
+        let config = RegistryConfig::from_toml_str(&format!("[scopes.{name:?}]\nconcurrency = 2\n")).unwrap();
+        let err = config.build().unwrap_err();
+        assert_eq!(err.key_path(), path);
+        assert_eq!(
+            err.to_string(),
+            format!(
+                r#"{path}: the host resolver never gives a request this key ({why}); it would match "example.com""#
+            )
+        );
+    }
+    // With a resolver of its own, the keys are that resolver's call.
+    let config = RegistryConfig::from_toml_str("[scopes.\"example.com/v1\"]\nconcurrency = 2\n").unwrap();
+    let builder = config.into_builder().unwrap();
+    assert!(builder
+        .resolver(tower_throttle::scope::EndpointResolver::segments(1))
+        .build()
+        .is_ok());
 }

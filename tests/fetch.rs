@@ -53,6 +53,13 @@ async fn start_sites(arrivals: Arrivals) -> u16 {
                 .push((host.clone(), path.clone(), Instant::now()));
             if path.starts_with("/page/") {
                 support::text(page_body(&host, &path))
+            } else if path.starts_with("/held/") {
+                let mut response = support::text("come back in an hour");
+                *response.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+                response
+                    .headers_mut()
+                    .insert(http::header::RETRY_AFTER, 3600.into());
+                response
             } else {
                 let mut response = support::text("no such page");
                 *response.status_mut() = http::StatusCode::NOT_FOUND;
@@ -268,6 +275,8 @@ fn the_flags_keep_their_defaults_and_bad_values_are_named() {
         "0",
         "--ca-cert",
         "ca.pem",
+        "--max-wait",
+        "2.5",
     ]) else {
         panic!("every flag given is a run");
     };
@@ -282,6 +291,8 @@ fn the_flags_keep_their_defaults_and_bad_values_are_named() {
         ),
         ("bot/1", 0, 0)
     );
+    assert_eq!(given.options.max_wait, Some(Duration::from_millis(2500)));
+    assert_eq!(defaults.options.max_wait, None);
 
     let Ok(cli::Command::Help(help)) = command_line(&["--help"]) else {
         panic!("--help asks for the help text");
@@ -576,4 +587,66 @@ delay = "300ms"
     let refused = &lines["http://refused.test:1/"];
     assert!(refused.get("error").is_some(), "{refused}");
     assert_eq!(refused["waited"], Value::Null, "no response, no record");
+}
+
+#[tokio::test]
+async fn a_url_past_its_bound_is_not_sent_and_its_line_gives_the_predicted_wait() {
+    let arrivals = Arrivals::default();
+    let port = start_sites(arrivals.clone()).await;
+    let config = write_config("held.toml", CONFIG);
+    let registry = tool::load_registry(&config).unwrap();
+    std::fs::remove_file(&config).unwrap();
+    // The first answer holds a.test for an hour; the second URL, queued
+    // behind it with a 2 s bound, fails once the hold makes its wait an hour.
+    let urls = vec![
+        format!("http://a.test:{port}/held/0"),
+        format!("http://a.test:{port}/held/1"),
+    ];
+    let options = tool::Options {
+        retries: 0,
+        max_wait: Some(Duration::from_secs(2)),
+        ..tool::Options::default()
+    };
+    let (mut out, mut progress) = (Vec::new(), Vec::new());
+    let summary = tool::run(
+        registry,
+        support::loopback_client(),
+        urls,
+        &options,
+        &mut out,
+        &mut progress,
+    )
+    .await
+    .unwrap();
+    assert_eq!((summary.other_status, summary.errors), (1, 1));
+    let lines: HashMap<String, Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let json: Value = serde_json::from_str(line).unwrap();
+            (json["url"].as_str().unwrap().to_owned(), json)
+        })
+        .collect();
+    let held = &lines[&format!("http://a.test:{port}/held/0")];
+    assert_eq!(held["status"], 429);
+    assert!(held.get("retry_after_ms").is_none());
+    let refused = &lines[&format!("http://a.test:{port}/held/1")];
+    assert!(
+        refused["error"].as_str().unwrap().contains("past its bound"),
+        "{refused}"
+    );
+    let retry_after = refused["retry_after_ms"].as_f64().unwrap();
+    assert!(
+        (3_599_000.0..=3_600_000.0).contains(&retry_after),
+        "{retry_after}"
+    );
+    assert_eq!(refused["attempts"], 0);
+    let pages: Vec<String> = arrivals
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, path, _)| path.clone())
+        .filter(|path| path.starts_with("/held/"))
+        .collect();
+    assert_eq!(pages, ["/held/0"]);
 }

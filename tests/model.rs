@@ -55,6 +55,24 @@
 //!      and no quota, config change or backoff feedback in the run. The
 //!      shared-server tests (`tests/shared_server.rs`) check the other
 //!      side: that the passes happen (no head-of-line blocking).
+//! 8. **Bounded waits**: some requests carry a `MaxWait`. A request the
+//!    throttle fails for its bound never reached the inner service, and
+//!    either its prediction was past its bound when it was failed (the
+//!    time it had waited plus its `retry_after` is more than its bound)
+//!    or it was failed at its bound, having waited exactly that long. And
+//!    nothing is lost: run again without the requests failed as they came
+//!    (the same arrivals, configs and jitter seed), every other request
+//!    reaches the inner service at the same instant, and none is failed.
+//!    (Checked when every failed request was failed as it came: one failed
+//!    after waiting stood in line meanwhile, as every waiter does, and a
+//!    waiter behind it may have waited for it, a cheaper one behind it in
+//!    a quota window for instance. And when no request of the run waited
+//!    for a queue place, which a failed request may have held meanwhile,
+//!    and when no config has jitter and no
+//!    answer is backoff feedback, whose steps jitter too: the registry
+//!    draws every gap's jitter from one stream, and a failed request's
+//!    enqueue may close a busy plain scope's lock-free word, whose
+//!    adoption draws once, so later draws, not the rules, differ.)
 //! 7. **Nothing held at the end**: `Registry::stats` shows nothing in
 //!    flight or waiting (no global permit held), every scope's stats
 //!    nothing in flight (no lane held) or queued, and exactly `max_queued`
@@ -74,9 +92,12 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use proptest::prelude::*;
+use std::collections::HashSet;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
+
+use tower_throttle::scope::MaxWait;
 use tower_throttle::{BackoffLayer, Priority, Registry, ScopeConfig, Scopes, ThrottleLayer};
 
 /// The backoff jitter range's lower side (`BackoffConfig` default ±0.1).
@@ -145,6 +166,8 @@ struct RequestSpec {
     latency_ms: u64,
     ending: Ending,
     cancel: Cancel,
+    /// Its `MaxWait`, if it has one.
+    max_wait_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -218,15 +241,17 @@ fn request(scope_count: usize) -> impl Strategy<Value = RequestSpec> {
         prop_oneof![1 => Just(0u64), 3 => 0u64..=3_000],
         ending(),
         cancel(),
+        prop::option::weighted(0.25, prop_oneof![0u64..=500, 0u64..=10_000]),
     )
         .prop_map(
-            |(gap_ms, scopes, priority, latency_ms, ending, cancel)| RequestSpec {
+            |(gap_ms, scopes, priority, latency_ms, ending, cancel, max_wait_ms)| RequestSpec {
                 gap_ms,
                 scopes: scopes.into_iter().collect(),
                 priority,
                 latency_ms,
                 ending,
                 cancel,
+                max_wait_ms,
             },
         )
 }
@@ -513,6 +538,55 @@ fn check_scope_on_send(
 enum Fate {
     Completed,
     Cancelled,
+    /// Failed for its bound.
+    Refused(Refused),
+}
+
+/// What a request failed for its bound said.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Refused {
+    /// When it was called, and when it was failed.
+    called_at: Instant,
+    at: Instant,
+    retry_after: Duration,
+    /// What it waited in the scheduler (its queue place's wait left out),
+    /// when it was failed at its bound.
+    waited: Option<Duration>,
+}
+
+impl Refused {
+    fn of(error: &tower_throttle::Error, called_at: Instant) -> Option<Self> {
+        if !error.is_would_wait() {
+            return None;
+        }
+        Some(Refused {
+            called_at,
+            at: Instant::now(),
+            retry_after: error.retry_after().expect("a would-wait error says its wait"),
+            waited: error.waited().map(|waited| {
+                waited
+                    .causes()
+                    .filter(|(cause, _, _)| *cause != tower_throttle::waited::WaitCause::Queue)
+                    .map(|(_, _, time)| time)
+                    .sum()
+            }),
+        })
+    }
+}
+
+/// What a run found.
+struct RunOutcome {
+    violations: Vec<String>,
+    /// When each request reached the inner service.
+    sent_at: HashMap<usize, Instant>,
+    /// The requests failed for their bounds.
+    refused: HashSet<usize>,
+    /// Whether one of them was failed after waiting.
+    refused_later: bool,
+    /// Whether some request waited for a queue place.
+    place_waited: bool,
+    /// When the run started (each run has a paused clock of its own).
+    start: Instant,
 }
 
 fn build_request(id: usize, spec: &RequestSpec) -> http::Request<()> {
@@ -531,11 +605,60 @@ fn build_request(id: usize, spec: &RequestSpec) -> http::Request<()> {
     request.extensions_mut().insert(scopes);
     request.extensions_mut().insert(Priority(spec.priority));
     request.extensions_mut().insert(RequestId(id));
+    if let Some(bound) = spec.max_wait_ms {
+        request
+            .extensions_mut()
+            .insert(MaxWait(Duration::from_millis(bound)));
+    }
     request
 }
 
-/// Runs `scenario` on a fresh paused runtime and returns every violation.
+/// Runs `scenario` on a fresh paused runtime and returns every violation,
+/// then (invariant 8) again without the requests the first run failed
+/// for their bounds.
 fn run(scenario: &Scenario) -> Vec<String> {
+    let first = run_skipping(scenario, &HashSet::new());
+    let mut violations = first.violations;
+    let jitter = scenario
+        .scopes
+        .iter()
+        .chain(scenario.changes.iter().map(|change| &change.spec))
+        .any(|spec| spec.jitter != (0.0, 0.0));
+    let backoff = scenario
+        .requests
+        .iter()
+        .any(|request| matches!(request.ending, Ending::Error | Ending::Status(429 | 503)));
+    let comparable =
+        !(first.refused.is_empty() || first.refused_later || first.place_waited || jitter || backoff);
+    if !comparable || !violations.is_empty() {
+        return violations;
+    }
+    let again = run_skipping(scenario, &first.refused);
+    violations.extend(again.violations);
+    if !again.refused.is_empty() {
+        violations.push(format!(
+            "without the requests failed for their bounds {:?}, others were: {:?}",
+            first.refused, again.refused
+        ));
+    }
+    let start = (first.start, again.start);
+    for id in (0..scenario.requests.len()).filter(|id| !first.refused.contains(id)) {
+        let (before, after) = (first.sent_at.get(&id), again.sent_at.get(&id));
+        if before.map(|at| *at - start.0) != after.map(|at| *at - start.1) {
+            violations.push(format!(
+                "request {id} sent at {:?} with the failed requests {:?}, at {:?} without them",
+                before.map(|at| *at - start.0),
+                first.refused,
+                after.map(|at| *at - start.1)
+            ));
+        }
+    }
+    violations
+}
+
+/// [`run`] once, never sending the requests in `skip` (their arrivals
+/// still pass).
+fn run_skipping(scenario: &Scenario, skip: &HashSet<usize>) -> RunOutcome {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -546,15 +669,22 @@ fn run(scenario: &Scenario) -> Vec<String> {
     // one, so the clock jumps to it instead and the run is reported.
     let whole_run = Duration::from_secs(60 * 24 * 3600);
     runtime.block_on(async {
-        tokio::time::timeout(whole_run, run_paused(scenario))
+        tokio::time::timeout(whole_run, run_paused(scenario, skip))
             .await
-            .unwrap_or_else(|_| {
-                vec!["the run never finished: requests stuck while more were being sent".to_owned()]
+            .unwrap_or_else(|_| RunOutcome {
+                violations: vec![
+                    "the run never finished: requests stuck while more were being sent".to_owned(),
+                ],
+                sent_at: HashMap::new(),
+                refused: HashSet::new(),
+                refused_later: false,
+                place_waited: true,
+                start: Instant::now(),
             })
     })
 }
 
-async fn run_paused(scenario: &Scenario) -> Vec<String> {
+async fn run_paused(scenario: &Scenario, skip: &HashSet<usize>) -> RunOutcome {
     let mut builder = Registry::builder()
         .max_concurrency(scenario.max_concurrency)
         .max_queued(scenario.max_queued)
@@ -587,7 +717,7 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
             .any(|request| matches!(request.ending, Ending::Error | Ending::Status(429 | 503))),
     };
     let mut client = ServiceBuilder::new()
-        .layer(ThrottleLayer::new(registry.clone()))
+        .layer(ThrottleLayer::new(registry.clone()).crate_errors())
         .layer(BackoffLayer::new(registry.clone()))
         .service(Inner { shared });
 
@@ -598,6 +728,7 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
     let mut handles = Vec::with_capacity(count);
     let mut changes = scenario.changes.iter().peekable();
     let mut arrival = start;
+    let mut place_waited = false;
     for (id, spec) in scenario.requests.iter().enumerate() {
         arrival += Duration::from_millis(spec.gap_ms);
         while let Some(change) =
@@ -607,32 +738,50 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
             apply_change(&registry, &log, change);
         }
         tokio::time::sleep_until(arrival).await;
-        if tokio::time::timeout_at(deadline, client.ready()).await.is_err() {
-            return vec![format!(
-                "request {id} found no queue place: waiters stuck; busy scopes {:#?}, registry {:?}",
-                busy_scopes(&registry),
-                registry.stats()
-            )];
+        if skip.contains(&id) {
+            handles.push(tokio::spawn(async { Fate::Cancelled }));
+            continue;
         }
+        if client.ready().now_or_never().is_none() {
+            place_waited = true;
+        }
+        if tokio::time::timeout_at(deadline, client.ready()).await.is_err() {
+            return RunOutcome {
+                violations: vec![format!(
+                    "request {id} found no queue place: waiters stuck; busy scopes {:#?}, registry {:?}",
+                    busy_scopes(&registry),
+                    registry.stats()
+                )],
+                sent_at: HashMap::new(),
+                refused: HashSet::new(),
+                refused_later: false,
+                place_waited: true,
+                start,
+            };
+        }
+        let called_at = Instant::now();
         let future = client.call(build_request(id, spec));
         let aborts_for_task = aborts.clone();
         let cancel = spec.cancel;
         let target_of = move |n: usize| (id + 1 + n % 4) % count;
         let handle = tokio::spawn(async move {
+            let ended = |result: Result<_, tower_throttle::Error>| match result {
+                Err(error) => Refused::of(&error, called_at).map_or(Fate::Completed, Fate::Refused),
+                Ok(_) => Fate::Completed,
+            };
             let fate = match cancel {
                 Cancel::After(ms) => {
                     tokio::select! {
                         biased;
-                        _ = future => Fate::Completed,
+                        result = future => ended(result),
                         () = tokio::time::sleep(Duration::from_millis(ms)) => Fate::Cancelled,
                     }
                 }
-                Cancel::Never | Cancel::Other(_) => {
-                    let _ = future.await;
-                    Fate::Completed
-                }
+                Cancel::Never | Cancel::Other(_) => ended(future.await),
             };
-            if let Cancel::Other(target) = cancel {
+            // A request failed for its bound aborts nothing: a run without
+            // it (invariant 8) must be the same run.
+            if let (Cancel::Other(target), Fate::Completed) = (cancel, fate) {
                 if let Some(handle) = &aborts_for_task.lock().unwrap()[target_of(target)] {
                     handle.abort();
                 }
@@ -672,10 +821,57 @@ async fn run_paused(scenario: &Scenario) -> Vec<String> {
     let mut log = log.lock().unwrap();
     violations.append(&mut log.violations);
     check_completion(&log, &fates, &mut violations);
+    check_bounds(scenario, &log, &fates, &mut violations);
     check_order(scenario, &log, &mut violations);
     check_released(scenario, &registry, &mut violations);
     check_queue_places(scenario, &client, &mut violations);
-    violations
+    RunOutcome {
+        violations,
+        sent_at: log.sent_at.clone(),
+        refused: fates
+            .iter()
+            .enumerate()
+            .filter(|(_, fate)| matches!(fate, Fate::Refused(_)))
+            .map(|(id, _)| id)
+            .collect(),
+        refused_later: fates
+            .iter()
+            .any(|fate| matches!(fate, Fate::Refused(refused) if refused.at > refused.called_at)),
+        place_waited,
+        start,
+    }
+}
+
+/// Invariant 8, for one run: a request failed for its bound never reached
+/// the inner service, and its prediction was past its bound, or it waited
+/// its bound out.
+fn check_bounds(scenario: &Scenario, log: &Log, fates: &[Fate], violations: &mut Vec<String>) {
+    for (id, fate) in fates.iter().enumerate() {
+        let Fate::Refused(refused) = fate else {
+            continue;
+        };
+        let Some(bound) = scenario.requests[id].max_wait_ms.map(Duration::from_millis) else {
+            violations.push(format!(
+                "request {id} failed for a bound it does not have: {refused:?}"
+            ));
+            continue;
+        };
+        if log.sent_at.contains_key(&id) {
+            violations.push(format!(
+                "request {id} failed for its bound after it was sent: {refused:?}"
+            ));
+        }
+        let waited = refused.at - refused.called_at;
+        let fair = match refused.waited {
+            Some(in_scheduler) => waited == bound && in_scheduler == bound,
+            None => waited <= bound && waited + refused.retry_after > bound,
+        };
+        if !fair {
+            violations.push(format!(
+                "request {id} with a bound of {bound:?} failed after {waited:?}: {refused:?}"
+            ));
+        }
+    }
 }
 
 fn busy_scopes(registry: &Registry) -> Vec<tower_throttle::ScopeStats> {
@@ -905,6 +1101,38 @@ proptest! {
 
     #[test]
     fn every_limit_holds_and_everything_is_released(scenario in scenario(60)) {
+        let violations = run(&scenario);
+        prop_assert!(violations.is_empty(), "{violations:#?}");
+    }
+}
+
+/// `scenario` made one where invariant 8's second run applies whenever
+/// requests are failed for their bounds as they come: no jitter, no
+/// backoff feedback, a queue place for every request.
+fn comparable(mut scenario: Scenario) -> Scenario {
+    for spec in scenario
+        .scopes
+        .iter_mut()
+        .chain(scenario.changes.iter_mut().map(|change| &mut change.spec))
+    {
+        spec.jitter = (0.0, 0.0);
+    }
+    for request in &mut scenario.requests {
+        if matches!(request.ending, Ending::Error | Ending::Status(429 | 503)) {
+            request.ending = Ending::Ok;
+        }
+    }
+    scenario.max_queued = scenario.max_queued.max(scenario.requests.len());
+    scenario
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), .. ProptestConfig::default() })]
+
+    #[test]
+    fn requests_failed_for_their_bounds_change_nothing_for_the_others(
+        scenario in scenario(60).prop_map(comparable)
+    ) {
         let violations = run(&scenario);
         prop_assert!(violations.is_empty(), "{violations:#?}");
     }

@@ -187,6 +187,10 @@ async fn lanes_busy_for_300_ms_then_the_delay_left_of_200_ms() {
         ]
     );
     assert_eq!(waited.total(), 500 * MS);
+    // The time on one cause, without summing the parts by hand.
+    assert_eq!(waited.of_cause(WaitCause::Lanes), 300 * MS);
+    assert_eq!(waited.of_cause(WaitCause::Delay), 200 * MS);
+    assert_eq!(waited.of_cause(WaitCause::Hold), Duration::ZERO);
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,7 +1,9 @@
 //! Warnings that help: each fires once, with the scope and the numbers,
-//! never once per request. Events are captured by one global subscriber
-//! for this test binary (`support::captured_events`); each test looks only
-//! at events of its own scopes.
+//! never once per request. The config checks' warnings are also listed by
+//! `Registry::config_warnings`, in words; each check is tested there and in
+//! the log. Events are captured by one global subscriber for this test
+//! binary (`support::captured_events`); each test looks only at events of
+//! its own scopes.
 
 mod support;
 
@@ -10,6 +12,7 @@ use std::time::Duration;
 
 use support::{get, Recorder};
 use tower::{Layer, Service, ServiceExt};
+use tower_throttle::registry::ConfigWarning;
 use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
 
 fn events() -> Arc<Mutex<Vec<String>>> {
@@ -56,21 +59,45 @@ async fn passing_delayed_warn_threshold_warns_once_not_per_request() {
     assert!(warned[0].contains("waiting=11"), "{}", warned[0]);
 }
 
+/// The registry's config warnings as `config: message` lines.
+fn listed(registry: &Registry) -> Vec<String> {
+    registry
+        .config_warnings()
+        .iter()
+        .map(ConfigWarning::to_string)
+        .collect()
+}
+
 #[test]
-fn a_scope_concurrency_above_max_concurrency_warns_once() {
+fn a_scope_concurrency_above_max_concurrency_is_listed_and_logged_once() {
     events();
-    let _registry = Registry::builder()
+    let registry = Registry::builder()
         .max_concurrency(4)
         .scope("capped.example", ScopeConfig::default().concurrency(32))
+        // Inherited from the default scope, a concurrency is the default
+        // scope's warning, not every scope's.
+        .default_scope(ScopeConfig::default().concurrency(8))
+        .scope("inherits.example", ScopeConfig::default())
         .build()
         .unwrap();
-    let warned = warnings_with(&["scope=\"capped.example\"", "max_concurrency caps it"]);
+    assert_eq!(
+        listed(&registry),
+        [
+            "default scope: concurrency 8 can never take effect: max_concurrency (4) caps it",
+            r#"scope "capped.example": concurrency 32 can never take effect: max_concurrency (4) caps it"#,
+        ]
+    );
+    let warned = warnings_with(&[
+        r#"config="scope \"capped.example\"""#,
+        "max_concurrency (4) caps it",
+    ]);
     assert_eq!(warned.len(), 1, "{warned:?}");
-    assert!(warned[0].contains("concurrency=32") && warned[0].contains("max_concurrency=4"));
+    assert!(warned[0].contains("concurrency 32"), "{}", warned[0]);
+    assert!(warnings_with(&["inherits.example"]).is_empty());
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_delay_per_slot_that_can_never_bind_warns_once_when_set() {
+async fn a_delay_per_slot_that_can_never_bind_is_listed_once_and_leaves_with_its_config() {
     events();
     let registry = Registry::builder()
         .scope(
@@ -98,26 +125,119 @@ async fn a_delay_per_slot_that_can_never_bind_warns_once_when_set() {
             .await
             .unwrap();
     }
+    let per_slot = r#"scope "per-slot.example": delay_per_slot (500 ms) can never take effect: the scope's delay between any two sends (2 s) is always longer"#;
+    assert_eq!(listed(&registry), [per_slot]);
     let warned = warnings_with(&[
-        "scope=\"per-slot.example\"",
-        "delay_per_slot can never take effect",
+        "per-slot.example",
+        "delay_per_slot (500 ms) can never take effect",
     ]);
-    assert_eq!(warned.len(), 1, "{warned:?}");
-    assert!(warned[0].contains("delay_per_slot_ms=500") && warned[0].contains("delay_ms=2000"));
-    assert!(warnings_with(&["jittered.example", "delay_per_slot"]).is_empty());
-    // The same check for a config set at runtime.
+    assert_eq!(warned.len(), 1, "once, not per request: {warned:?}");
+    assert!(warnings_with(&["jittered.example"]).is_empty());
+
+    // The same check for a config set at runtime; a config replaced takes
+    // its warning with it.
+    let later = ScopeConfig::default()
+        .delay(Duration::from_secs(5))
+        .delay_per_slot(Duration::from_secs(1))
+        .jitter(0.0);
+    registry.set_scope("later.example", later).unwrap();
+    let later_warning = r#"scope "later.example": delay_per_slot (1 s) can never take effect: the scope's delay between any two sends (5 s) is always longer"#;
+    assert_eq!(listed(&registry), [per_slot, later_warning]);
     registry
-        .set_scope(
-            "later.example",
-            ScopeConfig::default()
-                .delay(Duration::from_secs(5))
-                .delay_per_slot(Duration::from_secs(1))
-                .jitter(0.0),
+        .set_scope("per-slot.example", ScopeConfig::default().jitter(0.0))
+        .unwrap();
+    assert_eq!(listed(&registry), [later_warning]);
+}
+
+#[test]
+fn a_delay_that_one_lane_never_lets_take_effect_is_listed() {
+    events();
+    let registry = Registry::builder()
+        .default_scope(ScopeConfig::default().delay_per_slot(Duration::from_secs(1)))
+        // The per-lane delay it inherits outlasts its own delay.
+        .scope(
+            "inherited-lane.example",
+            ScopeConfig::default().delay(Duration::from_millis(200)),
         )
+        // Both set on the scope: the per-lane delay paces it.
+        .scope(
+            "own-lane.example",
+            ScopeConfig::default()
+                .delay(Duration::from_millis(200))
+                .delay_per_slot(Duration::from_millis(400)),
+        )
+        // Several lanes with a per-lane delay (the seeds' staggered
+        // example): the delay shapes the sends, no warning.
+        .scope(
+            "staggered.example",
+            ScopeConfig::default()
+                .concurrency(2)
+                .delay(Duration::from_millis(300)),
+        )
+        // Its per-lane delay is its own delay: nothing to warn about.
+        .ip_scopes(
+            ScopeConfig::default()
+                .delay_per_slot(Duration::from_millis(250))
+                .delay(Duration::from_millis(250)),
+        )
+        .build()
         .unwrap();
     assert_eq!(
-        warnings_with(&["scope=\"later.example\"", "delay_per_slot"]).len(),
+        listed(&registry),
+        [
+            r#"scope "inherited-lane.example": delay (200 ms) has no effect on one lane: the lane waits delay_per_slot (1 s, set on the default scope) after its own last send; set delay_per_slot on this scope too for the delay to take effect"#,
+            r#"scope "own-lane.example": delay (200 ms) has no effect on one lane: the lane waits delay_per_slot (400 ms) after its own last send; set delay_per_slot on this scope too for the delay to take effect"#,
+        ]
+    );
+    assert_eq!(
+        warnings_with(&["inherited-lane.example", "has no effect on one lane"]).len(),
         1
+    );
+}
+
+#[test]
+fn a_short_delay_alone_is_no_trap_and_warns_nothing() {
+    events();
+    let registry = Registry::builder()
+        .default_scope(ScopeConfig::default().delay(Duration::from_millis(250)))
+        .ip_scopes(ScopeConfig::default().delay(Duration::from_millis(100)))
+        .scope(
+            "short-delay.example",
+            ScopeConfig::default().delay(Duration::from_millis(200)),
+        )
+        .scope(
+            "four-lanes.example",
+            ScopeConfig::default()
+                .concurrency(4)
+                .delay(Duration::from_millis(100)),
+        )
+        .build()
+        .unwrap();
+    assert_eq!(registry.config_warnings(), []);
+    assert_eq!(
+        registry.scope_config("short-delay.example").get_delay_per_slot(),
+        Duration::from_millis(200)
+    );
+    assert!(warnings_with(&["short-delay.example"]).is_empty());
+}
+
+#[test]
+fn the_ip_scopes_config_is_checked_as_completed_from_the_default_scope() {
+    events();
+    let registry = Registry::builder()
+        .max_concurrency(2)
+        .default_scope(ScopeConfig::default().delay_per_slot(Duration::from_secs(3)))
+        .ip_scopes(
+            ScopeConfig::default()
+                .concurrency(3)
+                .delay(Duration::from_millis(500)),
+        )
+        .build()
+        .unwrap();
+    // Capped at max_concurrency's 2 lanes: not one lane, no delay warning.
+    assert_eq!(
+        listed(&registry),
+        ["ip scopes: concurrency 3 can never take effect: max_concurrency (2) caps it"]
     );
 }
 
@@ -142,98 +262,35 @@ async fn a_robots_crawl_delay_overridden_by_an_explicit_config_warns_once_per_sc
     assert_eq!(warned.len(), 1, "{warned:?}");
 }
 
-#[test]
-fn a_short_delay_on_one_lane_warns_that_delay_per_slot_paces_the_scope() {
-    events();
-    let _registry = Registry::builder()
-        // The trap: delay_per_slot keeps its 1 s default.
-        .scope(
-            "one-lane.example",
-            ScopeConfig::default().delay(Duration::from_millis(200)),
-        )
-        // Both set: five requests a second, no warning.
-        .scope(
-            "both-set.example",
-            ScopeConfig::default()
-                .delay(Duration::from_millis(200))
-                .delay_per_slot(Duration::from_millis(200)),
-        )
-        // Several lanes and the default per-lane delay: 1 s / 4 > 100 ms.
-        .scope(
-            "four-lanes.example",
-            ScopeConfig::default()
-                .concurrency(4)
-                .delay(Duration::from_millis(100)),
-        )
-        // Several lanes with a per-lane delay set on purpose (the seeds'
-        // staggered example): no warning.
-        .scope(
-            "staggered.example",
-            ScopeConfig::default()
-                .concurrency(2)
-                .delay(Duration::from_millis(300))
-                .delay_per_slot(Duration::from_secs(1)),
-        )
-        .build()
-        .unwrap();
-    let warned = warnings_with(&["scope=\"one-lane.example\"", "delay_per_slot paces it"]);
-    assert_eq!(warned.len(), 1, "{warned:?}");
-    assert!(
-        warned[0].contains("delay_ms=200") && warned[0].contains("delay_per_slot_ms=1000"),
-        "{}",
-        warned[0]
-    );
-    let warned = warnings_with(&["scope=\"four-lanes.example\"", "delay_per_slot paces it"]);
-    assert_eq!(warned.len(), 1, "{warned:?}");
-    assert!(warned[0].contains("lanes=4"), "{}", warned[0]);
-    assert!(warnings_with(&["both-set.example", "delay_per_slot paces it"]).is_empty());
-    assert!(warnings_with(&["staggered.example", "delay_per_slot paces it"]).is_empty());
-}
-
-#[test]
-fn the_default_scope_and_the_ip_scopes_are_checked_for_the_same_trap() {
-    events();
-    let short = ScopeConfig::default().delay(Duration::from_millis(250));
-    let _registry = Registry::builder()
-        .default_scope(short.clone())
-        .ip_scopes(short)
-        .scope("checked-defaults.example", ScopeConfig::default())
-        .build()
-        .unwrap();
-    // Other tests of this binary build default scopes too: look for this
-    // test's delay.
-    let warned = warnings_with(&[
-        "scope=\"default scope\"",
-        "delay_ms=250",
-        "delay_per_slot paces it",
-    ]);
-    assert!(!warned.is_empty(), "{warned:?}");
-    let warned = warnings_with(&["scope=\"ip scopes\"", "delay_ms=250", "delay_per_slot paces it"]);
-    assert!(!warned.is_empty(), "{warned:?}");
-}
-
 #[cfg(feature = "serde")]
 #[test]
-fn a_config_file_scope_with_a_short_delay_on_one_lane_warns_too() {
+fn a_config_file_scope_is_checked_as_completed_from_the_default_scope() {
     events();
     let config = tower_throttle::config_file::RegistryConfig::from_toml_str(
         r#"
+max_concurrency = 4
+
+[default_scope]
+delay_per_slot = "1s"
+
 [scopes."file-one-lane.example"]
 delay = "300ms"
 
 [scopes."file-both-set.example"]
 delay = "300ms"
 delay_per_slot = "300ms"
+
+[scopes."file-capped.example"]
+concurrency = 5
 "#,
     )
     .unwrap();
-    let _registry = config.build().unwrap();
-    let warned = warnings_with(&["scope=\"file-one-lane.example\"", "delay_per_slot paces it"]);
-    assert_eq!(warned.len(), 1, "{warned:?}");
-    assert!(
-        warned[0].contains("delay_ms=300") && warned[0].contains("delay_per_slot_ms=1000"),
-        "{}",
-        warned[0]
+    let registry = config.build().unwrap();
+    assert_eq!(
+        listed(&registry),
+        [
+            r#"scope "file-capped.example": concurrency 5 can never take effect: max_concurrency (4) caps it"#,
+            r#"scope "file-one-lane.example": delay (300 ms) has no effect on one lane: the lane waits delay_per_slot (1 s, set on the default scope) after its own last send; set delay_per_slot on this scope too for the delay to take effect"#,
+        ]
     );
-    assert!(warnings_with(&["file-both-set.example", "delay_per_slot paces it"]).is_empty());
 }

@@ -20,6 +20,8 @@ Output (stdout), one JSON object per URL, in completion order:
               once, null when no response came. Not a split of waited_ms: the record covers
               the last attempt, up to the throttle's hand-over, while waited_ms is the tool's
               own stopwatch up to the first send
+  retry_after_ms  with --max-wait, for a URL not sent because its wait was predicted past the
+              bound: the predicted wait (absent otherwise)
   attempts    sends made (retries included; 0 when nothing was sent)
   scopes      the throttling scopes of the request
 
@@ -58,6 +60,19 @@ struct Flags {
     /// and each request connects to the address it was throttled for
     #[arg(long)]
     ip_scopes: bool,
+    /// The longest a URL may wait for its turn, in seconds: one whose wait
+    /// the registry predicts longer (a site held by Retry-After, a long
+    /// queue behind a delay) is not sent, and its line gives the predicted
+    /// wait (retry_after_ms)
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    max_wait: Option<std::time::Duration>,
+}
+
+fn seconds(text: &str) -> Result<std::time::Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    std::time::Duration::try_from_secs_f64(seconds).map_err(|error| error.to_string())
 }
 
 /// A run's settings.
@@ -99,6 +114,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
                 retries: flags.retries,
                 progress_every: flags.progress_every,
                 ip_scopes: flags.ip_scopes,
+                max_wait: flags.max_wait,
             },
         })),
         Err(error) if error.kind() == clap::error::ErrorKind::DisplayHelp => {

@@ -39,6 +39,16 @@ fn read_urls(path: Option<&Path>) -> Result<Vec<String>, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Warnings (a setting that can never take effect, a hold capped) go to
+    // `tracing`: print them on stderr (RUST_LOG=debug shows more).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::builder()
+                .with_default_directive(tracing_subscriber::filter::LevelFilter::WARN.into())
+                .from_env_lossy(),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let args = match cli::parse(std::env::args().skip(1)) {
         Ok(cli::Command::Run(args)) => args,
         Ok(cli::Command::Help(help)) => {

@@ -23,6 +23,7 @@ use tower_throttle::config_file::RegistryConfig;
 use tower_throttle::connect::{PinServerLayer, PinnedConnector};
 use tower_throttle::ip::IpScopeLayer;
 use tower_throttle::redirect::{FailOnLoops, FollowRedirectLayer};
+use tower_throttle::scope::MaxWait;
 use tower_throttle::throttle::ThrottledBody;
 use tower_throttle::waited::{WaitCause, Waited};
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ThrottleLayer};
@@ -45,6 +46,9 @@ pub struct Options {
     /// Throttle by server address too (`ip:203.0.113.7`, configured by
     /// the registry's `[ip_scopes]`), resolving names before admission.
     pub ip_scopes: bool,
+    /// The longest a URL may wait for its turn: one predicted to wait
+    /// longer is not sent (see `tower_throttle::scope::MaxWait`).
+    pub max_wait: Option<Duration>,
 }
 
 impl Default for Options {
@@ -54,6 +58,7 @@ impl Default for Options {
             retries: 3,
             progress_every: 10,
             ip_scopes: false,
+            max_wait: None,
         }
     }
 }
@@ -176,7 +181,9 @@ where
         .layer(RetryLayer::new(backoff.retry_policy(options.retries)))
         .option_layer(options.ip_scopes.then(|| IpScopeLayer::new(registry.clone())))
         .layer(RobotsDelayLayer::new(registry.clone()).user_agent(options.user_agent.clone()))
-        .layer(ThrottleLayer::new(registry.clone()))
+        // The crate's errors: a URL past its bound fails with its predicted
+        // wait.
+        .layer(ThrottleLayer::new(registry.clone()).crate_errors())
         .layer(RetryAfterLayer::new(registry.clone()))
         .layer(backoff)
         .map_request(|request: http::Request<Full<Bytes>>| {
@@ -212,6 +219,9 @@ where
             .collect();
         let stamps = SendStamps::default();
         request.extensions_mut().insert(stamps.clone());
+        if let Some(bound) = options.max_wait {
+            request.extensions_mut().insert(MaxWait(bound));
+        }
         let mut stack = stack.clone();
         let call_started = Instant::now();
         // Waiting here is waiting for a place among `max_queued`: part of
@@ -225,7 +235,11 @@ where
             }
         };
         running.spawn(async move {
-            let outcome = response.await.map_err(|err| error_chain(&*err));
+            let mut retry_after = None;
+            let outcome = response.await.map_err(|err| {
+                retry_after = predicted_wait(&*err);
+                error_chain(&*err)
+            });
             let finished = Instant::now();
             // The throttle's own account of the wait, on the response head.
             let waited = outcome
@@ -244,6 +258,7 @@ where
                 sends: stamps.all(),
                 finished,
                 waited,
+                retry_after,
             }
         });
         while let Some(done) = running.try_join_next() {
@@ -283,6 +298,9 @@ struct Fetched {
     /// Why the request waited, as its response says; `None` when no
     /// response came.
     waited: Option<Waited>,
+    /// The predicted wait of a request not sent because it was past its
+    /// bound.
+    retry_after: Option<Duration>,
 }
 
 impl Fetched {
@@ -296,6 +314,7 @@ impl Fetched {
             sends: Vec::new(),
             finished: now,
             waited: None,
+            retry_after: None,
         }
     }
 
@@ -342,6 +361,9 @@ impl Fetched {
                 .as_ref()
                 .map_or(Value::Null, |waited| by_cause(waited, millis)),
         );
+        if let Some(wait) = self.retry_after {
+            line.insert("retry_after_ms".into(), millis(wait));
+        }
         line.insert("attempts".into(), json!(self.sends.len()));
         line.insert("scopes".into(), json!(self.scopes));
         Value::Object(line)
@@ -421,6 +443,19 @@ async fn count_body(
         }
     }
     Ok((status, bytes))
+}
+
+/// The wait the registry predicted for a request it did not send because
+/// that wait was past the request's bound.
+fn predicted_wait(err: &(dyn std::error::Error + 'static)) -> Option<Duration> {
+    let mut error = Some(err);
+    while let Some(current) = error {
+        if let Some(throttle) = current.downcast_ref::<tower_throttle::Error>() {
+            return throttle.retry_after();
+        }
+        error = current.source();
+    }
+    None
 }
 
 /// An error and its sources, joined by `: `.

@@ -20,7 +20,9 @@ mod atomic {
 #[allow(dead_code)]
 mod word;
 
-use word::{Ended, Permits, Word};
+use std::time::Duration;
+
+use word::{moving_average, Closed, Ended, Permits, ScopeWord, Word};
 
 /// A close while requests end and are admitted on the word: every request
 /// admitted is ended on the open word or adopted by the close, exactly
@@ -29,14 +31,14 @@ use word::{Ended, Permits, Word};
 fn each_request_on_a_word_is_ended_open_or_adopted_exactly_once() {
     loom::model(|| {
         let word = Arc::new(Word::new());
-        assert!(word.open());
+        assert!(word.open(2));
         // A request in flight before the threads start.
-        assert!(word.try_admit(2));
+        assert!(word.try_admit());
         let requests = {
             let word = word.clone();
             thread::spawn(move || {
                 // A second request, if the word is still open; then both end.
-                let second = word.try_admit(2).then(|| word.end());
+                let second = word.try_admit().then(|| word.end());
                 let first = word.end();
                 [Some(first), second]
             })
@@ -48,7 +50,7 @@ fn each_request_on_a_word_is_ended_open_or_adopted_exactly_once() {
         assert_eq!(adopted as usize, adopted_ends, "adopted by the close = ended as adopted");
         assert_eq!(word.in_flight(), 0);
         assert!(!word.is_open());
-        assert!(!word.try_admit(2), "nothing admitted on a closed word");
+        assert!(!word.try_admit(), "nothing admitted on a closed word");
     });
 }
 
@@ -58,11 +60,11 @@ fn each_request_on_a_word_is_ended_open_or_adopted_exactly_once() {
 fn a_word_is_retired_only_with_nothing_in_flight_and_never_admits_after() {
     loom::model(|| {
         let word = Arc::new(Word::new());
-        assert!(word.open());
+        assert!(word.open(1));
         let request = {
             let word = word.clone();
             thread::spawn(move || {
-                let admitted = word.try_admit(1);
+                let admitted = word.try_admit();
                 let end = admitted.then(|| word.end());
                 (admitted, end)
             })
@@ -76,10 +78,113 @@ fn a_word_is_retired_only_with_nothing_in_flight_and_never_admits_after() {
         if retired {
             assert_eq!(word.in_flight(), 0);
             assert!(!word.is_open());
-            assert!(!word.open(), "a retired word never opens again");
+            assert!(!word.open(1), "a retired word never opens again");
         } else {
             assert!(admitted, "retiring an idle word fails only with a request on it");
         }
+    });
+}
+
+/// The scheduler closes the word, adopts what is in flight, and opens it
+/// again with fewer lanes (a `set_scope` lowering the scope's concurrency)
+/// while another thread admits a request on it: once the word is open
+/// with one lane, never more than one request is in flight on it.
+#[test]
+fn a_word_reopened_with_fewer_lanes_never_admits_beyond_them() {
+    loom::model(|| {
+        let word = Arc::new(Word::new());
+        assert!(word.open(2));
+        let request = {
+            let word = word.clone();
+            thread::spawn(move || word.try_admit())
+        };
+        // The scheduler, under its lock: the close adopts what is in
+        // flight; with nothing in flight, the word opens again with one
+        // lane, and the scheduler admits a request on it.
+        let (adopted, was_open) = word.close();
+        assert!(was_open);
+        let reopened = adopted == 0 && word.open(1);
+        let scheduler_admitted = reopened && word.try_admit();
+        let admitted = request.join().unwrap();
+        if reopened {
+            assert!(
+                word.in_flight() <= 1,
+                "{} requests in flight on a word of one lane",
+                word.in_flight()
+            );
+            assert_eq!(word.in_flight(), u32::from(scheduler_admitted) + u32::from(admitted));
+        } else {
+            assert!(admitted, "a reopen fails only with the request adopted");
+        }
+    });
+}
+
+/// A request is admitted and ends on a scope's word as the scheduler
+/// closes it: if it ended on the open word, its departure, end and latency are in what the
+/// close takes in; if not, the close adopted it. Its send is counted
+/// once, by the close or on the word after it.
+#[test]
+fn what_a_request_left_on_the_open_word_is_in_what_the_close_takes_in() {
+    loom::model(|| {
+        let word = Arc::new(ScopeWord::new());
+        assert!(word.open(2, 0));
+        let request = {
+            let word = word.clone();
+            thread::spawn(move || {
+                let admitted = word.try_admit();
+                admitted.then(|| word.end(Some(10), 20, Some(Duration::from_nanos(99))))
+            })
+        };
+        let closed = word.close();
+        let ended = request.join().unwrap();
+        assert!(closed.was_open);
+        match ended {
+            None => {
+                assert_eq!(closed.in_flight, 0);
+                assert_eq!(closed.sent + word.sent(), 0, "nothing sent");
+                return;
+            }
+            Some(Ended::Open) => {
+                let left = Closed {
+                    in_flight: 0,
+                    was_open: true,
+                    sent: 1,
+                    last_departure: 10,
+                    latency: moving_average(0, Duration::from_nanos(99)),
+                    warm: true,
+                };
+                assert_eq!(closed, left, "what the request left, taken in by the close");
+            }
+            Some(Ended::Adopted) => assert_eq!(closed.in_flight, 1, "adopted by the close"),
+        }
+        assert_eq!(closed.sent + word.sent(), 1, "one send, counted once");
+    });
+}
+
+/// Two responses end on a word at once: the latency average takes both
+/// samples, in one order or the other; neither is lost.
+#[test]
+fn concurrent_ends_lose_no_latency_sample() {
+    loom::model(|| {
+        let word = Arc::new(ScopeWord::new());
+        let start = moving_average(0, Duration::from_nanos(1_000));
+        assert!(word.open(2, start));
+        assert!(word.try_admit());
+        assert!(word.try_admit());
+        let (a, b) = (Duration::from_nanos(5_000), Duration::from_nanos(50_000));
+        let other = {
+            let word = word.clone();
+            thread::spawn(move || word.end(Some(1), 2, Some(b)))
+        };
+        assert_eq!(word.end(Some(1), 2, Some(a)), Ended::Open);
+        assert_eq!(other.join().unwrap(), Ended::Open);
+        let a_first = moving_average(moving_average(start, a), b);
+        let b_first = moving_average(moving_average(start, b), a);
+        let average = word.latency();
+        assert!(
+            average == a_first || average == b_first,
+            "average {average}: a sample was lost (both give {a_first} or {b_first})"
+        );
     });
 }
 

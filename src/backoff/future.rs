@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::classify::{error_kind, ErrorView, ResponseHead};
 use super::judged::Judged;
-use super::layer::BackoffShared;
+use super::shared::BackoffShared;
 use crate::registry::{BackoffConfig, Feedback, ScopeReport};
 use crate::scope::Scopes;
 

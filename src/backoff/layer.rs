@@ -5,23 +5,9 @@ use http::HeaderName;
 use tower_layer::Layer;
 
 use super::classify::{default_error_feedback, default_response_feedback, ErrorView, ResponseHead};
+use super::shared::BackoffShared;
 use super::{Backoff, BackoffRetry};
 use crate::registry::{BackoffConfig, Feedback, Registry};
-
-pub(crate) type ResponseHook = dyn Fn(&ResponseHead<'_>, &BackoffConfig) -> Feedback + Send + Sync;
-pub(crate) type ErrorHook = dyn Fn(&ErrorView<'_>) -> Feedback + Send + Sync;
-
-/// What every [`Backoff`] service of one layer shares.
-pub(crate) struct BackoffShared {
-    pub(crate) registry: Registry,
-    /// A response header carrying the request's actual cost.
-    pub(crate) cost_header: Option<HeaderName>,
-    pub(crate) on_response: Arc<ResponseHook>,
-    pub(crate) on_error: Arc<ErrorHook>,
-    /// Whether `on_response` is the user's: every response then goes to
-    /// it (the built-in rule can skip a success).
-    pub(crate) custom_on_response: bool,
-}
 
 /// Applies [`Backoff`] to a service; see the [module docs](crate::backoff).
 ///

@@ -98,6 +98,7 @@ mod judged;
 mod layer;
 mod retry;
 mod service;
+mod shared;
 
 pub use classify::{default_error_feedback, default_response_feedback, ErrorView, ResponseHead};
 pub use judged::Judged;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::classify::ErrorView;
 use super::judged::Judged;
-use super::layer::ErrorHook;
+use super::shared::ErrorHook;
 use crate::registry::Registry;
 use crate::scope::Scopes;
 use crate::waited::Waited;

@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 use tower_service::Service;
 
 use super::future::ResponseFuture;
-use super::layer::BackoffShared;
+use super::shared::BackoffShared;
 
 /// Reports backoff feedback for each response and error of the inner
 /// service; see the [module docs](crate::backoff). Responses and errors

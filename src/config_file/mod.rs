@@ -75,12 +75,14 @@
 //! | `default_scope.KEY`, `scopes."NAME".KEY`: | | |
 //! | `concurrency` | 1 | lanes: requests of the scope in flight at once |
 //! | `delay` | 1 s | minimum time between the sends of any two requests of the scope |
-//! | `delay_per_slot` | 1 s | minimum time between two sends on the same lane |
+//! | `delay_per_slot` | the `delay` | minimum time between two sends on the same lane; unless the scope or `[default_scope]` sets it, the scope's `delay` |
 //! | `jitter` | 0.5 | random variation of every wait: a factor or `[below, above]`; `0` disables |
 //! | `ignore_robots_txt` | false | silence the warning when this scope's own limits override robots.txt's Crawl-delay |
 //! | `count_whole_transfers` | false | keep a request's lane until its response body ends, not only until the head (large or slow bodies): see `ScopeConfig::count_whole_transfers`; the 0.1 key `release_at_head` is still read, as its opposite |
 //! | `quota` | none | units the scope may spend per `window` |
 //! | `window` | `quota_window` | length of the scope's quota windows |
+//! | `max_wait` | none | the longest a request of the scope may wait: one predicted to wait longer fails at once (see `ScopeConfig::max_wait`) |
+//! | `max_waiting` | none | how many requests of the scope may wait: one more fails at once (see `ScopeConfig::max_waiting`) |
 //! | `backoff.http_codes` | `[429, 502, 503, 504, 520, 521, 522, 523, 524]` | statuses that are backoff feedback |
 //! | `backoff.delay_factor` | 2.0 | each step multiplies the delay by this (≥ 1) |
 //! | `backoff.min_delay` | 1 s | the smallest delay while backing off |
@@ -101,7 +103,8 @@
 //!
 //! **Inheritance.** A key a scope leaves out is the `[default_scope]`'s
 //! value, as Scrapy's `THROTTLING_SCOPES` entries fall back to the global
-//! settings; inside `backoff`, `autothrottle` and `rampup` tables too
+//! settings (and as a [`ScopeConfig`] given in Rust takes what it leaves out
+//! from the default scope); inside `backoff`, `autothrottle` and `rampup` tables too
 //! (`autothrottle = true` turns it on with the default scope's settings).
 //! The built-in defaults above apply where `[default_scope]` is silent.
 //! Only the `concurrency`, `delay` and `delay_per_slot` a scope writes
@@ -142,9 +145,8 @@
 //! equal (`==`) when their canonical files are, so reading the canonical
 //! file of a config gives an equal config, and the canonical file of a
 //! registry built from any file is a fixed point. A scope set through the
-//! Rust API with [`ScopeConfig::default()`] keeps that type's built-in
-//! defaults for the limits it does not set; where those differ from the
-//! default scope's, the file writes them, and they become explicit.
+//! Rust API takes what it does not set from the default scope, as a
+//! file's scope does, so its file holds only what it sets or changes.
 //!
 //! The entry points are pure functions of their text, with no I/O, so a
 //! fuzz target can call them directly.
@@ -277,13 +279,24 @@ impl RegistryConfig {
         Ok(self.builder_unchecked())
     }
 
-    /// Builds the registry.
+    /// Builds the registry (with the default host resolver).
     ///
     /// # Errors
     ///
     /// A [`ConfigFileError`] naming the key path and the value of the first
-    /// value out of range.
+    /// value out of range, or the `scopes."NAME"` the host resolver never
+    /// gives a request (`scopes."Example.com:8080"`), with the name it would
+    /// match instead. With a resolver of your own, use
+    /// [`into_builder`](Self::into_builder): its keys are then the
+    /// resolver's call.
     pub fn build(self) -> Result<Registry, ConfigFileError> {
+        // Built with the host resolver: a scope name it never gives a
+        // request is an error at the scope's own key path.
+        for key in self.scopes.keys() {
+            crate::registry::check_key(&crate::scope::HostResolver, key).map_err(|err| {
+                ConfigFileError::new(format!("scopes.{}", error::toml_key(key)), err.reason())
+            })?;
+        }
         let builder = self.into_builder()?;
         // Every value was checked above, with the file's key paths.
         builder.build().map_err(|err| ConfigFileError::invalid("", &err))

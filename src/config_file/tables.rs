@@ -68,6 +68,10 @@ pub(crate) struct ScopeTable {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) window: Option<Seconds>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_wait: Option<Seconds>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_waiting: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) backoff: Option<BackoffTable>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) autothrottle: Option<Switch<AutoThrottleTable>>,
@@ -172,15 +176,11 @@ pub(crate) fn default_scope(table: &ScopeTable, quota_window: Option<Duration>) 
     config
 }
 
-/// A scope's config: every key it leaves out is the default scope's.
-/// Only the limits it sets count as set explicitly (robots.txt yields to
-/// those alone).
+/// A scope's config: every key it leaves out is the default scope's (as
+/// for a config given in Rust). Only the keys it writes count as set
+/// (robots.txt yields to those alone).
 pub(crate) fn scope(table: &ScopeTable, default: &ScopeConfig) -> ScopeConfig {
-    let inherited = ScopeConfig {
-        set_by_user: Default::default(),
-        ..default.clone()
-    };
-    apply(inherited, table, default)
+    apply(ScopeConfig::default(), table, default)
 }
 
 /// `base` with the table's keys applied; sub-tables start from the
@@ -213,6 +213,12 @@ fn apply(base: ScopeConfig, table: &ScopeTable, default: &ScopeConfig) -> ScopeC
     }
     if let Some(window) = table.window {
         config = config.window(window.0);
+    }
+    if let Some(bound) = table.max_wait {
+        config = config.max_wait(bound.0);
+    }
+    if let Some(waiting) = table.max_waiting {
+        config = config.max_waiting(waiting);
     }
     if let Some(backoff) = &table.backoff {
         config = config.backoff(apply_backoff(default.get_backoff().clone(), backoff));
@@ -347,7 +353,7 @@ fn default_scope_table(config: &ScopeConfig, quota_window: Option<Duration>) -> 
         rampup: config
             .get_rampup()
             .map(|on| switch_on(rampup_table(on, &RampupConfig::default()))),
-        ..limits_table(config, &built_in, false)
+        ..limits_table(config, &built_in, None)
     }
 }
 
@@ -363,14 +369,17 @@ fn scope_table(config: &ScopeConfig, default: &ScopeConfig) -> ScopeTable {
         rampup: switch_table(config.get_rampup(), default.get_rampup(), |on, base| {
             rampup_table(on, base.unwrap_or(&RampupConfig::default()))
         }),
-        ..limits_table(config, default, true)
+        ..limits_table(config, default, Some(default))
     }
 }
 
-/// The plain keys of a scope table. In a scope's own table, the limits it
-/// sets explicitly are written even when they equal the default scope's.
-fn limits_table(config: &ScopeConfig, base: &ScopeConfig, keep_explicit: bool) -> ScopeTable {
-    let explicit = |set: bool| keep_explicit && set;
+/// The plain keys of a scope table, against `base` (the built-in
+/// defaults for the default scope, else the default scope's config). In
+/// a scope's own table (`default` is `Some`), the limits it sets
+/// explicitly are written even when they equal the default scope's. The
+/// per-lane delay is compared with what it would be without its key.
+fn limits_table(config: &ScopeConfig, base: &ScopeConfig, default: Option<&ScopeConfig>) -> ScopeTable {
+    let explicit = |set: bool| default.is_some() && set;
     let limit = |value: Duration, base: Duration, set: bool| {
         (explicit(set) || value != base).then_some(Seconds(value))
     };
@@ -380,13 +389,15 @@ fn limits_table(config: &ScopeConfig, base: &ScopeConfig, keep_explicit: bool) -
         delay: limit(config.delay, base.delay, config.set_by_user.delay),
         delay_per_slot: limit(
             config.delay_per_slot,
-            base.delay_per_slot,
+            config.delay_per_slot_unless_set(default),
             config.set_by_user.delay_per_slot,
         ),
         jitter: changed(config.jitter, base.jitter, OneOrPair::from),
         ignore_robots_txt: changed(config.ignore_robots_txt, base.ignore_robots_txt, |v| v),
         count_whole_transfers: changed(config.count_whole_transfers, base.count_whole_transfers, |v| v),
         quota: changed(config.quota, base.quota, |q| q).flatten(),
+        max_wait: changed(config.max_wait, base.max_wait, |w| w.map(Seconds)).flatten(),
+        max_waiting: changed(config.max_waiting, base.max_waiting, |n| n).flatten(),
         ..ScopeTable::default()
     }
 }

@@ -22,6 +22,8 @@ fn a_full_file_sets_every_setting_and_scopes_inherit_what_they_leave_out() {
     assert!(default.ignore_robots_txt);
     assert_eq!(default.get_quota(), Some(1000.0));
     assert_eq!(default.get_window(), Duration::from_secs(60));
+    assert_eq!(default.get_max_wait(), Some(Duration::from_secs(5)));
+    assert_eq!(default.get_max_waiting(), Some(100));
     let autothrottle = default.get_autothrottle().expect("on in the default scope");
     assert_eq!(autothrottle.get_target_concurrency(), 2.0);
     assert_eq!(autothrottle.get_start_delay(), Duration::from_secs(3));
@@ -38,6 +40,7 @@ fn a_full_file_sets_every_setting_and_scopes_inherit_what_they_leave_out() {
     assert_eq!(api.delay, Duration::from_millis(500));
     assert_eq!(api.jitter, Jitter::range(0.25, 0.5));
     assert_eq!(api.get_quota(), Some(500.0));
+    assert_eq!(api.get_max_wait(), Some(Duration::from_secs(5)));
     assert_eq!(api.get_window(), Duration::from_secs(90));
     assert!(api.get_backoff().is_backoff_status(503) && !api.get_backoff().is_backoff_status(502));
     assert_eq!(api.get_backoff().max_delay, Duration::from_secs(120));

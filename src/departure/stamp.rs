@@ -10,37 +10,43 @@
 //! call returns, and times the request's departure by it.
 
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::task::Context;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context, Waker};
 
-use futures::task::AtomicWaker;
 use tokio::time::Instant;
 
 /// When the request's head was taken to be written: the first time the
 /// client asks its body anything (hyper asks whether it is empty right
 /// before it writes the head on the connection).
+///
+/// The stamp is set once; the waiter is kept under a lock, which the
+/// stamp takes after it is set and the waiter before it looks again, so a
+/// waiter that missed the stamp is woken by it. Only std's primitives: no
+/// protocol of atomics to check.
 #[derive(Debug, Default)]
 pub(crate) struct WriteStamp {
     at: OnceLock<Instant>,
     /// The throttle's task, when it waits for the stamp to report it.
-    waiter: AtomicWaker,
-    /// Armed for the connection's next socket write (see [`arm`]).
-    armed: AtomicBool,
+    waiter: Mutex<Option<Waker>>,
+    /// Set once armed for the connection's next socket write (see
+    /// [`arm`]).
+    armed: OnceLock<()>,
 }
 
 impl WriteStamp {
     /// Stamps now, the first time; wakes whoever waits for it.
     pub(crate) fn stamp(&self) {
         if self.at.get().is_none() && self.at.set(Instant::now()).is_ok() {
-            self.waiter.wake();
+            if let Some(waiter) = self.waiter().take() {
+                waiter.wake();
+            }
         }
     }
 
     /// Arms the stamp for the next socket write on this thread, the first
     /// time: a `StampedIo` stamps it when that write returns.
     pub(crate) fn arm_once(self: &Arc<Self>) {
-        if !self.armed.swap(true, Ordering::Relaxed) {
+        if self.armed.set(()).is_ok() {
             arm(self.clone());
         }
     }
@@ -55,8 +61,15 @@ impl WriteStamp {
         if let Some(at) = self.get() {
             return Some(at);
         }
-        self.waiter.register(cx.waker());
+        match &mut *self.waiter() {
+            Some(waiter) if waiter.will_wake(cx.waker()) => {}
+            waiter => *waiter = Some(cx.waker().clone()),
+        }
         self.get()
+    }
+
+    fn waiter(&self) -> std::sync::MutexGuard<'_, Option<Waker>> {
+        self.waiter.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::cache::Answer;
-use super::layer::IpShared;
+use super::shared::IpShared;
 use super::{Server, ServerAddr};
 use crate::error::Error;
 use crate::registry::Feedback;

@@ -14,23 +14,8 @@ use tokio::time::Instant;
 
 use super::resolve::Resolve;
 use super::Server;
+use crate::error::LookupFailure;
 use crate::time::saturating_add;
-
-/// A failed lookup, as every request that shared it sees it.
-#[derive(Debug, Clone)]
-pub(crate) struct LookupFailure {
-    pub(crate) host: String,
-    pub(crate) kind: io::ErrorKind,
-    pub(crate) message: String,
-}
-
-impl fmt::Display for LookupFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "could not resolve {:?}: {}", self.host, self.message)
-    }
-}
-
-impl std::error::Error for LookupFailure {}
 
 /// What a lookup gives its requests: the server to throttle for and
 /// connect to (the first address the resolver listed), or the failure.

@@ -10,7 +10,7 @@ use tower_service::Service;
 
 use super::attach::settle;
 use super::cache::SharedLookup;
-use super::layer::IpShared;
+use super::shared::IpShared;
 use crate::error::{BoxError, Error};
 use crate::scope::Scopes;
 

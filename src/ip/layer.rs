@@ -8,6 +8,7 @@ use tower_layer::Layer;
 
 use super::cache::{CacheSettings, DnsCache};
 use super::resolve::{Resolve, SystemResolver};
+use super::shared::IpShared;
 use super::IpScope;
 use crate::error::ConfigError;
 use crate::registry::Registry;
@@ -53,12 +54,6 @@ pub const DEFAULT_MAX_NAMES: usize = 10_000;
 #[derive(Clone)]
 pub struct IpScopeLayer {
     shared: Arc<IpShared>,
-}
-
-/// What every clone of the layer and its services share.
-pub(crate) struct IpShared {
-    pub(crate) registry: Registry,
-    pub(crate) cache: Arc<DnsCache>,
 }
 
 impl fmt::Debug for IpScopeLayer {

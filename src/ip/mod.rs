@@ -100,10 +100,10 @@ pub mod future;
 mod layer;
 mod resolve;
 mod service;
+mod shared;
 
 use std::net::IpAddr;
 
-pub(crate) use cache::LookupFailure;
 pub use layer::{
     IpScopeLayer, IpScopeLayerBuilder, DEFAULT_CACHE_TTL, DEFAULT_FAILURE_TTL, DEFAULT_LOOKUP_TIMEOUT,
     DEFAULT_MAX_NAMES,

@@ -11,7 +11,7 @@ use tower_service::Service;
 use super::attach::with_server;
 use super::cache::Found;
 use super::future::ResponseFuture;
-use super::layer::IpShared;
+use super::shared::IpShared;
 use crate::error::{BoxError, Error};
 use crate::readiness::{release_readied, take_readied};
 

@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::checks;
 use super::config::{self, ScopeConfig};
 use super::fast_path::places;
 use super::manager::{ManagerFactory, ScopeManager};
@@ -131,6 +132,15 @@ impl RegistryBuilder {
     }
 
     /// The config of scope `key`. A later call for the same key wins.
+    /// Every setting `config` does not set is the
+    /// [default scope](Self::default_scope)'s (see [`ScopeConfig`]'s
+    /// "What a scope's config leaves out").
+    ///
+    /// `key` is checked when the registry is built: a key the
+    /// [resolver](Self::resolver) can never give a request (for the
+    /// default host resolver: one with a scheme, a port, a path, upper case
+    /// or a trailing dot) is a [`ConfigError`] naming it and the key it
+    /// would match instead.
     #[must_use]
     pub fn scope(mut self, key: impl Into<Scope>, config: ScopeConfig) -> Self {
         self.scopes.push((key.into(), config));
@@ -313,9 +323,15 @@ impl RegistryBuilder {
 
     /// Checks every value and builds the registry.
     ///
+    /// Settings that are valid but can never take effect (a scope's
+    /// concurrency above `max_concurrency`, say) do not fail the build:
+    /// they are logged through `tracing` and listed by
+    /// [`Registry::config_warnings`].
+    ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first invalid field and its value.
+    /// A [`ConfigError`] naming the first invalid field and its value, or
+    /// the first scope key the resolver can never give a request.
     pub fn build(self) -> Result<Registry, ConfigError> {
         self.check_global_settings()?;
         let mut default_scope = self.default_scope;
@@ -379,13 +395,22 @@ impl RegistryBuilder {
         let default = &self.default_scope;
         if let Some(config) = &self.ip_scopes {
             config.validate("ip scopes")?;
-            config::warn_about_settings_without_effect("ip scopes", config, default, self.max_concurrency);
         }
         for (key, config) in &self.scopes {
-            config.validate(&format!("scope {:?}", key.as_str()))?;
-            config::warn_about_settings_without_effect(key.as_str(), config, default, self.max_concurrency);
+            checks::check_key(&*self.resolver, key.as_str())?;
+            config.validate(&checks::scope_config_name(key.as_str()))?;
         }
-        config::warn_about_settings_without_effect("default scope", default, default, self.max_concurrency);
+        // Checked as they will run: completed from the default scope's.
+        let mut warnings = checks::warnings_of("default scope", default, self.max_concurrency);
+        if let Some(config) = &self.ip_scopes {
+            let config = config.inherit_from(default);
+            warnings.extend(checks::warnings_of("ip scopes", &config, self.max_concurrency));
+        }
+        for (key, config) in &self.scopes {
+            let name = checks::scope_config_name(key.as_str());
+            let config = config.inherit_from(default);
+            warnings.extend(checks::warnings_of(&name, &config, self.max_concurrency));
+        }
         let settings = self.global_settings();
         let every_config = || {
             std::iter::once(&self.default_scope)
@@ -437,6 +462,7 @@ impl RegistryBuilder {
                 scheduler: Box::new(super::Locked(Mutex::new(scheduler))),
                 resolver: self.resolver,
                 resolves_hosts: self.resolves_hosts,
+                config_warnings: Mutex::new(warnings),
                 max_queued: self.max_queued,
                 settings,
                 queue_places,

@@ -19,9 +19,40 @@ fn default_backoff() -> &'static BackoffConfig {
 /// |---|---|---|
 /// | [`concurrency`](Self::concurrency) | 1 | lanes ("slots"); each lane has at most one request in flight |
 /// | [`delay`](Self::delay) | 1 s | minimum time between the sends of any two requests of the scope |
-/// | [`delay_per_slot`](Self::delay_per_slot) | 1 s | minimum time between two sends on the same lane |
+/// | [`delay_per_slot`](Self::delay_per_slot) | the `delay` | minimum time between two sends on the same lane |
 /// | [`jitter`](Self::jitter) | ±0.5 | every wait is multiplied by a factor in `[1 - 0.5, 1 + 0.5]` |
 /// | [`count_whole_transfers`](Self::count_whole_transfers) | false | keep the lane until the response body ends, not only until its head |
+///
+/// # What a scope's config leaves out
+///
+/// A config given for one scope (with
+/// [`RegistryBuilder::scope`](crate::registry::RegistryBuilder::scope),
+/// [`RegistryBuilder::ip_scopes`](crate::registry::RegistryBuilder::ip_scopes),
+/// [`Registry::set_scope`](crate::Registry::set_scope) or a config file's
+/// `[scopes."NAME"]`) takes **every setting it does not set from the
+/// default scope's config**; the built-in defaults above apply only where
+/// the default scope does not set them either. So
+/// `ScopeConfig::default().concurrency(2)` means "two lanes, and otherwise
+/// as the default scope", wherever it is given.
+///
+/// [`delay_per_slot`](Self::delay_per_slot) follows the scope's `delay`
+/// unless it is set, on the scope or on the default scope: `delay(500 ms)`
+/// alone sends one request every 500 ms on one lane.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::{Registry, ScopeConfig};
+///
+/// let registry = Registry::builder()
+///     .default_scope(ScopeConfig::default().delay(Duration::from_millis(500)).jitter(0.0))
+///     .scope("api.example", ScopeConfig::default().concurrency(2))
+///     .build()?;
+/// let api = registry.scope_config("api.example");
+/// assert_eq!(api.get_concurrency(), 2);
+/// assert_eq!(api.get_delay(), Duration::from_millis(500)); // the default scope's
+/// assert_eq!(api.get_delay_per_slot(), Duration::from_millis(500)); // follows the delay
+/// # Ok::<(), tower_throttle::ConfigError>(())
+/// ```
 ///
 /// Values are checked when the registry is built (or when
 /// [`Registry::set_scope`](crate::Registry::set_scope) is called):
@@ -34,7 +65,6 @@ fn default_backoff() -> &'static BackoffConfig {
 /// let fast = ScopeConfig::default()
 ///     .concurrency(16)
 ///     .delay(Duration::ZERO)
-///     .delay_per_slot(Duration::ZERO)
 ///     .jitter(0.0);
 /// # drop(fast);
 /// ```
@@ -52,11 +82,16 @@ pub struct ScopeConfig {
     pub(crate) count_whole_transfers: bool,
     pub(crate) quota: Option<f64>,
     pub(crate) window: Option<Duration>,
+    /// How long a request of the scope may wait (see `bounded.rs`).
+    pub(crate) max_wait: Option<Duration>,
+    /// How many requests of the scope may wait (see `bounded.rs`).
+    pub(crate) max_waiting: Option<usize>,
     /// The scope's custom manager (`None`: the built-in one). Not
     /// serialisable; equal when it is the same factory.
     pub(crate) manager: Option<ManagerFactory>,
-    /// Which limits were set by a builder call (not left at their default):
-    /// robots.txt only yields to limits a scope config actually sets.
+    /// Which plain settings a builder call set (the others are taken from
+    /// the default scope's config); robots.txt, too, yields only to limits
+    /// a scope config sets itself.
     pub(crate) set_by_user: SetByUser,
 }
 
@@ -64,12 +99,16 @@ pub struct ScopeConfig {
 /// says (the seeds' `THROTTLING_WINDOW`).
 pub const DEFAULT_QUOTA_WINDOW: Duration = Duration::from_secs(60);
 
-/// The limits a [`ScopeConfig`] sets explicitly.
+/// The plain settings a [`ScopeConfig`] sets explicitly. (Its optional
+/// settings, such as `backoff` or `quota`, say so by being `Some`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct SetByUser {
     pub(crate) concurrency: bool,
     pub(crate) delay: bool,
     pub(crate) delay_per_slot: bool,
+    pub(crate) jitter: bool,
+    pub(crate) ignore_robots_txt: bool,
+    pub(crate) count_whole_transfers: bool,
 }
 
 /// A setting a scope config may leave to the default scope's config.
@@ -110,6 +149,8 @@ impl Default for ScopeConfig {
             count_whole_transfers: false,
             quota: None,
             window: None,
+            max_wait: None,
+            max_waiting: None,
             manager: None,
             set_by_user: SetByUser::default(),
         }
@@ -128,38 +169,41 @@ impl ScopeConfig {
 
     /// Minimum time between the sends of any two requests of the scope.
     ///
-    /// The per-lane delay ([`delay_per_slot`](Self::delay_per_slot), 1 s
-    /// by default) applies as well: on one lane a `delay` shorter than it
-    /// has no effect, so set both to go faster than one request a second:
+    /// Unless [`delay_per_slot`](Self::delay_per_slot) is set (on this
+    /// config or the default scope's), the per-lane delay is this delay
+    /// too, so a `delay` alone is the pace of one lane:
     ///
     /// ```
     /// use std::time::Duration;
     /// use tower_throttle::ScopeConfig;
     ///
     /// // Five requests a second on one lane.
-    /// let config = ScopeConfig::default()
-    ///     .delay(Duration::from_millis(200))
-    ///     .delay_per_slot(Duration::from_millis(200));
-    /// # drop(config);
+    /// let config = ScopeConfig::default().delay(Duration::from_millis(200));
+    /// assert_eq!(config.get_delay_per_slot(), Duration::from_millis(200));
     /// ```
     #[must_use]
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
         self.set_by_user.delay = true;
+        if !self.set_by_user.delay_per_slot {
+            self.delay_per_slot = delay;
+        }
         self
     }
 
     /// Minimum time between two sends on the same lane, measured from the
-    /// previous send on that lane.
+    /// previous send on that lane. Unless set (here or on the default
+    /// scope), it is the scope's [`delay`](Self::delay).
     ///
     /// With `c` lanes the scope sends at most `c / delay_per_slot` requests
     /// a second, so when `delay_per_slot / c` is longer than the
-    /// [`delay`](Self::delay), this per-lane delay sets the pace. The
-    /// registry warns once (target `tower_throttle`, when it is built or
-    /// the config is set) when that happens on a single lane, and on
-    /// several lanes when `delay_per_slot` was left at its default; a
-    /// per-lane delay set on purpose across several lanes (the staggered
-    /// pattern: 2 lanes, delay 0.3 s, per slot 1 s) is left alone.
+    /// [`delay`](Self::delay), this per-lane delay sets the pace. Set it
+    /// for the seeds' staggered pattern: 2 lanes, a delay of 0.3 s and
+    /// 1 s per lane send at 0.0, 0.3 and 1.0 s. The registry warns
+    /// ([`Registry::config_warnings`](crate::Registry::config_warnings))
+    /// when a per-lane delay this config sets can never take effect, and
+    /// when a scope's own delay has no effect on its one lane because the
+    /// per-lane delay is longer.
     #[must_use]
     pub fn delay_per_slot(mut self, delay: Duration) -> Self {
         self.delay_per_slot = delay;
@@ -173,7 +217,29 @@ impl ScopeConfig {
     #[must_use]
     pub fn jitter(mut self, jitter: impl Into<Jitter>) -> Self {
         self.jitter = jitter.into();
+        self.set_by_user.jitter = true;
         self
+    }
+
+    /// The lanes (see [`concurrency`](Self::concurrency)).
+    pub fn get_concurrency(&self) -> u32 {
+        self.concurrency
+    }
+
+    /// The delay between any two sends (see [`delay`](Self::delay)).
+    pub fn get_delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// The delay between two sends on one lane (see
+    /// [`delay_per_slot`](Self::delay_per_slot)).
+    pub fn get_delay_per_slot(&self) -> Duration {
+        self.delay_per_slot
+    }
+
+    /// The jitter (see [`jitter`](Self::jitter)).
+    pub fn get_jitter(&self) -> Jitter {
+        self.jitter
     }
 
     /// How this scope backs off. Unless set, the default scope's backoff
@@ -333,6 +399,7 @@ impl ScopeConfig {
     #[must_use]
     pub fn ignore_robots_txt(mut self, ignore: bool) -> Self {
         self.ignore_robots_txt = ignore;
+        self.set_by_user.ignore_robots_txt = true;
         self
     }
 
@@ -373,6 +440,7 @@ impl ScopeConfig {
     #[must_use]
     pub fn count_whole_transfers(mut self, whole: bool) -> Self {
         self.count_whole_transfers = whole;
+        self.set_by_user.count_whole_transfers = true;
         self
     }
 
@@ -410,16 +478,63 @@ impl ScopeConfig {
         self.autothrottle.get()
     }
 
-    /// Fills the settings this config leaves to the default scope's.
+    /// Fills the settings this config leaves to the default scope's: every
+    /// one it does not set. The per-lane delay, unless set here or on the
+    /// default scope, is the delay this gives. Which settings this config
+    /// set stays as it was (robots.txt yields to those alone), so filling
+    /// a filled config again changes nothing.
     pub(crate) fn inherit_from(&self, default: &ScopeConfig) -> ScopeConfig {
+        fn pick<T>(set: bool, mine: T, theirs: T) -> T {
+            if set {
+                mine
+            } else {
+                theirs
+            }
+        }
+        let own = self.set_by_user;
+        let delay = pick(own.delay, self.delay, default.delay);
+        let delay_per_slot = if own.delay_per_slot {
+            self.delay_per_slot
+        } else if default.set_by_user.delay_per_slot {
+            default.delay_per_slot
+        } else {
+            delay
+        };
         ScopeConfig {
+            concurrency: pick(own.concurrency, self.concurrency, default.concurrency),
+            delay,
+            delay_per_slot,
+            jitter: pick(own.jitter, self.jitter, default.jitter),
+            ignore_robots_txt: pick(
+                own.ignore_robots_txt,
+                self.ignore_robots_txt,
+                default.ignore_robots_txt,
+            ),
+            count_whole_transfers: pick(
+                own.count_whole_transfers,
+                self.count_whole_transfers,
+                default.count_whole_transfers,
+            ),
             backoff: self.backoff.clone().or_else(|| default.backoff.clone()),
             autothrottle: self.autothrottle.or_inherit(&default.autothrottle),
             rampup: self.rampup.or_inherit(&default.rampup),
             quota: self.quota.or(default.quota),
             window: self.window.or(default.window),
+            max_wait: self.max_wait.or(default.max_wait),
+            max_waiting: self.max_waiting.or(default.max_waiting),
             manager: self.manager.clone().or_else(|| default.manager.clone()),
             ..self.clone()
+        }
+    }
+
+    /// The per-lane delay this config would have without setting one
+    /// itself: the default scope's, when that one sets it, else this
+    /// config's delay. (`None`: this is the default scope's config.)
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    pub(crate) fn delay_per_slot_unless_set(&self, default: Option<&ScopeConfig>) -> Duration {
+        match default {
+            Some(default) if default.set_by_user.delay_per_slot => default.delay_per_slot,
+            _ => self.delay,
         }
     }
 
@@ -457,92 +572,8 @@ impl ScopeConfig {
         if let Some(window) = self.window {
             validate_window(&format!("{name} window"), window)?;
         }
-        Ok(())
+        self.validate_bounds(name)
     }
-}
-
-/// Logs a warning for each setting of `config` (for scope `name`) that can
-/// never take effect, so a user does not wait for a limit that will not
-/// come: a concurrency above the registry's `max_concurrency`, a
-/// `delay_per_slot` set explicitly that the scope's own `delay` always
-/// outlasts (each lane's sends are at least one scope gap apart), or a
-/// `delay` that the per-lane delay outlasts (see [`warn_if_delay_per_slot_paces`]).
-/// `default` is the default scope's config, which `config` inherits
-/// rampup from.
-pub(crate) fn warn_about_settings_without_effect(
-    name: &str,
-    config: &ScopeConfig,
-    default: &ScopeConfig,
-    max_concurrency: u32,
-) {
-    warn_if_delay_per_slot_paces(name, config, default, max_concurrency);
-    if config.concurrency > max_concurrency {
-        tracing::warn!(
-            target: "tower_throttle",
-            scope = name,
-            concurrency = config.concurrency,
-            max_concurrency,
-            "scope concurrency can never take effect: max_concurrency caps it"
-        );
-    }
-    let (below, above) = (config.jitter.below(), config.jitter.above());
-    let longest_lane_gap = config.delay_per_slot.as_secs_f64() * (1.0 + above);
-    let shortest_scope_gap = config.delay.as_secs_f64() * (1.0 - below);
-    if config.set_by_user.delay_per_slot
-        && !config.delay_per_slot.is_zero()
-        && longest_lane_gap <= shortest_scope_gap
-    {
-        tracing::warn!(
-            target: "tower_throttle",
-            scope = name,
-            delay_per_slot_ms = config.delay_per_slot.as_millis() as u64,
-            delay_ms = config.delay.as_millis() as u64,
-            "delay_per_slot can never take effect: the scope's delay between any two sends is always longer"
-        );
-    }
-}
-
-/// The trap of a short `delay` with the default `delay_per_slot`:
-/// `ScopeConfig::default().delay(200 ms)` on one lane still sends one
-/// request a second, because each lane waits `delay_per_slot` (1 s) after
-/// its own last send. With `lanes` lanes (the scope's concurrency capped at
-/// `max_concurrency`) the lanes together send at most `lanes /
-/// delay_per_slot` requests a second, so the scope runs slower than its
-/// `delay` says whenever `delay_per_slot / lanes > delay`.
-///
-/// It warns when that holds on **one lane** (there the `delay` has no
-/// effect at all, whoever set the per-lane delay), and on **several lanes
-/// when `delay_per_slot` was left at its default** (a per-lane delay set
-/// on purpose with several lanes is the seeds' staggered pattern, such as
-/// concurrency 2, delay 0.3 s, per slot 1 s, where the delay does shape the
-/// sends). A scope paced by rampup or a custom manager (which replace the
-/// configured pace) is not checked.
-fn warn_if_delay_per_slot_paces(
-    name: &str,
-    config: &ScopeConfig,
-    default: &ScopeConfig,
-    max_concurrency: u32,
-) {
-    if config.manager.is_some() || config.rampup.or_inherit(&default.rampup).get().is_some() {
-        return;
-    }
-    let lanes = config.concurrency.clamp(1, max_concurrency.max(1));
-    if lanes > 1 && config.set_by_user.delay_per_slot {
-        return;
-    }
-    if config.delay_per_slot / lanes <= config.delay {
-        return;
-    }
-    tracing::warn!(
-        target: "tower_throttle",
-        scope = name,
-        delay_ms = config.delay.as_millis() as u64,
-        delay_per_slot_ms = config.delay_per_slot.as_millis() as u64,
-        lanes,
-        "the scope's delay_per_slot paces it, not its delay: each lane waits delay_per_slot after its own last send, \
-         so the scope sends at most lanes / delay_per_slot requests a second; set delay_per_slot too \
-         (for example to the delay times the lanes) for the delay to take effect"
-    );
 }
 
 pub(crate) fn validate_window(field: &str, window: Duration) -> Result<(), ConfigError> {
@@ -563,6 +594,60 @@ mod tests {
         assert_eq!(config.delay, Duration::from_secs(1));
         assert_eq!(config.delay_per_slot, Duration::from_secs(1));
         assert_eq!(config.jitter, Jitter::symmetric(0.5));
+    }
+
+    #[test]
+    fn the_per_lane_delay_follows_the_delay_unless_set() {
+        let ms = Duration::from_millis;
+        assert_eq!(ScopeConfig::default().delay(ms(500)).delay_per_slot, ms(500));
+        assert_eq!(
+            ScopeConfig::default()
+                .delay_per_slot(ms(100))
+                .delay(ms(500))
+                .delay_per_slot,
+            ms(100),
+            "set first, it stays"
+        );
+        // Completed from a default scope that sets only a delay: the scope's
+        // own delay is its per-lane delay.
+        let default = ScopeConfig::default().delay(ms(2000));
+        let scope = ScopeConfig::default().delay(ms(300)).inherit_from(&default);
+        assert_eq!((scope.delay, scope.delay_per_slot), (ms(300), ms(300)));
+        let silent = ScopeConfig::default().inherit_from(&default);
+        assert_eq!((silent.delay, silent.delay_per_slot), (ms(2000), ms(2000)));
+        // A default scope that sets the per-lane delay gives it to scopes
+        // that do not set their own.
+        let default = ScopeConfig::default().delay_per_slot(Duration::ZERO);
+        let scope = ScopeConfig::default().delay(ms(300)).inherit_from(&default);
+        assert_eq!(scope.delay_per_slot, Duration::ZERO);
+    }
+
+    #[test]
+    fn completing_a_config_takes_every_unset_setting_and_keeps_what_was_set() {
+        let default = ScopeConfig::default()
+            .concurrency(4)
+            .delay(Duration::from_millis(700))
+            .jitter(0.0)
+            .ignore_robots_txt(true)
+            .count_whole_transfers(true)
+            .quota(10.0);
+        let own = ScopeConfig::default().concurrency(2).count_whole_transfers(false);
+        let completed = own.inherit_from(&default);
+        assert_eq!(completed.concurrency, 2);
+        assert_eq!(completed.delay, Duration::from_millis(700));
+        assert_eq!(completed.jitter, Jitter::NONE);
+        assert!(completed.ignore_robots_txt);
+        assert!(!completed.count_whole_transfers, "set to false on the scope");
+        assert_eq!(completed.quota, Some(10.0));
+        assert_eq!(
+            completed.set_by_user, own.set_by_user,
+            "robots.txt yields to the scope's own alone"
+        );
+        assert_eq!(
+            completed.inherit_from(&default),
+            completed,
+            "completing twice changes nothing"
+        );
     }
 
     #[test]

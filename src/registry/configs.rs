@@ -112,6 +112,15 @@ impl ConfigTable {
         (ScopeConfig::clone(&table.default), own)
     }
 
+    /// Whether any config of the table (the default, a scope's own, the IP
+    /// scopes') is one that `holds` for.
+    pub(crate) fn any(&self, holds: impl Fn(&ScopeConfig) -> bool) -> bool {
+        let table = self.read();
+        holds(&table.default)
+            || table.own.values().any(|config| holds(config))
+            || table.ip_scopes.as_deref().is_some_and(&holds)
+    }
+
     /// The config of each of `scopes`, in their order, under one read lock.
     pub(crate) fn configs_of(&self, scopes: &Scopes) -> ConfigsOf {
         let table = self.read();

@@ -28,10 +28,12 @@
 //!   the closed word and finishes under the lock.
 //! - **retired**: evicted; a stale handle never opens it again.
 //!
-//! One word holds the open bit and the count, so a request that ends and a
-//! scheduler that closes can never both think the other one will do the
-//! work: the subtraction returns the state it changed, the close the count
-//! it adopted.
+//! One word holds the open bit, the lanes and the count, so a request that
+//! ends and a scheduler that closes can never both think the other one will
+//! do the work: the subtraction returns the state it changed, the close the
+//! count it adopted. And an admission compares the count with the lanes of
+//! the word it swaps, so a word opened again with fewer lanes never admits
+//! against the old ones.
 //!
 //! The scheduler closes a scope whenever anything but a plain admission
 //! touches it: a waiter (lanes or the global limit full), a request with
@@ -65,29 +67,45 @@
 //! then admits nothing (so it cannot pass those waiters), and a request
 //! ending on an open scope takes the lock to let the first of them go.
 //!
+//! # Logging
+//!
+//! A `tracing` subscriber is an observer: the words work the same with any
+//! subscriber, at any level. A send admitted on a word is logged at DEBUG
+//! ("request sent", `lock_free = true`) with what the word knows: its
+//! scope, no wait and no gap to come (a plain scope has none), but no
+//! lane, since the word counts requests rather than lanes. Its end is not
+//! logged, as the scheduler logs none either.
+//!
 //! # Checked by loom
 //!
-//! The word's open bit and count and the global count with its flag are in
-//! [`word`]; the queue places' count with its waiters bit and wait list
-//! are in [`places`]. Both files stand apart from everything else, their
-//! atomics (and the places' mutex) taken from this module: `loom/`
-//! includes them with loom's and checks them under every interleaving its
-//! model allows (see the README's Development section).
+//! Every atomic of a scope's word is in [`word`]: the open bit, the lanes
+//! and the count, and what the requests on it leave for the scheduler
+//! (sends, latest departure and end, latency average); so are the global
+//! count and its flag. The queue places' count with its waiters bit and
+//! wait list are in [`places`]. Both files stand apart from everything
+//! else, their atomics (and the places' mutex) taken from this module:
+//! `loom/` includes them with loom's and checks them under every
+//! interleaving its model allows (`loom/tests/word.rs`,
+//! `loom/tests/places.rs`; see the README's Development section).
 //!
-//! One atomic here is not a protocol, and loom does not model it: the
-//! instant the scheduler's eviction work is next due ([`GlobalFlight`]),
-//! which the lock's holder writes and a request ending on a word reads to
-//! decide whether to take the lock. A stale read only moves that work to
-//! the next request that takes the lock (every admission under the lock
-//! evicts as it comes); no interleaving can make it wrong.
+//! Two atomics here are not protocols, and loom does not model them; each
+//! is written under the lock and read without it, and a stale read only
+//! sends a request to the lock: whether a word was ever opened
+//! ([`GlobalFlight::words_exist`]: until then a request does not look
+//! for one), and the instant the scheduler's eviction work is next due
+//! ([`GlobalFlight`]), which a request ending on a word reads to decide
+//! whether to take the lock (a stale read moves that work to the next
+//! request that takes the lock: every admission under the lock evicts as
+//! it comes). No interleaving can make either wrong.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use self::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use self::atomic::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use statuses::StatusSet;
 pub(crate) use word::Ended;
-use word::{Permits, Word};
+use word::{Permits, ScopeWord};
 
 use super::metrics::Metrics;
 use super::ticket::ScopeId;
@@ -98,6 +116,7 @@ use crate::time::Stamp;
 pub(crate) mod places;
 #[cfg(test)]
 mod places_tests;
+mod statuses;
 mod word;
 
 /// The atomics of [`word`]'s and [`places`]' protocols: std's here; `loom/`
@@ -241,25 +260,10 @@ impl GlobalFlight {
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct FastScope {
-    /// The open bit and the count of requests admitted on the word and
-    /// not yet ended.
-    state: Word,
-    /// The lanes the word may fill (the scope's concurrency, capped by the
-    /// global limit), set before it opens.
-    lanes: AtomicU32,
-    /// Sends admitted on the word since the scheduler last took them in.
-    sent: AtomicU64,
-    /// The latest departure of a request that ended on the word (a
-    /// [`Stamp`]'s value; 0: none): where a gap starts if the scope gets a
-    /// delay.
-    last_departure: AtomicU64,
-    /// The latest end of a request on the word (a stamp's value; 0: none):
-    /// since when the scope is idle, for eviction.
-    last_end: AtomicU64,
-    /// The latency average as the scope keeps it (nanoseconds + 1; 0: no
-    /// response yet), moved by responses that end on the word. Concurrent
-    /// ends may drop a sample: it is a moving average for stats.
-    latency: AtomicU64,
+    /// The open bit, the lanes the word may fill (the scope's concurrency,
+    /// capped by the global limit), the count of requests admitted on the
+    /// word and not yet ended, and what they leave for the scheduler.
+    state: ScopeWord,
     /// The scope's id in the scheduler.
     pub(crate) id: ScopeId,
     /// The scope's key (the cache compares names).
@@ -286,12 +290,7 @@ impl FastScope {
     /// A closed scope for scope `id`, `key`, of `owner`'s registry.
     pub(crate) fn new(id: ScopeId, key: Scope, owner: &WordOwner) -> Arc<Self> {
         Arc::new(FastScope {
-            state: Word::new(),
-            lanes: AtomicU32::new(0),
-            sent: AtomicU64::new(0),
-            last_departure: AtomicU64::new(0),
-            last_end: AtomicU64::new(0),
-            latency: AtomicU64::new(0),
+            state: ScopeWord::new(),
             id,
             key,
             global: owner.global.clone(),
@@ -325,21 +324,19 @@ impl FastScope {
     /// average (`latency`, as the scope keeps it); under the lock, with
     /// nothing of the scope in flight. False when it was retired.
     pub(crate) fn open(&self, lanes: u32, latency: u64) -> bool {
-        self.lanes.store(lanes, Ordering::Relaxed);
-        self.latency.store(latency, Ordering::Relaxed);
-        self.state.open()
+        self.state.open(lanes, latency)
     }
 
     /// Closes the scope (under the lock): what the scheduler adopts.
     pub(crate) fn close(&self) -> Adopted {
-        let (in_flight, was_open) = self.state.close();
+        let closed = self.state.close();
         Adopted {
-            in_flight,
-            was_open,
-            sent: self.sent.swap(0, Ordering::Relaxed),
-            last_departure: Stamp::from_value(self.last_departure.load(Ordering::Relaxed)),
-            latency: self.latency.load(Ordering::Relaxed),
-            warm: self.last_end.load(Ordering::Relaxed) != 0,
+            in_flight: closed.in_flight,
+            was_open: closed.was_open,
+            sent: closed.sent,
+            last_departure: Stamp::from_value(closed.last_departure),
+            latency: closed.latency,
+            warm: closed.warm,
         }
     }
 
@@ -356,34 +353,24 @@ impl FastScope {
 
     /// Sends on the word the scheduler has not taken in yet.
     pub(crate) fn sent(&self) -> u64 {
-        self.sent.load(Ordering::Relaxed)
+        self.state.sent()
     }
 
     /// The latency average as the scope keeps it (0: none).
     pub(crate) fn latency(&self) -> u64 {
-        self.latency.load(Ordering::Relaxed)
+        self.state.latency()
     }
 
     /// The latest end of a request on the word.
     pub(crate) fn last_end(&self) -> Option<Stamp> {
-        Stamp::from_value(self.last_end.load(Ordering::Relaxed))
+        Stamp::from_value(self.state.last_end())
     }
 
     /// Ends a request whose registry is gone: its counts go back, and
     /// nobody is left to wait for them.
     pub(crate) fn end_orphaned(&self) {
-        let _ = self.state.end();
+        let _ = self.state.end(None, 0, None);
         let _ = self.global.release();
-    }
-
-    /// Admits a request on the open word when a lane is free.
-    fn try_admit(&self) -> bool {
-        let lanes = u64::from(self.lanes.load(Ordering::Relaxed));
-        let admitted = self.state.try_admit(lanes);
-        if admitted {
-            self.sent.fetch_add(1, Ordering::Relaxed);
-        }
-        admitted
     }
 
     /// Admits a request: a global permit and a lane on the open word
@@ -393,7 +380,7 @@ impl FastScope {
         if !global.counts.permits.try_take() {
             return false;
         }
-        if self.try_admit() {
+        if self.state.try_admit() {
             return true;
         }
         // The permit goes back; requests that started waiting for one
@@ -407,16 +394,36 @@ impl FastScope {
     /// its end, and the response's latency go to the word first, then the
     /// count. Says whether it ended open or was adopted.
     pub(crate) fn end(&self, departed_at: Option<Stamp>, ended: Stamp, latency: Option<Duration>) -> Ended {
-        if let Some(at) = departed_at {
-            self.last_departure.fetch_max(at.value(), Ordering::Relaxed);
-        }
-        self.last_end.fetch_max(ended.value(), Ordering::Relaxed);
-        if let Some(latency) = latency {
-            let average = moving_average(self.latency.load(Ordering::Relaxed), latency);
-            self.latency.store(average, Ordering::Relaxed);
-        }
-        self.state.end()
+        self.state
+            .end(departed_at.map(Stamp::value), ended.value(), latency)
     }
+}
+
+/// Whether a subscriber listens for the sends admitted on words (see
+/// [`log_sent`]).
+#[inline(always)]
+pub(crate) fn logs_sends() -> bool {
+    // One load while no subscriber was ever set, the common case.
+    tracing::dispatcher::has_been_set() && tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
+}
+
+/// Logs a send admitted on `scope`'s word at DEBUG, as the scheduler logs
+/// the sends it admits ("request sent"), with what the word knows: no
+/// lane (the word counts requests, not lanes), no wait, no gap to come
+/// (a plain scope has none). A subscriber only listens: the word stays
+/// open for it (see the [module docs](self#logging)). Out of the request
+/// path's way: the caller asks [`logs_sends`] first.
+#[cold]
+#[inline(never)]
+pub(crate) fn log_sent(scope: &Scope) {
+    tracing::debug!(
+        target: "tower_throttle",
+        scope = %scope,
+        lock_free = true,
+        waited_ms = 0u64,
+        next_send_in_ms = 0u64,
+        "request sent"
+    );
 }
 
 /// What closing a scope hands the scheduler.
@@ -439,20 +446,6 @@ pub(crate) struct Adopted {
 /// The latency a biased average stands for (`None` for 0: no response).
 pub(crate) fn latency_of(biased: u64) -> Option<Duration> {
     biased.checked_sub(1).map(Duration::from_nanos)
-}
-
-/// The scope's moving average (weight 1/5 for the newest sample, in
-/// nanoseconds + 1; 0: none yet) after `latency`: the rule
-/// `ScopeState::observe_latency` applies, on the biased value.
-pub(crate) fn moving_average(biased: u64, latency: Duration) -> u64 {
-    let latest = u64::try_from(latency.as_nanos())
-        .unwrap_or(u64::MAX)
-        .min(u64::MAX / 8);
-    let average = match biased {
-        0 => latest,
-        biased => ((biased - 1).min(u64::MAX / 8) * 4 + latest) / 5,
-    };
-    average + 1
 }
 
 /// The open scopes a thread used last, per registry: see the
@@ -504,7 +497,12 @@ pub(crate) mod hot {
                 .flatten()
                 .find(|(owner, _, key)| *owner == registry && key.as_str() == name);
             match cached {
-                Some((_, scope, key)) if scope.admit() => Lookup::Admitted(scope.clone(), key.clone()),
+                Some((_, scope, key)) if scope.admit() => {
+                    if super::logs_sends() {
+                        super::log_sent(key);
+                    }
+                    Lookup::Admitted(scope.clone(), key.clone())
+                }
                 Some(_) => Lookup::Refused,
                 None => Lookup::Missed,
             }

@@ -182,12 +182,16 @@
 
 mod autothrottle;
 mod backoff;
+mod bounded;
 mod builder;
+mod checks;
 mod config;
+mod config_changes;
 mod configs;
 mod fast_path;
 mod feedback;
 mod learning;
+mod limit_source;
 pub mod manager;
 mod metrics;
 mod predict;
@@ -203,16 +207,20 @@ mod unread;
 pub use crate::time::{Jitter, MAX_CONFIG_DELAY};
 pub use autothrottle::AutoThrottleConfig;
 pub use backoff::{BackoffConfig, DEFAULT_BACKOFF_CODES};
+pub(crate) use bounded::RequestBound;
 pub(crate) use builder::GlobalSettings;
 pub use builder::RegistryBuilder;
+#[cfg(feature = "serde")]
+pub(crate) use checks::check_key;
+pub use checks::ConfigWarning;
 #[cfg(feature = "serde")]
 pub(crate) use config::Setting;
 pub use config::{ScopeConfig, DEFAULT_QUOTA_WINDOW};
 pub use feedback::{AnnouncedLimits, ErrorKind, Feedback, FeedbackKind};
+pub use limit_source::LimitSource;
 pub use predict::Prediction;
 pub use rampup::RampupConfig;
 pub(crate) use report::ScopeReport;
-pub use scope_state::LimitSource;
 pub use stats::{QuotaStats, ScopeStats, Stats};
 
 use std::fmt;
@@ -222,7 +230,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::ConfigError;
 use crate::scope::{handover, RequestHead, Scope, ScopeResolver, Scopes};
 use crate::store::StoreHandle;
 use crate::time::saturating_add;
@@ -230,7 +237,7 @@ pub(crate) use fast_path::places::{PlaceHandle, QueuePlace, Reserved};
 pub(crate) use fast_path::FastScope;
 pub(crate) use report::collect;
 pub(crate) use report::Collected;
-pub(crate) use scheduler::{Admission, Finishing, Outcome, TicketId, TicketPoll};
+pub(crate) use scheduler::{Admission, Finishing, Outcome, Refusal, TicketId, TicketPoll};
 use scheduler::{Scheduler, WakeList};
 pub use scheduler::{
     DEFAULT_DELAYED_WARN_THRESHOLD, DEFAULT_IDLE_TTL, DEFAULT_MAX_HOLD, DEFAULT_MAX_SCOPES, MAX_MAX_HOLD,
@@ -284,7 +291,6 @@ struct RegistryShared {
     resolver: Box<dyn ScopeResolver>,
     max_queued: usize,
     /// What the builder was given, for reading the config back.
-    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     settings: GlobalSettings,
     /// The `max_queued` places: one per request readied by `poll_ready`
     /// and not yet sent (see `fast_path/places.rs`).
@@ -295,9 +301,7 @@ struct RegistryShared {
     /// manager; set once, never cleared): only then do feedback layers
     /// measure what managers alone use, such as latency.
     managers_hear_successes: AtomicBool,
-    /// Whether some scope config counts whole transfers (set once, never
-    /// cleared): only then does a request look its scopes' configs up to
-    /// learn when it ends.
+    /// Whether some scope counts whole transfers (set once): else no lookup.
     whole_transfers_somewhere: AtomicBool,
     /// Responses of whole-transfer scopes held unread (see `unread`).
     unread: unread::UnreadTransfers,
@@ -310,6 +314,11 @@ struct RegistryShared {
     /// Whether the resolver is the built-in [`HostResolver`](crate::scope::HostResolver)
     /// (then the throttle finds a host's scope by name, without a key).
     resolves_hosts: bool,
+    /// What the config checks found that can never take effect, for
+    /// [`Registry::config_warnings`]: the builder's, then each
+    /// [`Registry::set_scope`]'s (replacing the warnings of the config it
+    /// replaces).
+    config_warnings: Mutex<Vec<checks::ConfigWarning>>,
     /// The scope configs, read without the lock to judge responses.
     configs: Arc<configs::ConfigTable>,
 }
@@ -422,40 +431,6 @@ impl Registry {
             }
         }
         result
-    }
-
-    /// Replaces the config of scope `key` (or sets one for a scope not seen
-    /// yet). Waiting requests re-evaluate at once.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] naming the field when a value is invalid; the old
-    /// config then stays.
-    pub fn set_scope(&self, key: impl Into<Scope>, config: ScopeConfig) -> Result<(), ConfigError> {
-        let key = key.into();
-        config.validate(&format!("scope {:?}", key.as_str()))?;
-        if config.manager_kind().hears_successes() {
-            self.shared.managers_hear_successes.store(true, Ordering::Relaxed);
-        }
-        if config.count_whole_transfers {
-            self.shared
-                .whole_transfers_somewhere
-                .store(true, Ordering::Relaxed);
-        }
-        // Before the config takes effect: a response judged by it must not
-        // skip the lock.
-        self.shared.backoff_statuses.add(&config);
-        let default = self.shared.configs.default_config();
-        self.with_scheduler(|scheduler, now, wake| {
-            config::warn_about_settings_without_effect(
-                key.as_str(),
-                &config,
-                &default,
-                scheduler.max_concurrency(),
-            );
-            scheduler.set_scope(key, config, now, wake);
-        });
-        Ok(())
     }
 
     /// Holds scope `key` for `duration`: nothing of it is sent before then.

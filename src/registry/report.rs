@@ -4,12 +4,12 @@
 //! through it, and inside a throttle they leave their reports for the lock
 //! its completion takes ([`collect`]), so a response costs one lock.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::configs::ConfigsOf;
+use super::fast_path::StatusSet;
 use super::feedback::{AnnouncedLimits, Feedback};
 use super::scheduler::{Scheduler, WakeList};
 use super::{Registry, ScopeConfig};
@@ -83,14 +83,14 @@ impl ScopeReport {
 /// added: a code no config has any more costs a lock, never a wrong answer.
 #[derive(Debug)]
 pub(crate) struct BackoffStatuses {
-    bits: [AtomicU64; 10],
+    codes: StatusSet,
 }
 
 impl BackoffStatuses {
     /// The backoff statuses of `configs`.
     pub(crate) fn of<'a>(configs: impl IntoIterator<Item = &'a ScopeConfig>) -> Self {
         let statuses = BackoffStatuses {
-            bits: Default::default(),
+            codes: StatusSet::default(),
         };
         for config in configs {
             statuses.add(config);
@@ -101,17 +101,13 @@ impl BackoffStatuses {
     /// Adds `config`'s backoff statuses.
     pub(crate) fn add(&self, config: &ScopeConfig) {
         for &code in config.get_backoff().codes() {
-            if let Some(word) = self.bits.get(usize::from(code / 64)) {
-                word.fetch_or(1 << (code % 64), Ordering::Relaxed);
-            }
+            self.codes.add(code);
         }
     }
 
     /// Whether `status` is a backoff status in some config.
     pub(crate) fn may_contain(&self, status: u16) -> bool {
-        self.bits
-            .get(usize::from(status / 64))
-            .is_none_or(|word| word.load(Ordering::Relaxed) & (1 << (status % 64)) != 0)
+        self.codes.may_contain(status)
     }
 }
 

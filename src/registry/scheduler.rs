@@ -22,7 +22,7 @@ use super::fast_path::{FastScope, GlobalFlight, WordOwner};
 use super::metrics::Metrics;
 use super::scope_state::{Effective, ScopeCheck, ScopeState};
 use super::ticket::{HeldBy, OrderKey, Seat, Seats, SendsBefore, Status, TicketState, WaitedInScheduler};
-pub(crate) use super::ticket::{Outcome, ScopeId, TicketId, TicketPoll, WakeList};
+pub(crate) use super::ticket::{Outcome, Refusal, ScopeId, TicketId, TicketPoll, WakeList};
 use crate::scope::{Scope, Scopes, DEFAULT_COST};
 use crate::store::backend::AutoThrottleSample;
 use crate::time::Stamp;
@@ -39,7 +39,7 @@ pub const MAX_MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FastMode {
     /// Never: the scheduler admits, and closes an open scope first (a
-    /// debug listener wants every send's event).
+    /// request of several scopes; tests of tickets).
     Never,
     /// On the word of a scope already open (another thread uses it); also
     /// opens the word of a plain scope that the last one-scope request
@@ -58,6 +58,8 @@ pub(crate) enum Admission {
     /// A ticket of the scheduler; admitted at once or not, as
     /// [`Scheduler::enqueue`] says.
     Ticket(TicketId, Option<bool>),
+    /// Failed for its bounds (see `bounds.rs`): it left the scheduler.
+    Refused(Box<Refusal>),
     /// Admitted at once on a lane of a plain scope, without a ticket: the
     /// scope and the lane are all its end needs (see
     /// [`Scheduler::finish_request`]).
@@ -130,6 +132,7 @@ pub(crate) struct Scheduler {
     /// Whether the warning for the current crossing was given.
     delayed_warned: bool,
     metrics: Metrics,
+    bounds: bounds::Bounds,
 }
 
 impl Scheduler {
@@ -167,6 +170,7 @@ impl Scheduler {
             delayed_warn_threshold: DEFAULT_DELAYED_WARN_THRESHOLD,
             delayed_warned: false,
             metrics: Metrics::default(),
+            bounds: bounds::Bounds::default(),
         }
     }
 
@@ -229,21 +233,10 @@ impl Scheduler {
         self.evict_expired(now);
         let scope = self.scope_id_named(name, || Scope::new(name), now);
         let key = self.scopes[scope].state.key.clone();
-        if let Some(fast) = self.fast_admission(scope, mode, now) {
-            return (Admission::Fast(fast), key);
-        }
-        self.note_busy(scope);
-        if let Some(plain) = self.plain_admission(scope, mode, now) {
-            return (plain, key);
-        }
-        let seats = Seats::One([Seat {
-            scope,
-            lane: usize::MAX,
-            cost: DEFAULT_COST,
-            before: SendsBefore::KEEP,
-        }]);
-        let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
-        (Admission::Ticket(id, admitted), key)
+        (
+            self.enqueue_one(scope, DEFAULT_COST, priority, mode, now, wake),
+            key,
+        )
     }
 
     /// Queues a request for `scopes`; admits it at once when nothing is
@@ -259,37 +252,52 @@ impl Scheduler {
         now: Instant,
         wake: &mut WakeList,
     ) -> Admission {
-        let ids: Vec<(ScopeId, f64)>;
-        let seats = if scopes.len() == 1 {
+        self.evict_expired(now);
+        if scopes.len() == 1 {
             let (key, cost) = scopes.iter().next().expect("a Scopes is never empty");
-            self.evict_expired(now);
             let scope = self.scope_id_named(key.as_str(), || key.clone(), now);
-            if let Some(fast) = self.fast_admission(scope, mode, now) {
-                return Admission::Fast(fast);
-            }
-            self.note_busy(scope);
-            if let Some(plain) = self.plain_admission(scope, mode, now) {
-                return plain;
-            }
-            Seats::One([Seat {
-                scope,
-                lane: usize::MAX,
-                cost,
-                before: SendsBefore::KEEP,
-            }])
-        } else {
-            self.evict_expired(now);
-            ids = scopes
-                .iter()
-                .map(|(scope, cost)| (self.busy_scope_id(scope, now), cost))
-                .collect();
-            Seats::from_iter(ids.iter().map(|&(scope, cost)| Seat {
-                scope,
-                lane: usize::MAX,
-                cost,
-                before: SendsBefore::KEEP,
-            }))
-        };
+            return self.enqueue_one(scope, cost, priority, mode, now, wake);
+        }
+        let ids: Vec<(ScopeId, f64)> = scopes
+            .iter()
+            .map(|(scope, cost)| (self.busy_scope_id(scope, now), cost))
+            .collect();
+        let seats = Seats::from_iter(ids.iter().map(|&(scope, cost)| Seat {
+            scope,
+            lane: usize::MAX,
+            cost,
+            before: SendsBefore::KEEP,
+        }));
+        let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
+        Admission::Ticket(id, admitted)
+    }
+
+    /// The one admission of a one-scope request (of scope `scope`, at
+    /// `cost`), whichever way its scope was found: on the scope's word,
+    /// on a plain lane, or with a ticket.
+    #[inline(always)]
+    fn enqueue_one(
+        &mut self,
+        scope: ScopeId,
+        cost: f64,
+        priority: i32,
+        mode: FastMode,
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> Admission {
+        if let Some(fast) = self.fast_admission(scope, mode, now) {
+            return Admission::Fast(fast);
+        }
+        self.note_busy(scope);
+        if let Some(plain) = self.plain_admission(scope, mode, now) {
+            return plain;
+        }
+        let seats = Seats::One([Seat {
+            scope,
+            lane: usize::MAX,
+            cost,
+            before: SendsBefore::KEEP,
+        }]);
         let (id, admitted) = self.enqueue_seats(seats, priority, now, wake);
         Admission::Ticket(id, admitted)
     }
@@ -655,6 +663,7 @@ impl Scheduler {
     }
 }
 
+mod bounds;
 mod choice;
 mod dispatch;
 mod entry;
@@ -671,23 +680,10 @@ mod timers;
 mod updates;
 mod wait_log;
 
-/// Keeps a response's AutoThrottle sample for the fleet's store (when the
-/// scope runs AutoThrottle): off the common path.
-#[inline(never)]
-fn sample_for_fleet(
-    samples: &mut Vec<(Scope, AutoThrottleSample)>,
-    scope: &ScopeState,
-    latency: Duration,
-    status: u16,
-) {
-    if let Some(sample) = scope.autothrottle_sample(latency, status) {
-        samples.push((scope.key.clone(), sample));
-    }
-}
-
 use eviction::Eviction;
 pub use eviction::{DEFAULT_IDLE_TTL, DEFAULT_MAX_SCOPES};
 use index::ScopeIndex;
+use learning::sample_for_fleet;
 
 /// Default number of waiting requests past which the registry warns.
 pub const DEFAULT_DELAYED_WARN_THRESHOLD: usize = 500;

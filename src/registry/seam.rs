@@ -12,8 +12,8 @@ use super::fast_path::{hot, Ended, FastScope};
 use super::report::Collected;
 use super::scheduler::{Admission, FastMode, Finishing, Outcome, Scheduler, TicketId, TicketPoll};
 use super::ticket::WaitedInScheduler;
-use super::Registry;
-use crate::scope::{Priority, Scope, Scopes};
+use super::{Registry, RequestBound};
+use crate::scope::{Priority, Scope, Scopes, DEFAULT_COST};
 use crate::store::backend::{ScopeTerms, SharedFacts};
 use crate::time::Stamp;
 
@@ -26,11 +26,17 @@ impl Registry {
     /// lock-free word instead (see [`fast_path`](super::fast_path)). With
     /// the built-in host resolver and a URI that names a host, the host's
     /// scope is found by name under the lock, and a scope already known
-    /// costs no new key.
+    /// costs no new key. A request that would wait is failed at once for
+    /// its `bound` and its scopes' bounds (see `scheduler/bounds.rs`).
     #[inline]
-    pub(crate) fn enqueue<B>(&self, asked: Asked<'_, B>, priority: Priority) -> (Admission, Scopes) {
+    pub(crate) fn enqueue<B>(
+        &self,
+        asked: Asked<'_, B>,
+        priority: Priority,
+        bound: RequestBound,
+    ) -> (Admission, Scopes) {
         let request = match asked {
-            Asked::Scopes(scopes) => return (self.enqueue_scopes(&scopes, priority), scopes),
+            Asked::Scopes(scopes) => return (self.enqueue_scopes(&scopes, priority, bound), scopes),
             Asked::Request(request) => request,
         };
         let authority = request.uri().authority();
@@ -40,7 +46,7 @@ impl Registry {
             authority,
         ) else {
             let scopes = self.resolve(request);
-            let admission = self.enqueue_scopes(&scopes, priority);
+            let admission = self.enqueue_scopes(&scopes, priority, bound);
             return (admission, scopes);
         };
         let name = crate::scope::host_scope_name(authority);
@@ -49,7 +55,13 @@ impl Registry {
             Err(mode) => mode,
         };
         let (admission, scope) = self.with_scheduler(|scheduler, now, wake| {
-            scheduler.enqueue_named(&name, priority.0, mode, now, wake)
+            let checked =
+                match scheduler.check_bounds([(&*name, DEFAULT_COST)].into_iter(), priority.0, bound, now) {
+                    Ok(checked) => checked,
+                    Err(refusal) => return (Admission::Refused(refusal), Scope::new(&*name)),
+                };
+            let (admission, scope) = scheduler.enqueue_named(&name, priority.0, mode, now, wake);
+            (scheduler.wait_within(admission, (checked, bound), now), scope)
         });
         self.remember(&admission);
         (admission, Scopes::one(scope))
@@ -57,7 +69,7 @@ impl Registry {
 
     /// [`enqueue`](Self::enqueue) for `scopes`.
     #[inline]
-    fn enqueue_scopes(&self, scopes: &Scopes, priority: Priority) -> Admission {
+    fn enqueue_scopes(&self, scopes: &Scopes, priority: Priority, bound: RequestBound) -> Admission {
         let (key, _) = scopes.iter().next().expect("a Scopes is never empty");
         let mode = match scopes.len() {
             1 => match self.admit_unlocked(key.as_str()) {
@@ -66,8 +78,15 @@ impl Registry {
             },
             _ => FastMode::Never,
         };
-        let admission = self
-            .with_scheduler(|scheduler, now, wake| scheduler.enqueue(scopes, priority.0, mode, now, wake));
+        let admission = self.with_scheduler(|scheduler, now, wake| {
+            let named = scopes.iter().map(|(scope, cost)| (scope.as_str(), cost));
+            let checked = match scheduler.check_bounds(named, priority.0, bound, now) {
+                Ok(checked) => checked,
+                Err(refusal) => return Admission::Refused(refusal),
+            };
+            let admission = scheduler.enqueue(scopes, priority.0, mode, now, wake);
+            scheduler.wait_within(admission, (checked, bound), now)
+        });
         self.remember(&admission);
         admission
     }
@@ -77,15 +96,10 @@ impl Registry {
     /// lock may use the word.
     #[inline(always)]
     fn admit_unlocked(&self, name: &str) -> Result<(Arc<FastScope>, Scope), FastMode> {
-        // A debug listener wants each send's event, which the lock gives.
         // No word yet (never, without words): the lock decides whether to
-        // open one (not for a debug listener: see
-        // `Scheduler::word_admission`).
+        // open one.
         if !self.shared.global.words_exist() {
             return Err(FastMode::Join);
-        }
-        if tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
-            return Err(FastMode::Never);
         }
         match hot::admit(self.shared.uid, name) {
             hot::Lookup::Admitted(fast, key) => {
@@ -114,7 +128,7 @@ impl Registry {
             let polled = scheduler.poll_ticket(id, now, waker, wake);
             let waited = match polled {
                 TicketPoll::Sent { .. } => scheduler.take_waited(id),
-                TicketPoll::Waiting { .. } => None,
+                TicketPoll::Waiting { .. } | TicketPoll::Refused(_) => None,
             };
             (polled, waited)
         })

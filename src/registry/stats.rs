@@ -8,7 +8,8 @@ use tokio::time::Instant;
 
 use super::feedback::AnnouncedLimits;
 use super::scheduler::{Scheduler, ScopeEntry};
-use super::scope_state::{Effective, LimitSource, Manager, ScopeState};
+use super::scope_state::{Effective, Manager, ScopeState};
+use super::LimitSource;
 use crate::scope::Scope;
 use crate::time::{saturating_add, Stamp};
 

@@ -6,8 +6,9 @@ use std::task::Waker;
 
 use tokio::time::Instant;
 
+use crate::scope::Scope;
 use crate::time::Stamp;
-use crate::waited::WaitPart;
+use crate::waited::{CauseKey, WaitPart};
 
 /// Index of a scope in the scheduler.
 pub(crate) type ScopeId = usize;
@@ -193,8 +194,49 @@ pub(crate) enum Outcome {
     NoResponse,
 }
 
+/// Why the registry failed a request for its bounds (see
+/// `scheduler/bounds.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Refusal {
+    /// Its prediction was past its `bound`: the wait it predicted, what
+    /// accounts for most of it and whether it was exact; `waited`: what
+    /// it waited before (by cause), when the bound itself passed while it
+    /// waited.
+    WouldWait {
+        wait: std::time::Duration,
+        cause: Option<CauseKey>,
+        exact: bool,
+        bound: std::time::Duration,
+        waited: Option<WaitParts>,
+    },
+    /// Its scope had `max_waiting` requests waiting already.
+    QueueFull { scope: Scope, max_waiting: usize },
+}
+
+impl Refusal {
+    /// A request whose prediction at `now` is `forecast`, past its `bound`.
+    pub(crate) fn would_wait(
+        forecast: ScopeForecastView,
+        now: Instant,
+        bound: std::time::Duration,
+        waited: Option<WaitParts>,
+    ) -> Self {
+        Refusal::WouldWait {
+            wait: forecast.0.saturating_duration_since(now),
+            cause: forecast.1,
+            exact: forecast.2,
+            bound,
+            waited,
+        }
+    }
+}
+
+/// A forecast as a refusal keeps it: the instant, the cause, whether it is
+/// exact.
+pub(crate) type ScopeForecastView = (Instant, Option<CauseKey>, bool);
+
 /// The result of polling a ticket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum TicketPoll {
     /// The request may be sent now (it is counted in flight). The caller
     /// reads the clock once the inner service has it (the departure) and
@@ -206,6 +248,9 @@ pub(crate) enum TicketPoll {
     Sent { report_departure: bool },
     /// Still waiting; keep a timer until this instant, if any.
     Waiting { timer: Option<Instant> },
+    /// Failed for its bound: it left the scheduler. (Boxed: polls that
+    /// wait move this enum, and a refusal is rare.)
+    Refused(Box<Refusal>),
 }
 
 /// Wakers to call once the lock is released.

@@ -45,6 +45,13 @@ struct Unread {
     warned: bool,
 }
 
+/// Notes that no watch runs for `scope`.
+fn unwatch(map: &mut HashMap<Scope, Unread>, scope: &Scope) {
+    if let Some(unread) = map.get_mut(scope) {
+        unread.watching = false;
+    }
+}
+
 /// What the watch does next.
 enum Next {
     Stop,
@@ -75,8 +82,16 @@ impl Registry {
                 })
                 .collect()
         });
+        // Outside a tokio runtime (a future polled by another executor),
+        // nothing watches: the warning is a help, not a limit.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.shared
+                .unread
+                .with(|map| to_watch.iter().for_each(|scope| unwatch(map, scope)));
+            return;
+        };
         for scope in to_watch {
-            tokio::spawn(watch(std::sync::Arc::downgrade(&self.shared), scope));
+            runtime.spawn(watch(std::sync::Arc::downgrade(&self.shared), scope));
         }
     }
 

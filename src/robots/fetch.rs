@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use super::cache::{FetchResult, OriginEntry};
-use super::layer::RobotsShared;
+use super::shared::RobotsShared;
 use super::MAX_REDIRECTS;
 use crate::error::BoxError;
 use crate::ip::ServerAddr;

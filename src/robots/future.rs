@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::cache::OriginEntry;
-use super::layer::RobotsShared;
+use super::shared::RobotsShared;
 use crate::error::{BoxError, Error};
 use crate::registry::LimitSource;
 use crate::scope::Scopes;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
-use super::cache::Cache;
+use super::shared::RobotsShared;
 use super::{Config, RobotsDelay};
 use crate::parse::robots_txt::MAX_ROBOTS_TXT_BYTES;
 use crate::registry::Registry;
@@ -42,32 +42,6 @@ use crate::registry::Registry;
 #[derive(Clone)]
 pub struct RobotsDelayLayer {
     shared: Arc<RobotsShared>,
-}
-
-/// What every service of one layer (and its clones) shares.
-pub(crate) struct RobotsShared {
-    pub(crate) registry: Registry,
-    pub(crate) config: Config,
-    pub(crate) cache: Cache,
-}
-
-impl RobotsShared {
-    pub(crate) fn new(registry: Registry, config: Config) -> Self {
-        RobotsShared {
-            registry,
-            config,
-            cache: Cache::default(),
-        }
-    }
-}
-
-impl fmt::Debug for RobotsShared {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RobotsShared")
-            .field("config", &self.config)
-            .field("cache", &self.cache)
-            .finish_non_exhaustive()
-    }
 }
 
 impl fmt::Debug for RobotsDelayLayer {

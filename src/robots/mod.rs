@@ -148,6 +148,7 @@ mod fetch;
 pub mod future;
 mod layer;
 mod service;
+mod shared;
 
 use std::time::Duration;
 

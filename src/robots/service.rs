@@ -10,7 +10,7 @@ use tower_service::Service;
 use super::cache::{Arrival, Origin};
 use super::fetch::{spawn_fetch, FetchTemplate};
 use super::future::{ResponseFuture, Turn};
-use super::layer::RobotsShared;
+use super::shared::RobotsShared;
 use super::Config;
 use crate::error::{BoxError, Error};
 use crate::ip::ServerAddr;

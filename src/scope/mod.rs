@@ -27,6 +27,7 @@
 //! (off by default), for inner code that reads the extension itself.
 
 pub(crate) mod handover;
+mod key_check;
 mod ready_made;
 mod resolver;
 
@@ -42,6 +43,7 @@ pub use resolver::{HostResolver, RequestHead, ScopeResolver};
 use std::borrow::Borrow;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The key requests are throttled by: a host name such as
 /// `books.toscrape.com`, or any name you choose (`"api"`, `"images"`).
@@ -286,6 +288,24 @@ impl<'a> Iterator for Iter<'a> {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Priority(pub i32);
+
+/// A request extension that bounds how long the request may wait for its
+/// scopes: when the registry predicts it would wait longer, it fails at
+/// once (see [`Error::is_would_wait`](crate::Error::is_would_wait)), and
+/// so it does when the bound passes while it waits. With a scope's own
+/// [`max_wait`](crate::ScopeConfig::max_wait) too, the tighter bound
+/// wins. It needs a throttle that returns the crate's
+/// [`Error`](crate::Error) ([`ThrottleLayer::crate_errors`](crate::ThrottleLayer::crate_errors)).
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::scope::MaxWait;
+///
+/// let mut request = http::Request::get("https://api.example/users").body(()).unwrap();
+/// request.extensions_mut().insert(MaxWait(Duration::from_secs(2)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MaxWait(pub Duration);
 
 /// A request extension: this request's latency does not adjust
 /// AutoThrottle's delay (Scrapy's `autothrottle_dont_adjust_delay`).

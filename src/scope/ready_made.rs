@@ -50,6 +50,10 @@ impl ScopeResolver for EndpointResolver {
         }
         Scopes::one(key)
     }
+
+    fn check_key(&self, key: &str) -> Result<(), String> {
+        super::key_check::check_endpoint_key(key, self.segments)
+    }
 }
 
 /// Requests to a scraping API (`https://api.example/?url=https%3A%2F%2Fsite.example%2Fpage`)
@@ -219,6 +223,14 @@ impl<I: ScopeResolver, T: ScopeResolver> ScopeResolver for ScrapingApiResolver<I
                 .map(|(scope, cost)| (scope.clone(), cost)),
         )
     }
+
+    /// A key either resolver can give (the API's scopes are the inner
+    /// resolver's, the sites' the target resolver's).
+    fn check_key(&self, key: &str) -> Result<(), String> {
+        self.inner
+            .check_key(key)
+            .or_else(|why| self.target.check_key(key).map_err(|_| why))
+    }
 }
 
 #[cfg(feature = "public-suffix")]
@@ -264,6 +276,10 @@ mod public_suffix {
             let host = head.host().unwrap_or_default();
             let scope = registrable_domain(&host).map_or_else(|| Scope::new(&*host), Scope::new);
             Scopes::one(scope)
+        }
+
+        fn check_key(&self, key: &str) -> Result<(), String> {
+            crate::scope::key_check::check_host_key(key, "the registrable-domain resolver")
         }
     }
 
@@ -314,6 +330,10 @@ mod public_suffix {
                 }
             }
             Scopes::from(scopes)
+        }
+
+        fn check_key(&self, key: &str) -> Result<(), String> {
+            crate::scope::key_check::check_host_key(key, "the host-and-parents resolver")
         }
     }
 }

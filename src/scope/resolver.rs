@@ -101,11 +101,20 @@ fn host_of_any_authority(authority: &str) -> (&str, bool) {
 }
 
 /// The scope the [`HostResolver`] gives a request with this authority: its
-/// host, lower-cased (borrowed when it already is).
+/// host, lower-cased, without a trailing dot (borrowed when it already is).
 pub(crate) fn host_scope_name(authority: &http::uri::Authority) -> Cow<'_, str> {
     match host_of_authority(authority.as_str()) {
-        (host, false) => Cow::Borrowed(host),
-        (host, true) => Cow::Owned(host.to_ascii_lowercase()),
+        (host, false) => Cow::Borrowed(without_trailing_dot(host)),
+        (host, true) => Cow::Owned(without_trailing_dot(host).to_ascii_lowercase()),
+    }
+}
+
+/// `example.com.` and `example.com` name one host (the dot makes the name
+/// absolute for DNS): one scope.
+fn without_trailing_dot(host: &str) -> &str {
+    match host.strip_suffix('.') {
+        Some(name) if !name.is_empty() => name,
+        _ => host,
     }
 }
 
@@ -134,16 +143,18 @@ impl<'a> RequestHead<'a> {
         }
     }
 
-    /// The host the request goes to, lower-cased, without port: the URI's
-    /// host, or for an origin-form URI (`/path`) the `Host` header's.
-    /// `None` when neither names a host.
+    /// The host the request goes to, lower-cased, without port and
+    /// without a trailing dot: the URI's host, or for an origin-form URI
+    /// (`/path`) the `Host` header's. `None` when neither names a host.
     pub fn host(&self) -> Option<Cow<'a, str>> {
         if let Some(host) = self.uri.host() {
-            return Some(lower_cased(host));
+            return Some(lower_cased(without_trailing_dot(host)));
         }
         let header = self.headers.get(http::header::HOST)?.to_str().ok()?;
         let authority: http::uri::Authority = header.trim().parse().ok()?;
-        Some(Cow::Owned(authority.host().to_ascii_lowercase()))
+        Some(Cow::Owned(
+            without_trailing_dot(authority.host()).to_ascii_lowercase(),
+        ))
     }
 }
 
@@ -171,9 +182,61 @@ impl<'a> RequestHead<'a> {
 /// ```
 ///
 /// A [`Scopes`] request extension takes precedence over the resolver.
+///
+/// # Keys given a config
+///
+/// A registry asks its resolver's [`check_key`](Self::check_key) about
+/// every scope key given a config of its own (with
+/// [`RegistryBuilder::scope`](crate::registry::RegistryBuilder::scope),
+/// in a config file or with [`Registry::set_scope`](crate::Registry::set_scope)),
+/// so that a config that could never apply is an error where it is given.
+/// The default accepts every key; a resolver whose keys have a form of
+/// their own says which keys it can never give:
+///
+/// ```
+/// use tower_throttle::scope::{RequestHead, ScopeResolver};
+/// use tower_throttle::{Registry, ScopeConfig, Scopes};
+///
+/// /// One scope per HTTP method.
+/// struct ByMethod;
+///
+/// impl ScopeResolver for ByMethod {
+///     fn resolve(&self, head: &RequestHead<'_>) -> Scopes {
+///         Scopes::from(head.method.as_str())
+///     }
+///
+///     fn check_key(&self, key: &str) -> Result<(), String> {
+///         // Methods are case-sensitive; every request of this crawler uses a standard one.
+///         let upper = key.to_ascii_uppercase();
+///         match key.parse::<http::Method>() {
+///             Ok(_) if key == upper => Ok(()),
+///             _ => Err(format!("requests are scoped by method, such as {upper:?}")),
+///         }
+///     }
+/// }
+///
+/// let err = Registry::builder().resolver(ByMethod).scope("get", ScopeConfig::default()).build().unwrap_err();
+/// assert_eq!(err.value(), r#""get""#);
+/// assert!(err.to_string().ends_with(r#"requests are scoped by method, such as "GET""#));
+/// ```
 pub trait ScopeResolver: Send + Sync + 'static {
     /// The scopes of the request whose head is `head`.
     fn resolve(&self, head: &RequestHead<'_>) -> Scopes;
+
+    /// Whether this resolver can ever give a request the scope `key`:
+    /// `Err` says why not and, where it can tell, which key would match
+    /// instead; the registry rejects the config with a
+    /// [`ConfigError`](crate::ConfigError) that names the key and gives
+    /// this reason. IP scopes (`ip:…`, which the [`ip`](crate::ip) layer
+    /// adds whatever the resolver) are not asked about.
+    ///
+    /// The default accepts every key (closures, for instance, cannot
+    /// tell). A key that only [`Scopes`] extensions give requests is asked
+    /// about too: a resolver that refuses keys refuses those.
+    fn check_key(&self, key: &str) -> Result<(), String> {
+        let _ = key;
+        Ok(())
+    }
 }
 
 impl<F> ScopeResolver for F
@@ -186,10 +249,28 @@ where
 }
 
 /// The default resolver: one scope per host, lower-cased, without port
-/// (`https://Books.toscrape.com:8443/x` → `books.toscrape.com`).
+/// and without a trailing dot (`https://Books.toscrape.com:8443/x` →
+/// `books.toscrape.com`).
 ///
 /// A request that names no host (neither in its URI nor in a `Host` header)
 /// gets the unnamed scope `""`, so it is still throttled.
+///
+/// Its [`check_key`](ScopeResolver::check_key) refuses a key it can never
+/// give (one with a scheme, a port, a path, upper case or a trailing dot)
+/// and names the key it would give instead:
+///
+/// ```
+/// use tower_throttle::{Registry, ScopeConfig};
+///
+/// let err = Registry::builder()
+///     .scope("http://Example.com/", ScopeConfig::default())
+///     .build()
+///     .unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     r#"invalid scope key = "http://Example.com/": the host resolver never gives a request this key (it has a scheme, a path and upper case); it would match "example.com""#
+/// );
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HostResolver;
 
@@ -199,6 +280,10 @@ impl ScopeResolver for HostResolver {
             return Scopes::one(scope_of_authority(authority));
         }
         Scopes::one(head.host().map_or_else(|| Scope::new(""), Scope::new))
+    }
+
+    fn check_key(&self, key: &str) -> Result<(), String> {
+        super::key_check::check_host_key(key, "the host resolver")
     }
 }
 

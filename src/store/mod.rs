@@ -262,7 +262,6 @@ pub use memory::MemoryStore;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -354,10 +353,17 @@ impl Drop for RenewalTask {
     fn drop(&mut self) {
         if !self.ended {
             if let Some(fleet) = self.handle.upgrade() {
-                fleet.renewing.store(false, Ordering::Release);
+                fleet.leases().renewing = false;
             }
         }
     }
+}
+
+/// The leases a worker's requests hold, and whether its renewal task runs.
+#[derive(Debug, Default)]
+struct Leases {
+    live: HashMap<LeaseId, Vec<Scope>>,
+    renewing: bool,
 }
 
 /// A registry's store, with the failure mode chosen and whether an outage
@@ -366,11 +372,12 @@ impl Drop for RenewalTask {
 pub(crate) struct StoreHandle {
     pub(crate) store: Arc<dyn ScopeStore>,
     pub(crate) failure: StoreFailure,
-    outage: AtomicBool,
-    /// The leases this worker's requests hold, renewed in the background.
-    live: Mutex<HashMap<LeaseId, Vec<Scope>>>,
-    /// Whether the renewal task runs.
-    renewing: AtomicBool,
+    /// Whether an outage is under way.
+    outage: Mutex<bool>,
+    /// The leases this worker's requests hold, and whether the task that
+    /// renews them runs: one lock, so a lease that comes as the task ends
+    /// either finds it running or starts another.
+    leases: Mutex<Leases>,
     /// Whether the fleet learns together (the store shares learning and the
     /// registry wants it).
     pub(crate) learns: bool,
@@ -389,16 +396,15 @@ impl StoreHandle {
             learns,
             store,
             failure,
-            outage: AtomicBool::new(false),
-            live: Mutex::default(),
-            renewing: AtomicBool::new(false),
+            outage: Mutex::new(false),
+            leases: Mutex::default(),
             reading: Mutex::default(),
             worker: fastrand::u64(..),
         }
     }
 
-    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<LeaseId, Vec<Scope>>> {
-        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    fn leases(&self) -> std::sync::MutexGuard<'_, Leases> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Notes that a request holds lease `id` in `scopes` until
@@ -408,8 +414,12 @@ impl StoreHandle {
         let Some(ttl) = self.store.lease_ttl() else {
             return;
         };
-        self.live().insert(id, scopes);
-        if !self.renewing.swap(true, Ordering::AcqRel) {
+        let start = {
+            let mut leases = self.leases();
+            leases.live.insert(id, scopes);
+            !std::mem::replace(&mut leases.renewing, true)
+        };
+        if start {
             self.start_renewing(ttl);
         }
     }
@@ -418,7 +428,7 @@ impl StoreHandle {
     /// any more.
     pub(crate) fn untrack(&self, id: LeaseId) {
         if self.store.lease_ttl().is_some() {
-            self.live().remove(&id);
+            self.leases().live.remove(&id);
         }
     }
 
@@ -427,7 +437,7 @@ impl StoreHandle {
     /// again) or the registry is gone.
     fn start_renewing(self: &Arc<Self>, ttl: Duration) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.renewing.store(false, Ordering::Release);
+            self.leases().renewing = false;
             return;
         };
         let period = (ttl / 3).max(Duration::from_millis(1));
@@ -444,22 +454,22 @@ impl StoreHandle {
                     task.end();
                     return;
                 };
-                let leases: Vec<Lease> = fleet
-                    .live()
-                    .iter()
-                    .map(|(&id, scopes)| Lease::new(id, scopes.clone()))
-                    .collect();
-                if leases.is_empty() {
-                    // Nothing in flight: the task ends (no timer kept for an
-                    // idle worker), unless a lease came meanwhile and saw
-                    // the task still running.
-                    fleet.renewing.store(false, Ordering::Release);
-                    if fleet.live().is_empty() || fleet.renewing.swap(true, Ordering::AcqRel) {
+                let leases: Vec<Lease> = {
+                    let mut leases = fleet.leases();
+                    if leases.live.is_empty() {
+                        // Nothing in flight: the task ends (no timer kept
+                        // for an idle worker); the next lease starts
+                        // another.
+                        leases.renewing = false;
                         task.end();
                         return;
                     }
-                    continue;
-                }
+                    leases
+                        .live
+                        .iter()
+                        .map(|(&id, scopes)| Lease::new(id, scopes.clone()))
+                        .collect()
+                };
                 match fleet.store.renew(leases).await {
                     Ok(()) => fleet.note_answer(),
                     Err(error) => fleet.note_failure(&error),
@@ -468,9 +478,13 @@ impl StoreHandle {
         });
     }
 
+    fn outage(&self) -> std::sync::MutexGuard<'_, bool> {
+        self.outage.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Notes that the store answered, and says so if it had not before.
     pub(crate) fn note_answer(&self) {
-        if self.outage.load(Ordering::Relaxed) && self.outage.swap(false, Ordering::Relaxed) {
+        if std::mem::take(&mut *self.outage()) {
             tracing::warn!(
                 target: "tower_throttle",
                 store = ?self.store,
@@ -481,7 +495,7 @@ impl StoreHandle {
 
     /// Notes a failed store call, warning on the first of an outage.
     pub(crate) fn note_failure(&self, error: &StoreError) {
-        if !self.outage.swap(true, Ordering::Relaxed) {
+        if !std::mem::replace(&mut *self.outage(), true) {
             let consequence = match self.failure {
                 StoreFailure::FailClosed => "requests fail (or wait) until it answers",
                 StoreFailure::FailLocal => "falling back to per-process limits",

@@ -1,6 +1,6 @@
 //! How a [`Throttle`](super::Throttle) reports errors: the inner service's
 //! own, or the crate's [`Error`], which can also say that a
-//! scope store failed.
+//! scope store failed, or that a request would wait past its bound.
 
 use crate::error::{BoxError, Error};
 use crate::store::StoreError;
@@ -22,6 +22,17 @@ pub trait ErrorMode<E>: sealed::Sealed {
     ///
     /// Gives the store error back when the mode has no way to report it.
     fn store(error: StoreError) -> Result<Self::Error, StoreError>;
+
+    /// Whether the mode can fail a request on the throttle's own account
+    /// (a wait past its bound, a full scope queue): only then do bounds
+    /// apply.
+    #[doc(hidden)]
+    const REFUSES: bool;
+
+    /// The throttle's own failure of a request, if this mode can say it
+    /// (see [`REFUSES`](Self::REFUSES)).
+    #[doc(hidden)]
+    fn refused(error: Error) -> Option<Self::Error>;
 }
 
 mod sealed {
@@ -33,13 +44,19 @@ mod sealed {
 /// The throttle passes the inner service's error type through unchanged
 /// (the default). It cannot report a store failure: under
 /// [`StoreFailure::FailClosed`](crate::store::StoreFailure::FailClosed)
-/// its requests wait for the store instead.
+/// its requests wait for the store instead. Nor can it fail a request that
+/// would wait past its bound: bounds
+/// ([`ScopeConfig::max_wait`](crate::ScopeConfig::max_wait),
+/// [`max_waiting`](crate::ScopeConfig::max_waiting),
+/// [`MaxWait`](crate::scope::MaxWait)) do not apply to its requests, which
+/// wait as if there were none (a scope's bounds with a warning, once).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct InnerErrors;
 
 /// The throttle returns the crate's [`Error`]: the inner service's errors
-/// wrapped ([`Error::is_inner`]), and store failures
-/// ([`Error::is_store`]).
+/// wrapped ([`Error::is_inner`]), store failures ([`Error::is_store`]),
+/// and requests failed for their bounds ([`Error::is_would_wait`],
+/// [`Error::is_queue_full`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StoreErrors;
 
@@ -53,6 +70,12 @@ impl<E> ErrorMode<E> for InnerErrors {
     fn store(error: StoreError) -> Result<E, StoreError> {
         Err(error)
     }
+
+    const REFUSES: bool = false;
+
+    fn refused(_error: Error) -> Option<E> {
+        None
+    }
 }
 
 impl<E: Into<BoxError>> ErrorMode<E> for StoreErrors {
@@ -64,5 +87,11 @@ impl<E: Into<BoxError>> ErrorMode<E> for StoreErrors {
 
     fn store(error: StoreError) -> Result<Error, StoreError> {
         Ok(Error::store(error))
+    }
+
+    const REFUSES: bool = true;
+
+    fn refused(error: Error) -> Option<Error> {
+        Some(error)
     }
 }

@@ -107,13 +107,23 @@ where
         // The common case: the request could be sent at once, so the inner
         // call starts now and the waiting state is never entered. With a
         // store, the store has its say first.
+        // A request failed for its bounds is not sent: it parks, and fails
+        // at its first poll (nothing reaches the inner service).
         let (state, write_stamp) = if ticket.is_sent() && !ticket.has_fleet() {
             let (future, write_stamp) =
                 hand_over(readied, request, ticket.registry_id(), scopes, record_scopes);
             (State::Calling { future }, write_stamp)
         } else {
             ticket.note_parked();
-            (park(readied, request, scopes, ticket.has_fleet()), None)
+            (
+                park(
+                    readied,
+                    request,
+                    scopes,
+                    (ticket.has_fleet(), ticket.is_refused()),
+                ),
+                None,
+            )
         };
         ResponseFuture {
             state,
@@ -133,10 +143,20 @@ where
 /// the inner call.
 #[cold]
 #[inline(never)]
-fn park<S, Req>(readied: S, request: Req, scopes: Scopes, has_fleet: bool) -> State<S, Req, S::Future>
+fn park<S, Req>(
+    readied: S,
+    request: Req,
+    scopes: Scopes,
+    (has_fleet, refused): (bool, bool),
+) -> State<S, Req, S::Future>
 where
     S: Service<Req> + Clone,
 {
+    if refused {
+        // Failed for its bounds: nothing to keep, it fails at its first
+        // poll.
+        return State::Waiting { waiting: None };
+    }
     // Give the readiness back while the request waits: a clone is not
     // ready, and dropping the readied handle releases whatever it
     // reserved, so other scopes' requests can use it meanwhile.
@@ -235,6 +255,14 @@ where
                 StateProj::Waiting { waiting } => {
                     if ticket.poll_send(cx).is_pending() {
                         return Poll::Pending;
+                    }
+                    if let Some(error) = ticket.take_refusal() {
+                        this.state.set(State::Done);
+                        // Only a throttle that can say it has its requests
+                        // failed for their bounds (see `RequestBound`).
+                        let error =
+                            M::refused(error).expect("a throttle that cannot fail requests applies no bound");
+                        return Poll::Ready(Err(error));
                     }
                     let Some(parked) = waiting.as_mut() else {
                         this.state.set(State::Done);

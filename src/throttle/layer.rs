@@ -59,6 +59,17 @@ impl ThrottleLayer {
     /// ([`is_store`](crate::Error::is_store)) when it fails closed. The
     /// inner service's error must convert into `tower::BoxError`.
     pub fn store_errors(self) -> ThrottleLayer<StoreErrors> {
+        self.crate_errors()
+    }
+
+    /// Makes the service return the crate's [`Error`](crate::Error), as
+    /// [`store_errors`](Self::store_errors) does (the same mode, named for
+    /// all it reports): the inner service's errors wrapped, the store's
+    /// failures, and the requests failed for their bounds
+    /// ([`is_would_wait`](crate::Error::is_would_wait),
+    /// [`is_queue_full`](crate::Error::is_queue_full)), which only a
+    /// throttle in this mode applies.
+    pub fn crate_errors(self) -> ThrottleLayer<StoreErrors> {
         ThrottleLayer {
             handle: self.handle,
             fixed: self.fixed,

@@ -39,6 +39,13 @@
 //! Dropping a response future at any point (waiting, in flight) releases
 //! everything it held: its queue place, its lanes, its global permit.
 //!
+//! Logging: with a `tracing` subscriber at DEBUG (target `tower_throttle`),
+//! each send is one "request sent" event with its scope, lane, wait and
+//! the gap that follows. A busy scope whose only limit is its lanes admits
+//! its requests without the registry's lock; their events carry
+//! `lock_free = true` and no lane. A subscriber only listens: requests are
+//! admitted the same way, at the same instants, with or without one.
+//!
 //! A response whose request waited carries a [`Waited`](crate::Waited) in
 //! its extensions: how long, and on what (lanes, delay, a hold, the quota,
 //! another scope, the queue places, ...). Each request has a debug span

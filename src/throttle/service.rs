@@ -14,7 +14,7 @@ use super::handles::Handle;
 
 use super::ticket::Ticket;
 use crate::readiness::take_readied;
-use crate::registry::PlaceHandle;
+use crate::registry::{PlaceHandle, RequestBound};
 use crate::scope::{AutoThrottleExempt, Priority, Scopes};
 #[cfg(doc)]
 use crate::waited::WaitCause;
@@ -181,7 +181,13 @@ where
                     .unwrap_or_default();
                 let place = self.places.take_reserved().expect("poll_ready reserved a place");
                 let place = (place, self.place_wait.take());
-                Ticket::enqueue_resolved(&self.handle, place, &request, priority)
+                // A throttle that cannot fail requests does not even look
+                // for a request's bound (its scopes' bounds are warned of).
+                let bound = match M::REFUSES {
+                    true => RequestBound::of(&request, true),
+                    false => RequestBound::NONE,
+                };
+                Ticket::enqueue_resolved(&self.handle, place, &request, (priority, bound))
             }
             Reserved::Ticket(mut ticket) => match &self.fixed {
                 Some(scopes) => {

@@ -14,8 +14,8 @@ use super::lease::HeldLease;
 use super::wake_timer::WakeTimer;
 use crate::departure::stamp::WriteStamp;
 use crate::registry::{
-    Admission, Asked, Collected, EndOwner, EndTiming, FastScope, Finishing, Outcome, QueuePlace, Registry,
-    RequestEnd, Reserved, TicketId, TicketPoll,
+    Admission, Asked, Collected, EndOwner, EndTiming, FastScope, Finishing, Outcome, QueuePlace, Refusal,
+    Registry, RequestBound, RequestEnd, Reserved, TicketId, TicketPoll,
 };
 use crate::scope::{Priority, Scopes};
 use crate::store::{
@@ -125,6 +125,7 @@ impl Ticket {
             Admission::Ticket(id, admitted) => (id, admitted, Owner::Scheduler(handle.clone())),
             // Nothing to report early: a plain scope has no gap.
             Admission::Plain(scope, lane) => (scope, Some(false), Owner::Plain(handle.clone(), lane)),
+            Admission::Refused(refusal) => return Ticket::refused(handle, place, refusal),
         };
         let stage = match admitted {
             // A request admitted at once gives its place back now.
@@ -143,6 +144,23 @@ impl Ticket {
         }
     }
 
+    /// A ticket failed for its bounds as it came: it gives its place back
+    /// and holds nothing.
+    #[cold]
+    #[inline(never)]
+    fn refused(handle: &Arc<Handle>, place: Reserved<'_>, refusal: Box<Refusal>) -> Self {
+        place.give_back();
+        let mut ticket = Ticket {
+            owner: Owner::Scheduler(handle.clone()),
+            id: TicketId::MAX,
+            stage: Stage::Finished,
+            waiting: None,
+            lease: None,
+        };
+        ticket.note_refusal(refusal);
+        ticket
+    }
+
     /// Queues a request for `scopes` in `registry`, which consumes its queue
     /// place, and admits it at once if nothing is ahead of it and every
     /// limit allows. Whoever hands it to the inner service then reports that
@@ -153,7 +171,10 @@ impl Ticket {
         scopes: Scopes,
         priority: Priority,
     ) -> Self {
-        let (admission, scopes) = handle.registry().enqueue::<()>(Asked::Scopes(scopes), priority);
+        let (admission, scopes) =
+            handle
+                .registry()
+                .enqueue::<()>(Asked::Scopes(scopes), priority, RequestBound::NONE);
         let mut ticket = Ticket::new(handle, admission, place, &scopes);
         // Its `call` comes later, if ever.
         ticket.note_parked();
@@ -161,15 +182,19 @@ impl Ticket {
     }
 
     /// [`enqueue`](Self::enqueue) for `request`, its scopes resolved as the
-    /// throttle does; also returns them.
+    /// throttle does; also returns them. A request that would wait past
+    /// its `bound` (or its scopes') comes back failed (see
+    /// [`is_refused`](Self::is_refused)).
     #[inline]
     pub(crate) fn enqueue_resolved<B>(
         handle: &Arc<Handle>,
         place: (Reserved<'_>, Option<Instant>),
         request: &http::Request<B>,
-        priority: Priority,
+        (priority, bound): (Priority, RequestBound),
     ) -> (Self, Scopes) {
-        let (admission, scopes) = handle.registry().enqueue(Asked::Request(request), priority);
+        let (admission, scopes) = handle
+            .registry()
+            .enqueue(Asked::Request(request), priority, bound);
         let ticket = Ticket::new(handle, admission, place, &scopes);
         (ticket, scopes)
     }
@@ -240,14 +265,16 @@ impl Ticket {
     }
 
     /// Whether the request was admitted (it may be handed to the inner
-    /// service).
+    /// service): not while it waits, nor once it was failed for its
+    /// bounds.
     pub(crate) fn is_sent(&self) -> bool {
-        !matches!(self.stage, Stage::Queued { .. })
+        !matches!(self.stage, Stage::Queued { .. }) && !self.is_refused()
     }
 
-    /// Resolves when the request may be sent.
+    /// Resolves when the request may be sent, or was failed for its bounds
+    /// (see [`take_refusal`](Self::take_refusal)).
     pub(crate) fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.is_sent() {
+        if self.is_sent() || self.is_refused() {
             return Poll::Ready(());
         }
         let Owner::Scheduler(handle) = &self.owner else {
@@ -267,6 +294,12 @@ impl Ticket {
                         report: report_departure,
                         called: false,
                     };
+                    return Poll::Ready(());
+                }
+                TicketPoll::Refused(refusal) => {
+                    // Out of the scheduler already: its place goes back.
+                    self.stage = Stage::Finished;
+                    self.note_refusal(refusal);
                     return Poll::Ready(());
                 }
                 TicketPoll::Waiting { timer: None } => return Poll::Pending,

@@ -3,10 +3,24 @@
 //! allows (`cargo test --release --manifest-path loom/Cargo.toml`): the
 //! atomics come from the parent module, std's here and loom's there.
 //!
-//! - [`Word`]: a scope's open bit and count of requests in flight. An end
-//!   and a close both read-modify-write the one word, so every request
-//!   admitted on it is either ended on the open word or adopted by the
-//!   close, never both, never neither.
+//! - [`Word`]: a scope's open bit, its lanes and its count of requests in
+//!   flight, in one atomic word. An end and a close both read-modify-write
+//!   the one word, so every request admitted on it is either ended on the
+//!   open word or adopted by the close, never both, never neither. An
+//!   admission compares the count with the lanes of the same word it
+//!   swaps: a word closed and opened again with fewer lanes (a
+//!   `set_scope` lowering the scope's concurrency) never admits against
+//!   the lanes it had before. (With the lanes in an atomic of their own,
+//!   read before the compare-and-swap, loom found an admission on the
+//!   reopened word against the old count: `loom/tests/word.rs`.)
+//! - [`ScopeWord`]: the [`Word`] with what the requests on it leave for
+//!   the scheduler: their sends, the latest departure and end, the
+//!   latency average. An end writes them before it ends on the word, and
+//!   the close reads them after it closed the word, so what a request
+//!   that ended on the open word left is in what the close takes in (and
+//!   one that ends after the close is adopted, and finishes under the
+//!   lock). The latency average moves by compare-and-swap: concurrent
+//!   ends lose no sample.
 //! - [`Permits`]: the global count and the flag that requests wait for a
 //!   permit. A release writes the count, then reads the flag; the
 //!   scheduler writes the flag, then reads the count, each with a
@@ -18,16 +32,25 @@
 //!   what the C++ model requires of a protocol of this shape on any
 //!   hardware.)
 
+use std::time::Duration;
+
 use super::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// The open bit of a word.
 const OPEN: u64 = 1 << 63;
 /// The retired bit: evicted, never opened again.
 const RETIRED: u64 = 1 << 62;
+/// Where the lanes the open word may fill start: the 30 bits below the
+/// retired bit.
+const LANES_SHIFT: u32 = 32;
+/// The most lanes a word holds; a scope of more fills this many on its
+/// word (a billion requests in flight on one scope is not a case).
+const MAX_LANES: u32 = (1 << 30) - 1;
 /// The count of requests admitted on the word and not yet ended.
 const COUNT: u64 = u32::MAX as u64;
 
-/// A scope's open bit and count of requests in flight on it.
+/// A scope's open bit, its lanes and its count of requests in flight on
+/// it, in one atomic word.
 #[derive(Debug)]
 pub(crate) struct Word(AtomicU64);
 
@@ -58,19 +81,22 @@ impl Word {
         (self.0.load(Ordering::Acquire) & COUNT) as u32
     }
 
-    /// Opens a closed word with nothing in flight; false when it was
-    /// retired (or not closed and empty).
-    pub(crate) fn open(&self) -> bool {
+    /// Opens a closed word with nothing in flight, with `lanes` lanes (at
+    /// most [`MAX_LANES`]); false when it was retired (or not closed and
+    /// empty).
+    pub(crate) fn open(&self, lanes: u32) -> bool {
+        let lanes = u64::from(lanes.min(MAX_LANES)) << LANES_SHIFT;
         self.0
-            .compare_exchange(0, OPEN, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(0, OPEN | lanes, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
 
-    /// Admits a request on the open word when fewer than `lanes` are in
-    /// flight on it.
-    pub(crate) fn try_admit(&self, lanes: u64) -> bool {
+    /// Admits a request on the open word when a lane is free: fewer in
+    /// flight than the lanes the same word holds.
+    pub(crate) fn try_admit(&self) -> bool {
         self.0
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                let lanes = (state >> LANES_SHIFT) & u64::from(MAX_LANES);
                 (state & OPEN != 0 && state & COUNT < lanes).then_some(state + 1)
             })
             .is_ok()
@@ -88,9 +114,10 @@ impl Word {
 
     /// Closes the word: the requests in flight on it, which the caller
     /// adopts, and whether it was open (else there is nothing to adopt:
-    /// it was closed before, and those were adopted then).
+    /// it was closed before, and those were adopted then). Its lanes go
+    /// with the open bit: it opens again with the lanes then in force.
     pub(crate) fn close(&self) -> (u32, bool) {
-        let before = self.0.fetch_and(!OPEN, Ordering::AcqRel);
+        let before = self.0.fetch_and(RETIRED | COUNT, Ordering::AcqRel);
         ((before & COUNT) as u32, before & OPEN != 0)
     }
 
@@ -103,6 +130,156 @@ impl Word {
             })
             .is_ok()
     }
+}
+
+/// A scope's [`Word`] and what the requests admitted on it leave for the
+/// scheduler; see the [module docs](self). Instants are stamps' values
+/// (0: none).
+///
+/// What every request writes comes first (`repr(C)`): with the owner's
+/// `Arc` counts, one cache line or two.
+#[derive(Debug)]
+#[repr(C)]
+pub(crate) struct ScopeWord {
+    /// The open bit, the lanes and the count.
+    word: Word,
+    /// Sends admitted on the word since the scheduler last took them in.
+    sent: AtomicU64,
+    /// The latest departure of a request that ended on the word: where a
+    /// gap starts if the scope gets a delay.
+    last_departure: AtomicU64,
+    /// The latest end of a request on the word: since when the scope is
+    /// idle, for eviction.
+    last_end: AtomicU64,
+    /// The latency average as the scope keeps it (nanoseconds + 1; 0: no
+    /// response yet), moved by the responses that end on the word.
+    latency: AtomicU64,
+}
+
+/// What closing a [`ScopeWord`] hands the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Closed {
+    /// Requests admitted on the word and not yet ended.
+    pub(crate) in_flight: u32,
+    /// Whether it was open (else there is nothing to adopt).
+    pub(crate) was_open: bool,
+    /// Sends on the word since the scheduler last took them in.
+    pub(crate) sent: u64,
+    /// The latest departure of a request that ended on the word (0: none).
+    pub(crate) last_departure: u64,
+    /// The latency average (nanoseconds + 1; 0: none).
+    pub(crate) latency: u64,
+    /// Whether a request ended on the word.
+    pub(crate) warm: bool,
+}
+
+impl ScopeWord {
+    /// A closed word with nothing left on it.
+    pub(crate) fn new() -> Self {
+        ScopeWord {
+            word: Word::new(),
+            sent: AtomicU64::new(0),
+            last_departure: AtomicU64::new(0),
+            last_end: AtomicU64::new(0),
+            latency: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether requests may be admitted on the word now.
+    pub(crate) fn is_open(&self) -> bool {
+        self.word.is_open()
+    }
+
+    /// Requests in flight on the word.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.word.in_flight()
+    }
+
+    /// Opens a closed word with nothing in flight, with `lanes` lanes and
+    /// the scheduler's latency average (`latency`, as the scope keeps
+    /// it); under the lock. False when it was retired.
+    pub(crate) fn open(&self, lanes: u32, latency: u64) -> bool {
+        self.latency.store(latency, Ordering::Relaxed);
+        self.word.open(lanes)
+    }
+
+    /// Admits a request on the open word when a lane is free, and counts
+    /// its send.
+    #[inline]
+    pub(crate) fn try_admit(&self) -> bool {
+        let admitted = self.word.try_admit();
+        if admitted {
+            self.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        admitted
+    }
+
+    /// Ends a request admitted on the word: its departure (if it left),
+    /// its end, and the response's latency go to the word first, then the
+    /// count. Says whether it ended open or was adopted.
+    pub(crate) fn end(&self, departed_at: Option<u64>, ended: u64, latency: Option<Duration>) -> Ended {
+        if let Some(at) = departed_at {
+            self.last_departure.fetch_max(at, Ordering::Relaxed);
+        }
+        self.last_end.fetch_max(ended, Ordering::Relaxed);
+        if let Some(latency) = latency {
+            let _ = self
+                .latency
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |biased| {
+                    Some(moving_average(biased, latency))
+                });
+        }
+        self.word.end()
+    }
+
+    /// Closes the word (under the lock), then takes in what the requests
+    /// that ended on it left.
+    pub(crate) fn close(&self) -> Closed {
+        let (in_flight, was_open) = self.word.close();
+        Closed {
+            in_flight,
+            was_open,
+            sent: self.sent.swap(0, Ordering::Relaxed),
+            last_departure: self.last_departure.load(Ordering::Relaxed),
+            latency: self.latency.load(Ordering::Relaxed),
+            warm: self.last_end.load(Ordering::Relaxed) != 0,
+        }
+    }
+
+    /// Retires a word with nothing in flight (under the lock, for
+    /// eviction): false when requests are in flight on it.
+    pub(crate) fn retire(&self) -> bool {
+        self.word.retire()
+    }
+
+    /// Sends on the word the scheduler has not taken in yet.
+    pub(crate) fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// The latency average as the scope keeps it (0: none).
+    pub(crate) fn latency(&self) -> u64 {
+        self.latency.load(Ordering::Relaxed)
+    }
+
+    /// The latest end of a request on the word (0: none).
+    pub(crate) fn last_end(&self) -> u64 {
+        self.last_end.load(Ordering::Relaxed)
+    }
+}
+
+/// The scope's moving average (weight 1/5 for the newest sample, in
+/// nanoseconds + 1; 0: none yet) after `latency`: the rule
+/// `ScopeState::observe_latency` applies, on the biased value.
+pub(crate) fn moving_average(biased: u64, latency: Duration) -> u64 {
+    let latest = u64::try_from(latency.as_nanos())
+        .unwrap_or(u64::MAX)
+        .min(u64::MAX / 8);
+    let average = match biased {
+        0 => latest,
+        biased => ((biased - 1).min(u64::MAX / 8) * 4 + latest) / 5,
+    };
+    average + 1
 }
 
 /// The global count of requests in flight and whether requests wait for a

@@ -12,7 +12,7 @@ use super::{
     Verdict, WakeList,
 };
 use crate::registry::scope_state::Sending;
-use crate::registry::ticket::{Seats, Status, WaitedInScheduler};
+use crate::registry::ticket::{Seats, Status, WaitParts, WaitedInScheduler};
 use crate::time::Stamp;
 use crate::waited::WaitCause;
 
@@ -60,13 +60,16 @@ impl Scheduler {
         if let Some(report_departure) = self.report_departure(id) {
             return TicketPoll::Sent { report_departure };
         }
+        if let Some(refusal) = self.bound_passed(id, now, wake) {
+            return TicketPoll::Refused(refusal);
+        }
         let ticket = &mut self.tickets[id];
         match &ticket.waker {
             Some(known) if known.will_wake(waker) => {}
             _ => ticket.waker = Some(waker.clone()),
         }
         TicketPoll::Waiting {
-            timer: self.timer_of(id),
+            timer: self.bounded_timer(id, self.timer_of(id)),
         }
     }
 
@@ -93,6 +96,7 @@ impl Scheduler {
     /// Takes waiting ticket `id` out of its scopes' queues and the global
     /// queue (it is gone), and lets the next waiters go.
     pub(super) fn leave_queues(&mut self, id: TicketId, now: Instant, wake: &mut WakeList) {
+        self.forget_bound(id);
         self.stop_waiting(id);
         let ticket = &self.tickets[id];
         if ticket.in_global_queue {
@@ -274,9 +278,29 @@ impl Scheduler {
     /// [`crate::waited`]).
     #[cold]
     pub(super) fn record_wait(&mut self, id: TicketId, now: Instant) {
+        let parts = self.wait_parts(id, now);
+        // Copied out (the trims below need the scheduler mutably); on the
+        // stack for the usual one or two scopes.
+        let seats: smallvec::SmallVec<[ScopeId; 2]> =
+            self.tickets[id].seats.iter().map(|seat| seat.scope).collect();
+        self.waited.insert(
+            id,
+            WaitedInScheduler {
+                parts,
+                admitted_at: now,
+            },
+        );
+        for scope in seats {
+            self.trim_wait_log(scope, id);
+        }
+    }
+
+    /// Why waiting ticket `id` waited from its arrival until `now`: the
+    /// part of its scopes' wait logs since it came.
+    pub(super) fn wait_parts(&self, id: TicketId, now: Instant) -> WaitParts {
         let ticket = &self.tickets[id];
         let from = ticket.enqueued_at;
-        let parts = match &ticket.seats {
+        match &ticket.seats {
             Seats::One([seat]) => self.scopes[seat.scope]
                 .wait_log()
                 .map(|log| log.parts(from, now))
@@ -288,19 +312,6 @@ impl Scheduler {
                     .collect();
                 wait_log::merged_parts(&logs, from, now)
             }
-        };
-        // Copied out (the trims below need the scheduler mutably); on the
-        // stack for the usual one or two scopes.
-        let seats: smallvec::SmallVec<[ScopeId; 2]> = ticket.seats.iter().map(|seat| seat.scope).collect();
-        self.waited.insert(
-            id,
-            WaitedInScheduler {
-                parts,
-                admitted_at: now,
-            },
-        );
-        for scope in seats {
-            self.trim_wait_log(scope, id);
         }
     }
 
@@ -363,6 +374,7 @@ impl Scheduler {
             self.metrics.sent(&scope.state.key);
         }
         if ticket.waiting {
+            self.forget_bound(id);
             self.stop_waiting(id);
         }
         let ticket = &mut self.tickets[id];

@@ -196,3 +196,17 @@ impl Scheduler {
         }
     }
 }
+
+/// Keeps a response's AutoThrottle sample for the fleet's store (when the
+/// scope runs AutoThrottle): off the common path.
+#[inline(never)]
+pub(super) fn sample_for_fleet(
+    samples: &mut Vec<(Scope, AutoThrottleSample)>,
+    scope: &ScopeState,
+    latency: Duration,
+    status: u16,
+) {
+    if let Some(sample) = scope.autothrottle_sample(latency, status) {
+        samples.push((scope.key.clone(), sample));
+    }
+}

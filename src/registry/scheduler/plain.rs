@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::{Admission, FastMode, Scheduler, ScopeId};
-use crate::registry::fast_path::{FastScope, WordOwner};
+use crate::registry::fast_path::{log_sent, logs_sends, FastScope, WordOwner};
 use crate::time::Stamp;
 
 impl Scheduler {
@@ -79,8 +79,7 @@ impl Scheduler {
         mode: FastMode,
         now: Instant,
     ) -> Option<Arc<FastScope>> {
-        // A debug listener wants each send's event, which the lock gives.
-        if mode == FastMode::Never || tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
+        if mode == FastMode::Never {
             return None;
         }
         let entry = &mut self.scopes[id];
@@ -112,6 +111,9 @@ impl Scheduler {
         }
         let fast = fast.clone();
         self.metrics.sent(&fast.key);
+        if logs_sends() {
+            log_sent(&fast.key);
+        }
         self.note_open(id, now);
         Some(fast)
     }

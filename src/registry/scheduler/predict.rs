@@ -5,7 +5,7 @@
 use tokio::time::Instant;
 
 use super::groups::NO_GROUP;
-use super::{OrderKey, Scheduler, ScopeId};
+use super::{OrderKey, Scheduler, ScopeId, TicketId};
 use crate::registry::fast_path::latency_of;
 use crate::registry::scope_state::ScopeForecast;
 use crate::registry::LimitSource;
@@ -17,15 +17,33 @@ impl Scheduler {
     /// now: every waiter of its scopes that it would stand behind goes
     /// first. A scope the scheduler does not know has nothing in its way.
     pub(crate) fn forecast_new(&self, scopes: &Scopes, priority: i32, now: Instant) -> ScopeForecast {
-        let order = OrderKey {
-            priority: std::cmp::Reverse(priority),
-            seq: self.next_seq,
-        };
         let seats = scopes.iter().filter_map(|(key, cost)| {
             let id = self.index.get(key.as_str(), &self.scopes)?;
             Some((id, cost))
         });
+        self.forecast_new_seats(seats, priority, now)
+    }
+
+    /// [`forecast_new`](Self::forecast_new) for the scopes the scheduler
+    /// knows, by id.
+    pub(crate) fn forecast_new_seats(
+        &self,
+        seats: impl Iterator<Item = (ScopeId, f64)>,
+        priority: i32,
+        now: Instant,
+    ) -> ScopeForecast {
+        let order = OrderKey {
+            priority: std::cmp::Reverse(priority),
+            seq: self.next_seq,
+        };
         self.forecast_seats(seats, order, now)
+    }
+
+    /// The forecast for waiting ticket `id`, from where it stands.
+    pub(crate) fn forecast_ticket(&self, id: TicketId, now: Instant) -> ScopeForecast {
+        let ticket = &self.tickets[id];
+        let seats = ticket.seats.iter().map(|seat| (seat.scope, seat.cost));
+        self.forecast_seats(seats, ticket.order, now)
     }
 
     /// The forecast of a request with these seats standing at `order`: the

@@ -501,6 +501,7 @@ fn replay_quota(quota: f64, window: Duration, arrivals: &[(u64, f64)]) -> (Vec<(
                         next_timer = [next_timer, timer].into_iter().flatten().min();
                         waiting.push((id, cost));
                     }
+                    TicketPoll::Refused(refusal) => panic!("no bound here: {refusal:?}"),
                 }
             }
         }
@@ -596,3 +597,31 @@ impl Scheduler {
 }
 
 mod global_queue;
+
+/// A plain scope given a plain config at run time stays plain: its
+/// one-scope requests go on a free lane without a ticket, as before the
+/// change (an empty set of contributions once kept it off them for good).
+#[test]
+fn a_plain_scope_given_a_plain_config_admits_on_plain_lanes_again() {
+    let mut scheduler = scheduler(free(2), 8);
+    let now = Instant::now();
+    let mut wake = WakeList::new();
+    let scopes = Scopes::from("api.example");
+    let admission = scheduler.enqueue(&scopes, 0, FastMode::Join, now, &mut wake);
+    assert!(matches!(admission, Admission::Plain(..)), "{admission:?}");
+    scheduler.set_scope(Scope::new("api.example"), free(1), now, &mut wake);
+    let admission = scheduler.enqueue(&scopes, 0, FastMode::Join, now + ms(1), &mut wake);
+    assert!(
+        matches!(admission, Admission::Ticket(_, None)),
+        "one lane, taken: {admission:?}"
+    );
+    scheduler.set_scope(Scope::new("api.example"), free(3), now, &mut wake);
+    let admission = scheduler.enqueue(
+        &Scopes::from("api.example"),
+        0,
+        FastMode::Join,
+        now + ms(2),
+        &mut wake,
+    );
+    assert!(matches!(admission, Admission::Plain(..)), "{admission:?}");
+}

@@ -27,10 +27,12 @@ impl Scheduler {
     /// shared table too); waiters re-evaluate at once.
     pub(crate) fn set_scope(&mut self, key: Scope, config: ScopeConfig, now: Instant, wake: &mut WakeList) {
         let config = Arc::new(config.inherit_from(&self.configs.default_config()));
+        self.configs_changed();
         if let Some(id) = self.index.get(key.as_str(), &self.scopes) {
             self.close_fast(id);
             self.scopes[id].state.replace_config(config.clone(), now);
             self.dirty.push(id);
+            self.wake_bounded(id, wake);
         }
         self.configs.set(key, config);
         self.run_dispatch(now, wake);
@@ -63,6 +65,7 @@ impl Scheduler {
             (self.max_concurrency, self.fleet_learns),
         ) {
             self.dirty.push(id);
+            self.wake_bounded(id, wake);
             self.run_dispatch(now, wake);
         }
     }
@@ -88,6 +91,7 @@ impl Scheduler {
         let id = self.scope_for_update(key, now);
         self.scopes[id].state.set_robots_delay(crawl_delay, pinned_until);
         self.dirty.push(id);
+        self.wake_bounded(id, wake);
         self.run_dispatch(now, wake);
     }
 
@@ -110,6 +114,7 @@ impl Scheduler {
         if self.scopes[id].state.hold(until, now, self.max_hold) {
             self.metrics.hold(key);
             self.dirty.push(id);
+            self.wake_bounded(id, wake);
             self.run_dispatch(now, wake);
         }
     }
@@ -125,6 +130,7 @@ impl Scheduler {
         let id = self.scope_for_update(key, now);
         self.scopes[id].state.set_pacing(pacing, now);
         self.dirty.push(id);
+        self.wake_bounded(id, wake);
         self.run_dispatch(now, wake);
     }
 

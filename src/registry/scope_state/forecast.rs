@@ -15,7 +15,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use super::{Effective, LimitSource, ScopeState};
+use super::{Effective, Lane, LimitSource, ScopeState};
 use crate::time::{saturating_add, scale, Stamp};
 use crate::waited::{CauseKey, WaitCause};
 
@@ -32,6 +32,13 @@ pub(crate) struct ScopeForecast {
     pub(crate) exact: bool,
 }
 
+impl ScopeForecast {
+    /// The instant, the cause and whether it is exact.
+    pub(crate) fn view(self) -> (Instant, Option<CauseKey>, bool) {
+        (self.at, self.cause, self.exact)
+    }
+}
+
 /// A lane as a forecast plays it: when it frees, and whether that is an
 /// estimate.
 #[derive(Debug, Clone, Copy)]
@@ -45,7 +52,7 @@ impl ScopeState {
     /// requests before it in its queue (each of which takes a send first),
     /// from its limits `effective` at `now`. `on_word`: the requests in
     /// flight on the scope's open lock-free word, which the scope does not
-    /// count (when they left is not known: each is estimated to end a
+    /// count (when they left is not known: each is estimated to end half a
     /// latency average from now), with the word's latency average.
     pub(crate) fn forecast(
         &self,
@@ -162,24 +169,56 @@ impl ScopeState {
     ) -> SmallVec<[Slot; 4]> {
         let concurrency = effective.concurrency as usize;
         let in_flight = (self.in_flight + on_word) as usize;
-        let mut busy: SmallVec<[Instant; 4]> = self
-            .lanes
-            .iter()
-            .filter(|lane| lane.busy)
-            .map(|lane| {
-                let sent = lane.last_send.at.instant();
-                let lane_gap = lane
-                    .last_send
-                    .next_allowed(effective.delay_per_slot, &effective.jitter)
-                    .map_or(sent, Stamp::instant);
-                saturating_add(sent, latency).max(lane_gap).max(now)
-            })
-            .collect();
-        // Requests in flight on no lane (taken over from a lock-free word).
-        let on_no_lane = (self.in_flight as usize).saturating_sub(busy.len());
-        let scope_sent = self.last_send.map_or(now, |last| last.at.instant());
-        busy.extend((0..on_no_lane).map(|_| saturating_add(scope_sent, latency).max(now)));
-        busy.extend((0..on_word).map(|_| saturating_add(now, latency)));
+        let busy_end = |lane: &Lane| {
+            let sent = lane.last_send.at.instant();
+            let lane_gap = lane
+                .last_send
+                .next_allowed(effective.delay_per_slot, &effective.jitter)
+                .map_or(sent, Stamp::instant);
+            saturating_add(sent, latency).max(lane_gap).max(now)
+        };
+        let free_at = |lane: &Lane| {
+            lane.last_send
+                .next_allowed(effective.delay_per_slot, &effective.jitter)
+                .map_or(now, Stamp::instant)
+                .max(now)
+        };
+        if wanted == 1 && in_flight < concurrency {
+            // One send to play with a lane free: the soonest lane is all
+            // it needs (a request failed as it comes asks no more).
+            let on_no_lane = in_flight > self.lanes.iter().filter(|lane| lane.busy).count();
+            let unmade = self.lanes.len() < concurrency;
+            let soonest = self
+                .lanes
+                .iter()
+                .map(|lane| match lane.busy {
+                    true => Slot {
+                        free_at: busy_end(lane),
+                        estimated: true,
+                    },
+                    false => Slot {
+                        free_at: free_at(lane),
+                        estimated: false,
+                    },
+                })
+                .chain(on_no_lane.then(|| Slot {
+                    free_at: saturating_add(now, latency / 2),
+                    estimated: true,
+                }))
+                .chain(unmade.then_some(Slot {
+                    free_at: now,
+                    estimated: false,
+                }))
+                .min_by_key(|slot| slot.free_at);
+            return soonest.into_iter().collect();
+        }
+        let mut busy: SmallVec<[Instant; 4]> =
+            self.lanes.iter().filter(|lane| lane.busy).map(busy_end).collect();
+        // Requests in flight on no lane (taken over from a lock-free word)
+        // or on the open word: when each left is not known, so each is
+        // estimated halfway through a latency average from now.
+        let on_no_lane = (self.in_flight as usize).saturating_sub(busy.len()) + on_word as usize;
+        busy.extend((0..on_no_lane).map(|_| saturating_add(now, latency / 2)));
         busy.sort_unstable();
         let mut slots: SmallVec<[Slot; 4]> = SmallVec::new();
         if in_flight >= concurrency {
@@ -194,17 +233,8 @@ impl ScopeState {
                 free_at,
                 estimated: true,
             }));
-            let mut free: SmallVec<[Instant; 4]> = self
-                .lanes
-                .iter()
-                .filter(|lane| !lane.busy)
-                .map(|lane| {
-                    lane.last_send
-                        .next_allowed(effective.delay_per_slot, &effective.jitter)
-                        .map_or(now, Stamp::instant)
-                        .max(now)
-                })
-                .collect();
+            let mut free: SmallVec<[Instant; 4]> =
+                self.lanes.iter().filter(|lane| !lane.busy).map(free_at).collect();
             let unmade = concurrency.saturating_sub(self.lanes.len()).min(wanted);
             free.extend((0..unmade).map(|_| now));
             free.sort_unstable();

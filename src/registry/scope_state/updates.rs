@@ -20,6 +20,18 @@ impl ScopeState {
     /// `Registry::set_scope`), keeping what the feedback layers learnt.
     pub(crate) fn replace_config(&mut self, config: Arc<ScopeConfig>, now: Instant) {
         let autothrottle = config.get_autothrottle().copied();
+        // Nothing learnt yet: the scope starts as a new one of this config
+        // would, without contributions unless the config brings some (an
+        // empty set would keep a plain scope off its plain lanes and its
+        // word for good).
+        let fresh =
+            self.contributed.is_none() && autothrottle.is_none() && Manager::initial(&config, now).is_none();
+        if fresh {
+            self.plain = config.is_plain();
+            self.config = config;
+            self.explicit = true;
+            return;
+        }
         let contributions = self.contributed.get_or_insert_with(Box::default);
         contributions.autothrottle_delay = match (autothrottle, contributions.autothrottle_delay) {
             (None, _) => None,

@@ -4,9 +4,10 @@
 use tokio::time::Instant;
 
 use super::{Ticket, WakeTimer};
-use crate::registry::{LimitSource, WaitedInScheduler};
+use crate::error::Error;
+use crate::registry::{LimitSource, Refusal, WaitedInScheduler};
 use crate::scope::Scopes;
-use crate::waited::{WaitCause, Waited};
+use crate::waited::{WaitCause, Waited, WouldWait};
 
 /// What a ticket keeps only when it waits.
 #[derive(Default)]
@@ -14,6 +15,9 @@ pub(super) struct Waiting {
     pub(super) timer: Option<Box<WakeTimer>>,
     /// Why the request waited, while it is recorded.
     clock: Option<WaitClock>,
+    /// Why the registry failed the request for its bounds, once it did
+    /// (the ticket is finished then).
+    refused: Option<Box<Refusal>>,
 }
 
 impl Waiting {
@@ -50,6 +54,7 @@ impl Waiting {
             tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG).then(|| request_span(scopes));
         Box::new(Waiting {
             timer: None,
+            refused: None,
             clock: Some(WaitClock {
                 waited,
                 since: now,
@@ -94,6 +99,58 @@ struct WaitClock {
 }
 
 impl Ticket {
+    /// Notes that the registry failed the request for its bounds: it holds
+    /// nothing there any more.
+    #[cold]
+    pub(super) fn note_refusal(&mut self, refusal: Box<Refusal>) {
+        self.waiting.get_or_insert_with(Box::default).refused = Some(refusal);
+    }
+
+    /// Whether the registry failed the request for its bounds.
+    #[inline(always)]
+    pub(crate) fn is_refused(&self) -> bool {
+        self.waiting
+            .as_ref()
+            .is_some_and(|waiting| waiting.refused.is_some())
+    }
+
+    /// The error of a request the registry failed for its bounds, with
+    /// what it waited when it waited (the ticket is finished then).
+    #[cold]
+    pub(crate) fn take_refusal(&mut self) -> Option<Error> {
+        let waiting = self.waiting.as_mut()?;
+        let refusal = waiting.refused.take()?;
+        let clock = waiting.clock.take();
+        Some(match *refusal {
+            Refusal::QueueFull { scope, max_waiting } => {
+                Error::queue_full(scope.as_str().to_owned(), max_waiting)
+            }
+            Refusal::WouldWait {
+                wait,
+                cause,
+                exact,
+                bound,
+                waited,
+            } => {
+                let waited = waited.map(|parts| {
+                    let mut waited = clock.map(|clock| clock.waited).unwrap_or_default();
+                    for (cause, source, time) in parts {
+                        waited.add(cause, source, time);
+                    }
+                    waited
+                });
+                Error::would_wait(Box::new(WouldWait {
+                    retry_after: wait,
+                    cause: cause.map(|(cause, _)| cause),
+                    source: cause.and_then(|(_, source)| source),
+                    exact,
+                    bound,
+                    waited,
+                }))
+            }
+        })
+    }
+
     /// Notes the store's say, which ended now.
     pub(crate) fn note_store_done(&mut self) {
         if let Some(clock) = self.clock_mut() {

@@ -1,0 +1,99 @@
+//! How close predictions come where lanes bind, over real loopback
+//! sockets: one scope of 4 lanes, no delay (1 ms per lane, so the
+//! scheduler, not a lock-free word, knows when each request left),
+//! responses after 50 ms ± 50 % (uniform). A busy lane's end is an estimate from the scope's latency
+//! average, so a prediction there is not exact; this test measures how far
+//! off it is. Real sockets and real time: it asserts a bound on the median
+//! relative error, and prints the distribution.
+//!
+//! Each burst of requests arrives at once, so the later ones wait behind
+//! up to four rounds of the lanes. Just before each request is called, its
+//! prediction is taken; its actual wait is the one its response records
+//! (`Waited::total`: from the call to the hand-over to the client).
+
+mod support;
+
+use std::time::Duration;
+
+use tower::{Layer, Service, ServiceExt};
+use tower_throttle::waited::Waited;
+use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+
+const BURSTS: usize = 12;
+const PER_BURST: usize = 16;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn where_lanes_bind_the_median_prediction_is_within_a_fifth_of_the_actual_wait() {
+    let addr = support::serve(|_request: http::Request<hyper::body::Incoming>| async {
+        let latency = Duration::from_millis(fastrand::u64(25..=75));
+        tokio::time::sleep(latency).await;
+        support::text("ok")
+    })
+    .await;
+    let registry = Registry::builder()
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(4)
+                .delay(Duration::ZERO)
+                .delay_per_slot(Duration::from_millis(1))
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap();
+    let client = ThrottleLayer::new(registry.clone()).layer(support::loopback_client());
+    let uri = format!("http://{addr}/");
+    // The scope learns its latency first.
+    for _ in 0..20 {
+        let response = client
+            .clone()
+            .oneshot(
+                http::Request::get(&uri)
+                    .body(http_body_util::Full::default())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        drop(response);
+    }
+
+    let mut errors = Vec::new();
+    for _ in 0..BURSTS {
+        let mut calls = Vec::new();
+        for _ in 0..PER_BURST {
+            let request = http::Request::get(&uri)
+                .body(http_body_util::Full::<hyper::body::Bytes>::default())
+                .unwrap();
+            let predicted = registry.predict_request(&request).wait;
+            // Called here, not in the task: the next prediction sees it.
+            let mut handle = client.clone();
+            handle.ready().await.unwrap();
+            let response = handle.call(request);
+            calls.push(tokio::spawn(async move {
+                let response = response.await.unwrap();
+                let actual = Waited::from_extensions(response.extensions()).total();
+                drop(response);
+                (predicted, actual)
+            }));
+        }
+        for call in calls {
+            let (predicted, actual) = call.await.unwrap();
+            // A request that went at once has no wait to be wrong about.
+            if actual >= Duration::from_millis(5) {
+                let off = predicted.as_secs_f64() - actual.as_secs_f64();
+                errors.push(off.abs() / actual.as_secs_f64());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    errors.sort_by(f64::total_cmp);
+    let at = |quantile: f64| errors[((errors.len() - 1) as f64 * quantile).round() as usize];
+    println!(
+        "|predicted - actual| / actual over {} waits: median {:.1} %, p90 {:.1} %, max {:.1} %",
+        errors.len(),
+        at(0.5) * 100.0,
+        at(0.9) * 100.0,
+        at(1.0) * 100.0
+    );
+    assert!(errors.len() >= BURSTS * PER_BURST / 2, "{} waits", errors.len());
+    assert!(at(0.5) <= 0.2, "median relative error {:.1} %", at(0.5) * 100.0);
+}
