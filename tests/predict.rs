@@ -154,3 +154,56 @@ async fn where_lanes_do_not_bind_the_predicted_instant_is_the_actual_one() {
         assert_eq!(recorder.millis(), predicted, "seed {seed}, delay {delay:?}");
     }
 }
+
+/// A scope on its lock-free word (delay 0, asked for twice in a row): the
+/// prediction is read off the word without the registry's lock while a
+/// lane is free, and says what the lock says once the lanes are full.
+#[tokio::test(start_paused = true)]
+async fn on_a_lock_free_word_a_prediction_agrees_with_the_lock() {
+    let registry = Registry::builder()
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(2)
+                .delay(Duration::ZERO)
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry.clone()).layer(recorder.service(ms(1000)));
+    // Two requests end first: the second opens the scope's word.
+    for _ in 0..2 {
+        service.ready().await.unwrap();
+        at_head(service.call(get("http://word.example/"))).await.unwrap();
+    }
+    let request = get("http://word.example/next");
+    service.ready().await.unwrap();
+    let first = tokio::spawn(at_head(service.call(get("http://word.example/a"))));
+    settle().await;
+    let locks = registry.debug_lock_count();
+    let prediction = registry.predict_request(&request);
+    assert_eq!(
+        (prediction.wait, prediction.cause, prediction.exact),
+        (Duration::ZERO, None, true)
+    );
+    assert_eq!(prediction.at, Instant::now());
+    if let Some(locks) = locks {
+        assert_eq!(
+            registry.debug_lock_count(),
+            Some(locks),
+            "read off the word, without the lock"
+        );
+    }
+    // The second lane taken: the word is full, and the lock estimates
+    // when a lane frees.
+    service.ready().await.unwrap();
+    let second = tokio::spawn(at_head(service.call(get("http://word.example/b"))));
+    settle().await;
+    let prediction = registry.predict_request(&request);
+    assert_eq!(prediction.cause, Some(WaitCause::Lanes));
+    assert!(prediction.wait > Duration::ZERO && !prediction.exact);
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    assert_eq!(registry.predict_request(&request).wait, Duration::ZERO);
+}

@@ -3,6 +3,7 @@
 //! bookkeeping: what a scope's next instant is comes from the registry's
 //! prediction, which the caller asks.
 
+use std::borrow::Borrow;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
@@ -59,7 +60,19 @@ struct ScopeQueue<B, T> {
     ready_at: Option<(Instant, u64)>,
     /// Its requests the frontier has in the service now.
     in_flight: u32,
+    /// Whether it is in [`Queues::idle`].
+    listed_idle: bool,
 }
+
+/// Idle queues (nothing pending nor in flight) kept for their scopes'
+/// next requests before they are forgotten: a scope whose requests come
+/// one at a time keeps its queue instead of making it again for each (a
+/// map entry and a slot, about 450 instructions a request). Past this
+/// many, the idle ones are forgotten at once: at most about 150 kB.
+const IDLE_KEPT: usize = 1024;
+
+/// A queue's spare capacity kept while it is idle: past this, it goes.
+const IDLE_CAPACITY: usize = 8;
 
 /// Every scope's queue, and the scopes with pending requests ordered by
 /// the instant from which they may go (ties by when they got it).
@@ -67,6 +80,9 @@ pub(super) struct Queues<B, T> {
     by_key: HashMap<Scope, usize>,
     scopes: Slab<ScopeQueue<B, T>>,
     ready: BTreeSet<(Instant, u64, usize)>,
+    /// Queues that went idle since the last sweep (some may have work
+    /// again): see [`IDLE_KEPT`].
+    idle: Vec<Slot>,
     pending: usize,
     seq: u64,
 }
@@ -80,6 +96,7 @@ impl<B, T> Default for Queues<B, T> {
             by_key: HashMap::new(),
             scopes: Slab::new(),
             ready: BTreeSet::new(),
+            idle: Vec::new(),
             pending: 0,
             seq: 0,
         }
@@ -92,31 +109,36 @@ impl<B, T> Queues<B, T> {
         self.pending
     }
 
-    /// Queues `request` with `tag` in scope `key`'s queue, at `priority`;
-    /// a scope that had no place in the ready order gets one at `now` (the
-    /// caller then asks when it may really go).
+    /// The queue of the scope `key` names, made if it has none.
+    pub(super) fn slot_of(&mut self, key: impl Borrow<str> + Into<Scope>) -> Slot {
+        if let Some(&slot) = self.by_key.get(key.borrow()) {
+            return slot;
+        }
+        let key: Scope = key.into();
+        let slot = self.scopes.insert(ScopeQueue {
+            key: key.clone(),
+            entries: BinaryHeap::new(),
+            ready_at: None,
+            in_flight: 0,
+            listed_idle: false,
+        });
+        self.by_key.insert(key, slot);
+        slot
+    }
+
+    /// Queues `request` with `tag` in `slot`'s queue (see
+    /// [`slot_of`](Self::slot_of)), at `priority`; a scope that had no
+    /// place in the ready order gets one at `now` (the caller then asks
+    /// when it may really go).
     pub(super) fn push(
         &mut self,
-        key: Scope,
+        slot: Slot,
         priority: i32,
         (request, tag, chain): (http::Request<B>, Option<Box<T>>, Option<Box<Chain>>),
         now: Instant,
     ) {
         self.seq += 1;
         let seq = self.seq;
-        let slot = match self.by_key.get(&key) {
-            Some(&slot) => slot,
-            None => {
-                let slot = self.scopes.insert(ScopeQueue {
-                    key: key.clone(),
-                    entries: BinaryHeap::new(),
-                    ready_at: None,
-                    in_flight: 0,
-                });
-                self.by_key.insert(key, slot);
-                slot
-            }
-        };
         self.scopes[slot].entries.push(Entry {
             priority,
             seq,
@@ -194,13 +216,43 @@ impl<B, T> Queues<B, T> {
         self.forget_if_idle(slot);
     }
 
-    /// Forgets `slot` when it has nothing pending and nothing in flight.
+    /// Notes that `slot` may have nothing pending nor in flight: such a
+    /// queue is kept for its scope's next request, until more than
+    /// [`IDLE_KEPT`] went idle; then every queue still idle is forgotten.
     pub(super) fn forget_if_idle(&mut self, slot: Slot) {
-        let queue = &self.scopes[slot];
-        if queue.entries.is_empty() && queue.in_flight == 0 && queue.ready_at.is_none() {
-            let queue = self.scopes.remove(slot);
-            self.by_key.remove(&queue.key);
+        let queue = &mut self.scopes[slot];
+        if !queue.is_idle() || queue.listed_idle {
+            return;
         }
+        queue.listed_idle = true;
+        if queue.entries.capacity() > IDLE_CAPACITY {
+            queue.entries = BinaryHeap::new();
+        }
+        self.idle.push(slot);
+        if self.idle.len() > IDLE_KEPT {
+            self.forget_idle();
+        }
+    }
+
+    /// Forgets every listed queue that is still idle.
+    fn forget_idle(&mut self) {
+        for slot in std::mem::take(&mut self.idle) {
+            let Some(queue) = self.scopes.get_mut(slot) else {
+                continue;
+            };
+            queue.listed_idle = false;
+            if queue.is_idle() {
+                let queue = self.scopes.remove(slot);
+                self.by_key.remove(&queue.key);
+            }
+        }
+    }
+}
+
+impl<B, T> ScopeQueue<B, T> {
+    /// Nothing pending, nothing in flight, no place in the ready order.
+    fn is_idle(&self) -> bool {
+        self.entries.is_empty() && self.in_flight == 0 && self.ready_at.is_none()
     }
 }
 
@@ -208,6 +260,19 @@ impl<B, T> Queues<B, T> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    impl<B, T> Queues<B, T> {
+        fn push_to(
+            &mut self,
+            key: Scope,
+            priority: i32,
+            item: (http::Request<B>, Option<Box<T>>, Option<Box<Chain>>),
+            now: Instant,
+        ) {
+            let slot = self.slot_of(key);
+            self.push(slot, priority, item, now);
+        }
+    }
 
     fn request(path: &str, priority: i32) -> (http::Request<()>, i32) {
         (http::Request::get(path).body(()).unwrap(), priority)
@@ -219,7 +284,7 @@ mod tests {
         let mut queues: Queues<(), &str> = Queues::default();
         for (path, priority) in [("/a", 0), ("/b", 5), ("/c", 0), ("/d", 5)] {
             let (request, priority) = request(path, priority);
-            queues.push(
+            queues.push_to(
                 Scope::new("s"),
                 priority,
                 (request, Some(Box::new(path)), None),
@@ -239,7 +304,7 @@ mod tests {
         let mut queues: Queues<(), u32> = Queues::default();
         for (index, key) in ["a", "b", "c"].into_iter().enumerate() {
             let (request, _) = request("/", 0);
-            queues.push(
+            queues.push_to(
                 Scope::new(key),
                 0,
                 (request, Some(Box::new(index as u32)), None),
@@ -259,16 +324,44 @@ mod tests {
     }
 
     #[test]
-    fn a_scope_is_forgotten_once_nothing_is_pending_nor_in_flight() {
+    fn idle_queues_are_kept_for_their_next_request_and_forgotten_past_the_limit() {
         let now = Instant::now();
         let mut queues: Queues<(), ()> = Queues::default();
-        let (request, _) = request("/", 0);
-        queues.push(Scope::new("a"), 0, (request, Some(Box::new(())), None), now);
-        let slot = queues.pop_ready(now).unwrap();
-        queues.take_head(slot).unwrap();
-        queues.forget_if_idle(slot);
-        assert_eq!(queues.scopes.len(), 1, "one request still in flight");
-        queues.finished(slot, now);
-        assert!(queues.scopes.is_empty() && queues.by_key.is_empty());
+        let send_one = |queues: &mut Queues<(), ()>, scope: String| {
+            let (request, _) = request("/", 0);
+            queues.push_to(Scope::new(scope), 0, (request, Some(Box::new(())), None), now);
+            let slot = queues.pop_ready(now).unwrap();
+            queues.take_head(slot).unwrap();
+            let listed = queues.idle.len();
+            queues.forget_if_idle(slot);
+            assert_eq!(queues.idle.len(), listed, "one request still in flight");
+            queues.finished(slot, now);
+            slot
+        };
+        let slot = send_one(&mut queues, "a".into());
+        assert_eq!(queues.scopes.len(), 1, "kept while idle");
+        assert_eq!(send_one(&mut queues, "a".into()), slot, "the same queue again");
+        assert_eq!(queues.idle, [slot], "listed once");
+        for scope in 0..IDLE_KEPT {
+            send_one(&mut queues, format!("s{scope}"));
+        }
+        assert!(queues.scopes.is_empty() && queues.by_key.is_empty() && queues.idle.is_empty());
+        assert_eq!(queues.pending(), 0);
+    }
+
+    #[test]
+    fn a_queue_with_work_again_is_not_forgotten() {
+        let now = Instant::now();
+        let mut queues: Queues<(), ()> = Queues::default();
+        let (first, _) = request("/", 0);
+        queues.push_to(Scope::new("a"), 0, (first, Some(Box::new(())), None), now);
+        let a = queues.pop_ready(now).unwrap();
+        queues.take_head(a).unwrap();
+        queues.finished(a, now);
+        let (again, _) = request("/again", 0);
+        queues.push_to(Scope::new("a"), 0, (again, Some(Box::new(())), None), now);
+        queues.forget_idle();
+        assert_eq!(queues.head(a).unwrap().uri(), "/again");
+        assert!(!queues.scopes[a].listed_idle);
     }
 }

@@ -64,16 +64,18 @@ impl<B, T> Shared<B, T> {
         state: &mut State<B, T>,
         (request, tag, chain): (http::Request<B>, Option<Box<T>>, Option<Box<Chain>>),
     ) {
-        let key = self.registry.scopes_of(&request).first().clone();
         let priority = request
             .extensions()
             .get::<Priority>()
             .copied()
             .unwrap_or_default()
             .0;
+        // The key is resolved again for the queue's name only if it is new.
+        let key = self.registry.first_scope_name(&request);
+        let slot = state.queues.slot_of(key);
         state
             .queues
-            .push(key, priority, (request, tag, chain), Instant::now());
+            .push(slot, priority, (request, tag, chain), Instant::now());
         if let Some(waker) = state.frontier.take() {
             waker.wake();
         }

@@ -373,6 +373,13 @@ impl FastScope {
         let _ = self.global.release();
     }
 
+    /// Whether [`admit`](Self::admit) would admit a request now: the word
+    /// open with a lane free, and a global permit free that nobody waits
+    /// for. It takes nothing (a prediction's answer without the lock).
+    pub(crate) fn would_admit(&self) -> bool {
+        self.global.counts.permits.would_take() && self.state.has_free_lane()
+    }
+
     /// Admits a request: a global permit and a lane on the open word
     /// (from a thread's cache, or under the lock on a cache miss).
     pub(crate) fn admit(&self) -> bool {
@@ -508,6 +515,23 @@ pub(crate) mod hot {
             }
         })
         .unwrap_or(Lookup::Missed)
+    }
+
+    /// Whether a request for the scope named `name` of registry `registry`
+    /// would be admitted on its open word now (see
+    /// [`FastScope::would_admit`]); false when this thread has no word of
+    /// it cached, or the word is closed or full: then only the lock knows.
+    #[inline]
+    pub(crate) fn would_admit(registry: u64, name: &str) -> bool {
+        HOT.try_with(|hot| {
+            hot.borrow()
+                .slots
+                .iter()
+                .flatten()
+                .find(|(owner, _, key)| *owner == registry && key.as_str() == name)
+                .is_some_and(|(_, scope, _)| scope.would_admit())
+        })
+        .unwrap_or(false)
     }
 
     /// Caches `scope` of registry `registry` for this thread.

@@ -1,12 +1,14 @@
 //! Predictions for users: when a request could go, and why not sooner.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::fast_path::hot;
 use super::scope_state::ScopeForecast;
 use super::{LimitSource, Registry};
-use crate::scope::{Priority, Scopes};
+use crate::scope::{Priority, Scope, Scopes};
 use crate::waited::WaitCause;
 
 /// When a request could be admitted, from the state the registry decides
@@ -55,6 +57,17 @@ pub struct Prediction {
 }
 
 impl Prediction {
+    /// A request that could go at once, at `now`: no wait, no cause.
+    fn now(now: Instant) -> Self {
+        Prediction {
+            at: now,
+            wait: Duration::ZERO,
+            cause: None,
+            source: None,
+            exact: true,
+        }
+    }
+
     /// A scheduler's forecast at `now`, for users.
     pub(crate) fn of(forecast: ScopeForecast, now: Instant) -> Self {
         Prediction {
@@ -79,6 +92,9 @@ impl Registry {
     /// throttle resolves them (its [`Scopes`] extension, or the resolver),
     /// at its [`Priority`].
     pub fn predict_request<B>(&self, request: &http::Request<B>) -> Prediction {
+        if let Some(now) = self.admits_on_word_now(request) {
+            return Prediction::now(now);
+        }
         let priority = request
             .extensions()
             .get::<Priority>()
@@ -87,9 +103,67 @@ impl Registry {
         self.predict_with_priority(&self.resolve(request), priority)
     }
 
+    /// `Some(now)` when `request` is of one host's scope whose open
+    /// lock-free word this thread has cached and would admit it now (a
+    /// lane and a global permit free, nobody waiting): the answer the lock
+    /// would give, without the lock. `None` says nothing: the lock decides.
+    #[inline]
+    fn admits_on_word_now<B>(&self, request: &http::Request<B>) -> Option<Instant> {
+        let shared = &self.shared;
+        if !shared.global.words_exist()
+            || !shared.resolves_hosts
+            || request.extensions().get::<Scopes>().is_some()
+        {
+            return None;
+        }
+        let name = crate::scope::host_scope_name(request.uri().authority()?);
+        hot::would_admit(shared.uid, &name).then(Instant::now)
+    }
+
+    /// The first scope a throttle of this registry resolves for `request`
+    /// (its [`Scopes`] extension, or the resolver's): by name alone when
+    /// the built-in host resolver names its host, so that finding the
+    /// scope among others costs no new key.
+    pub(crate) fn first_scope_name<'a, B>(&self, request: &'a http::Request<B>) -> ScopeName<'a> {
+        match (
+            self.shared.resolves_hosts,
+            request.extensions().get::<Scopes>(),
+            request.uri().authority(),
+        ) {
+            (true, None, Some(authority)) => ScopeName::Host(crate::scope::host_scope_name(authority)),
+            _ => ScopeName::Resolved(self.resolve(request).first().clone()),
+        }
+    }
+
     fn predict_with_priority(&self, scopes: &Scopes, priority: Priority) -> Prediction {
         self.with_scheduler(|scheduler, now, _| {
             Prediction::of(scheduler.forecast_new(scopes, priority.0, now), now)
         })
+    }
+}
+
+/// A request's first scope, as [`Registry::first_scope_name`] finds it: a
+/// host's name (a key made only if wanted), or the key the resolver gave.
+#[derive(Debug)]
+pub(crate) enum ScopeName<'a> {
+    Host(Cow<'a, str>),
+    Resolved(Scope),
+}
+
+impl std::borrow::Borrow<str> for ScopeName<'_> {
+    fn borrow(&self) -> &str {
+        match self {
+            ScopeName::Host(name) => name,
+            ScopeName::Resolved(scope) => scope.as_str(),
+        }
+    }
+}
+
+impl From<ScopeName<'_>> for Scope {
+    fn from(name: ScopeName<'_>) -> Self {
+        match name {
+            ScopeName::Host(name) => Scope::from(name),
+            ScopeName::Resolved(scope) => scope,
+        }
     }
 }

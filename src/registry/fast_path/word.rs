@@ -91,6 +91,14 @@ impl Word {
             .is_ok()
     }
 
+    /// Whether [`try_admit`](Self::try_admit) would admit a request now
+    /// (a load: it takes nothing, and may be stale by the time it returns).
+    pub(crate) fn has_free_lane(&self) -> bool {
+        let state = self.0.load(Ordering::Acquire);
+        let lanes = (state >> LANES_SHIFT) & u64::from(MAX_LANES);
+        state & OPEN != 0 && state & COUNT < lanes
+    }
+
     /// Admits a request on the open word when a lane is free: fewer in
     /// flight than the lanes the same word holds.
     pub(crate) fn try_admit(&self) -> bool {
@@ -188,6 +196,12 @@ impl ScopeWord {
     /// Whether requests may be admitted on the word now.
     pub(crate) fn is_open(&self) -> bool {
         self.word.is_open()
+    }
+
+    /// Whether the word is open with a lane free now (see
+    /// [`Word::has_free_lane`]).
+    pub(crate) fn has_free_lane(&self) -> bool {
+        self.word.has_free_lane()
     }
 
     /// Requests in flight on the word.
@@ -331,6 +345,13 @@ impl Permits {
                 (n < self.max).then_some(n + 1)
             })
             .is_ok()
+    }
+
+    /// Whether [`try_take`](Self::try_take) would take a permit now (loads
+    /// only: it takes nothing).
+    #[inline]
+    pub(crate) fn would_take(&self) -> bool {
+        !self.queued.load(Ordering::SeqCst) && self.has_room()
     }
 
     /// Takes a permit without the lock, if one is free; none while
