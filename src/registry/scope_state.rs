@@ -132,6 +132,11 @@ pub(crate) struct ScopeState {
     /// The latency average in nanoseconds + 1 (0 would be a latency
     /// too), once a response came; 8 bytes where `Option<Duration>` takes 16.
     latency: Option<NonZeroU64>,
+    /// How far the latency samples fall from the average, on average, in
+    /// thousandths of it (a moving average as the latency's; two bytes of
+    /// padding hold it): how spread out busy lanes' ends are, for
+    /// forecasts.
+    latency_spread: u16,
 }
 
 /// The request a scope is sending, as [`ScopeState::take_lane`] needs it.
@@ -200,12 +205,19 @@ impl ScopeState {
             referenced: false,
             sent: 0,
             latency: None,
+            latency_spread: 0,
         }
     }
 
     /// The latency average (send to response head), once a response came.
     pub(crate) fn latency(&self) -> Option<Duration> {
         self.latency.map(|biased| Duration::from_nanos(biased.get() - 1))
+    }
+
+    /// How far a latency sample falls from the average, on average, as a
+    /// fraction of the average.
+    pub(crate) fn latency_spread(&self) -> f64 {
+        f64::from(self.latency_spread) / 1000.0
     }
 
     /// The latency average as kept (nanoseconds + 1; 0: none), for the
@@ -606,7 +618,13 @@ impl ScopeState {
             .unwrap_or(u64::MAX)
             .min(u64::MAX / 8);
         let average = match self.latency {
-            Some(biased) => ((biased.get() - 1).min(u64::MAX / 8) * 4 + latest) / 5,
+            Some(biased) => {
+                let before = (biased.get() - 1).min(u64::MAX / 8);
+                let off = latest.abs_diff(before).saturating_mul(1000) / before.max(1);
+                let off = u16::try_from(off).unwrap_or(u16::MAX);
+                self.latency_spread = ((u32::from(self.latency_spread) * 4 + u32::from(off)) / 5) as u16;
+                (before * 4 + latest) / 5
+            }
             None => latest,
         };
         self.latency = NonZeroU64::new(average + 1);
@@ -640,5 +658,5 @@ mod manager;
 mod quota;
 mod updates;
 
-pub(crate) use forecast::ScopeForecast;
+pub(crate) use forecast::{OnWord, ScopeForecast};
 pub(crate) use last_send::LastSend;
