@@ -133,9 +133,10 @@ pub(crate) struct ScopeState {
     /// too), once a response came; 8 bytes where `Option<Duration>` takes 16.
     latency: Option<NonZeroU64>,
     /// How far the latency samples fall from the average, on average, in
-    /// thousandths of it (a moving average as the latency's; two bytes of
-    /// padding hold it): how spread out busy lanes' ends are, for
-    /// forecasts.
+    /// thousandths of it (a moving average as the latency's, of the
+    /// samples that end while other requests of the scope are in flight;
+    /// two bytes of padding hold it): how spread out busy lanes' ends are,
+    /// for forecasts.
     latency_spread: u16,
 }
 
@@ -609,6 +610,15 @@ impl ScopeState {
         true
     }
 
+    /// Moves the latency spread towards how far `latest` fell from the
+    /// average `before` it.
+    #[cold]
+    fn learn_spread(&mut self, latest: u64, before: u64) {
+        let off = latest.abs_diff(before).saturating_mul(1000) / before.max(1);
+        let off = u16::try_from(off).unwrap_or(u16::MAX);
+        self.latency_spread = ((u32::from(self.latency_spread) * 4 + u32::from(off)) / 5) as u16;
+    }
+
     /// Scrapy's AutoThrottle step, and the latency average shown in stats.
     #[inline]
     pub(crate) fn observe_latency(&mut self, latency: Duration, status: u16, adjust_autothrottle: bool) {
@@ -620,9 +630,12 @@ impl ScopeState {
         let average = match self.latency {
             Some(biased) => {
                 let before = (biased.get() - 1).min(u64::MAX / 8);
-                let off = latest.abs_diff(before).saturating_mul(1000) / before.max(1);
-                let off = u16::try_from(off).unwrap_or(u16::MAX);
-                self.latency_spread = ((u32::from(self.latency_spread) * 4 + u32::from(off)) / 5) as u16;
+                // Learnt while other requests of the scope are in flight:
+                // when lanes may bind, which is when forecasts use it (and
+                // a scope sent to one request at a time pays nothing).
+                if self.in_flight > 1 {
+                    self.learn_spread(latest, before);
+                }
                 (before * 4 + latest) / 5
             }
             None => latest,
