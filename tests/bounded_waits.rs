@@ -6,38 +6,12 @@ mod support;
 
 use std::time::Duration;
 
+use support::bounds::{bounded, ms, one_lane_one_second, settle};
 use support::{at_head, get, Recorder};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
-use tower_throttle::scope::MaxWait;
 use tower_throttle::waited::WaitCause;
 use tower_throttle::{Error, Registry, ScopeConfig, ThrottleLayer};
-
-fn ms(millis: u64) -> Duration {
-    Duration::from_millis(millis)
-}
-
-fn bounded(uri: &str, bound: Duration) -> http::Request<()> {
-    let mut request = get(uri);
-    request.extensions_mut().insert(MaxWait(bound));
-    request
-}
-
-/// One lane, a 1 s delay without jitter.
-fn one_lane_one_second() -> ScopeConfig {
-    ScopeConfig::default()
-        .concurrency(1)
-        .delay(ms(1000))
-        .delay_per_slot(Duration::ZERO)
-        .jitter(0.0)
-}
-
-/// Lets every spawned task run until it waits on time.
-async fn settle() {
-    for _ in 0..20 {
-        tokio::task::yield_now().await;
-    }
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_held_scope_fails_a_bounded_request_at_once_with_the_hold_as_retry_after() {

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use super::config::ScopeConfig;
+use super::Registry;
 use crate::error::ConfigError;
+use crate::scope::Scopes;
 use crate::time::validate_delay;
 
 impl ScopeConfig {
@@ -100,5 +102,25 @@ impl RequestBound {
                 .map(|bound| bound.0),
             enforced,
         }
+    }
+}
+
+impl Registry {
+    /// The bound a request of `scopes` waits with: its own (`bound`) or
+    /// its scopes' `max_wait`, the tighter; `None` when it has none or its
+    /// throttle cannot fail it. Read from the configs, without the
+    /// scheduler's lock: for the steps after the scheduler's admission
+    /// (the registry's store), which the scheduler does not bound.
+    pub(crate) fn bound_of(&self, scopes: &Scopes, bound: RequestBound) -> Option<Duration> {
+        if !bound.enforced {
+            return None;
+        }
+        self.shared
+            .configs
+            .configs_of(scopes)
+            .iter()
+            .filter_map(|config| config.max_wait)
+            .chain(bound.max_wait)
+            .min()
     }
 }

@@ -96,7 +96,9 @@
 //! ([`GlobalFlight`]), which a request ending on a word reads to decide
 //! whether to take the lock (a stale read moves that work to the next
 //! request that takes the lock: every admission under the lock evicts as
-//! it comes). No interleaving can make either wrong.
+//! it comes). No interleaving can make either wrong. A third, the instant
+//! a word last opened ([`FastScope::opened_at`]), is written and read
+//! under the lock only (an atomic because the `FastScope` is shared).
 
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
@@ -276,6 +278,10 @@ pub(crate) struct FastScope {
     registry: Weak<RegistryShared>,
     /// The scheduler's metrics.
     pub(crate) metrics: Metrics,
+    /// The stamp of the instant the word last opened (0: never): every
+    /// request in flight on it left no earlier. Written and read under the
+    /// lock only, for predictions (see [`opened_at`](Self::opened_at)).
+    opened_at: AtomicU64,
 }
 
 /// What a scope's word is made with, from its registry.
@@ -296,6 +302,7 @@ impl FastScope {
             global: owner.global.clone(),
             registry: owner.registry.clone(),
             metrics: owner.metrics,
+            opened_at: AtomicU64::new(0),
         })
     }
 
@@ -322,9 +329,23 @@ impl FastScope {
 
     /// Opens a closed scope with `lanes` lanes and the scheduler's latency
     /// average (`latency`, as the scope keeps it); under the lock, with
-    /// nothing of the scope in flight. False when it was retired.
-    pub(crate) fn open(&self, lanes: u32, latency: u64) -> bool {
-        self.state.open(lanes, latency)
+    /// nothing of the scope in flight, at `now`. False when it was
+    /// retired.
+    pub(crate) fn open(&self, lanes: u32, latency: u64, now: Stamp) -> bool {
+        let opened = self.state.open(lanes, latency);
+        if opened {
+            self.opened_at.store(now.value(), Ordering::Relaxed);
+        }
+        opened
+    }
+
+    /// When the word last opened (under the lock, which orders this read
+    /// after the write): the requests in flight on it, or adopted from it
+    /// and still in flight, all left no earlier. The word does not learn
+    /// their departures until they end (its admission reads no clock), so
+    /// this is what a prediction knows of when they will end.
+    pub(crate) fn opened_at(&self) -> Option<Stamp> {
+        Stamp::from_value(self.opened_at.load(Ordering::Relaxed))
     }
 
     /// Closes the scope (under the lock): what the scheduler adopts.

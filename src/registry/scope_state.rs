@@ -132,6 +132,12 @@ pub(crate) struct ScopeState {
     /// The latency average in nanoseconds + 1 (0 would be a latency
     /// too), once a response came; 8 bytes where `Option<Duration>` takes 16.
     latency: Option<NonZeroU64>,
+    /// How far the latency samples fall from the average, on average, in
+    /// thousandths of it (a moving average as the latency's, of the
+    /// samples that end while other requests of the scope are in flight;
+    /// two bytes of padding hold it): how spread out busy lanes' ends are,
+    /// for forecasts.
+    latency_spread: u16,
 }
 
 /// The request a scope is sending, as [`ScopeState::take_lane`] needs it.
@@ -200,12 +206,19 @@ impl ScopeState {
             referenced: false,
             sent: 0,
             latency: None,
+            latency_spread: 0,
         }
     }
 
     /// The latency average (send to response head), once a response came.
     pub(crate) fn latency(&self) -> Option<Duration> {
         self.latency.map(|biased| Duration::from_nanos(biased.get() - 1))
+    }
+
+    /// How far a latency sample falls from the average, on average, as a
+    /// fraction of the average.
+    pub(crate) fn latency_spread(&self) -> f64 {
+        f64::from(self.latency_spread) / 1000.0
     }
 
     /// The latency average as kept (nanoseconds + 1; 0: none), for the
@@ -597,6 +610,15 @@ impl ScopeState {
         true
     }
 
+    /// Moves the latency spread towards how far `latest` fell from the
+    /// average `before` it.
+    #[cold]
+    fn learn_spread(&mut self, latest: u64, before: u64) {
+        let off = latest.abs_diff(before).saturating_mul(1000) / before.max(1);
+        let off = u16::try_from(off).unwrap_or(u16::MAX);
+        self.latency_spread = ((u32::from(self.latency_spread) * 4 + u32::from(off)) / 5) as u16;
+    }
+
     /// Scrapy's AutoThrottle step, and the latency average shown in stats.
     #[inline]
     pub(crate) fn observe_latency(&mut self, latency: Duration, status: u16, adjust_autothrottle: bool) {
@@ -606,7 +628,16 @@ impl ScopeState {
             .unwrap_or(u64::MAX)
             .min(u64::MAX / 8);
         let average = match self.latency {
-            Some(biased) => ((biased.get() - 1).min(u64::MAX / 8) * 4 + latest) / 5,
+            Some(biased) => {
+                let before = (biased.get() - 1).min(u64::MAX / 8);
+                // Learnt while other requests of the scope are in flight:
+                // when lanes may bind, which is when forecasts use it (and
+                // a scope sent to one request at a time pays nothing).
+                if self.in_flight > 1 {
+                    self.learn_spread(latest, before);
+                }
+                (before * 4 + latest) / 5
+            }
             None => latest,
         };
         self.latency = NonZeroU64::new(average + 1);
@@ -640,5 +671,5 @@ mod manager;
 mod quota;
 mod updates;
 
-pub(crate) use forecast::ScopeForecast;
+pub(crate) use forecast::{OnWord, ScopeForecast};
 pub(crate) use last_send::LastSend;

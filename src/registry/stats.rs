@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::feedback::AnnouncedLimits;
 use super::scheduler::{Scheduler, ScopeEntry};
-use super::scope_state::{Effective, Manager, ScopeState};
+use super::scope_state::{Effective, Manager, OnWord, ScopeState};
 use super::LimitSource;
 use crate::scope::Scope;
 use crate::time::{saturating_add, Stamp};
@@ -215,7 +215,7 @@ impl ScopeEntry {
             idle_for: self
                 .idle_since()
                 .map(|since| now.saturating_duration_since(since)),
-            next_send: scope.forecast(now, &effective, (head_cost, 0), (0, None)).at,
+            next_send: scope.forecast(now, &effective, (head_cost, 0), OnWord::NONE).at,
             held_back_by: (queued > 0)
                 .then(|| held_back_by(scope, &effective, head_cost, now))
                 .flatten(),

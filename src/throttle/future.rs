@@ -14,10 +14,10 @@ use tokio::time::Instant;
 
 use super::body::{ThrottledBody, Transfer};
 use super::errors::{ErrorMode, InnerErrors};
-use super::store_admission::StoreAdmission;
+use super::store_admission::{Stopped, StoreAdmission};
 use super::ticket::Ticket;
 use crate::departure::{self, stamp::WriteStamp};
-use crate::registry::{collect, Outcome};
+use crate::registry::{collect, Outcome, RequestBound};
 use crate::scope::{handover, Scopes};
 use crate::time::Stamp;
 
@@ -92,13 +92,15 @@ where
 {
     /// `readied` is the handle `Throttle::poll_ready` readied; `scopes`
     /// are handed over with the request (and `record`ed in its extensions
-    /// too when asked: see [`hand_over`]).
+    /// too when asked: see [`hand_over`]). `bound`: the request's own, as
+    /// its ticket was queued with it, and when it was queued (`None`: now),
+    /// for the registry's store, whose step comes after the scheduler's.
     #[inline(always)]
     pub(crate) fn new(
         readied: S,
         request: http::Request<ReqBody>,
         (scopes, record_scopes): (Scopes, bool),
-        mut ticket: Ticket,
+        (mut ticket, bound): (Ticket, (RequestBound, Option<Instant>)),
         (adjust_autothrottle, whole_transfer): (bool, Option<Box<Scopes>>),
     ) -> Self
     where
@@ -121,6 +123,7 @@ where
                     request,
                     scopes,
                     (ticket.has_fleet(), ticket.is_refused()),
+                    (&ticket, bound),
                 ),
                 None,
             )
@@ -148,6 +151,7 @@ fn park<S, Req>(
     request: Req,
     scopes: Scopes,
     (has_fleet, refused): (bool, bool),
+    (ticket, (bound, queued_at)): (&Ticket, (RequestBound, Option<Instant>)),
 ) -> State<S, Req, S::Future>
 where
     S: Service<Req> + Clone,
@@ -162,14 +166,33 @@ where
     // reserved, so other scopes' requests can use it meanwhile.
     let unreadied = readied.clone();
     drop(readied);
+    let fleet = has_fleet.then(|| {
+        Box::new(StoreAdmission::new(store_deadline(
+            ticket, &scopes, bound, queued_at,
+        )))
+    });
     State::Waiting {
         waiting: Some(Box::new(Parked {
             service: unreadied,
             request,
             scopes,
-            fleet: has_fleet.then(|| Box::new(StoreAdmission::new())),
+            fleet,
         })),
     }
+}
+
+/// The deadline of a request of `scopes` queued at `queued_at` (`None`:
+/// now) with `bound`, for its store's step, and the bound: the one the
+/// scheduler kept while it waited (see `scheduler/bounds.rs`).
+fn store_deadline(
+    ticket: &Ticket,
+    scopes: &Scopes,
+    bound: RequestBound,
+    queued_at: Option<Instant>,
+) -> Option<(Instant, std::time::Duration)> {
+    let bound = ticket.registry_handle()?.bound_of(scopes, bound)?;
+    let queued_at = queued_at.unwrap_or_else(Instant::now);
+    Some((crate::time::saturating_add(queued_at, bound), bound))
 }
 
 /// Calls `service` with `request` and the `scopes` the throttle of
@@ -272,7 +295,15 @@ where
                         match fleet.poll(ticket, cx) {
                             Poll::Pending => return Poll::Pending,
                             Poll::Ready(Ok(())) => ticket.note_store_done(),
-                            Poll::Ready(Err(error)) => match M::store(error) {
+                            Poll::Ready(Err(Stopped::Bound)) => {
+                                ticket.finish(Outcome::NoResponse);
+                                this.state.set(State::Done);
+                                let error = ticket.take_refusal().expect("the store's step refused it");
+                                let error = M::refused(error)
+                                    .expect("a throttle that cannot fail requests applies no bound");
+                                return Poll::Ready(Err(error));
+                            }
+                            Poll::Ready(Err(Stopped::Store(error))) => match M::store(error) {
                                 Ok(error) => {
                                     ticket.finish(Outcome::NoResponse);
                                     this.state.set(State::Done);

@@ -83,6 +83,16 @@ impl<M> ThrottleLayer<M> {
     /// Binds every request of the service to `scopes` (ignoring the resolver
     /// and any `Scopes` extension). Then `poll_ready` is `Pending` until
     /// those scopes admit a send, and `call` sends at once.
+    ///
+    /// Bounds: the wait happens in `poll_ready`, before the request is
+    /// known, so a request's own [`MaxWait`](crate::scope::MaxWait) does
+    /// not apply; the scopes' [`max_wait`](crate::ScopeConfig::max_wait)
+    /// and [`max_waiting`](crate::ScopeConfig::max_waiting) do, counted
+    /// from `poll_ready`'s first call, in
+    /// [`crate_errors`](ThrottleLayer::crate_errors) mode. Then
+    /// `poll_ready` is ready at once (or when the bound passes, or a hold
+    /// moves the prediction past it), and `call` fails at once without
+    /// calling the inner service.
     #[must_use]
     pub fn fixed_scope(mut self, scopes: impl Into<Scopes>) -> Self {
         self.fixed = Some(scopes.into());

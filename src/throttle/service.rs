@@ -62,8 +62,9 @@ enum Reserved {
     /// General mode: a queue place (the handle holds it), and the inner
     /// service was ready.
     Place,
-    /// Fixed-scope mode: a ticket, waiting or already sent.
-    Ticket(Ticket),
+    /// Fixed-scope mode: a ticket, waiting, already sent or failed for its
+    /// bound, and when it was queued.
+    Ticket(Ticket, Instant),
 }
 
 impl<S: fmt::Debug, M> fmt::Debug for Throttle<S, M> {
@@ -120,7 +121,17 @@ impl<S, M> Throttle<S, M> {
         self.place_wait.get_or_insert_with(Instant::now);
     }
 
-    fn poll_fixed_scope_admission(&mut self, cx: &mut Context<'_>, scopes: Scopes) -> Poll<()> {
+    /// Waits, in `poll_ready`, for the fixed scopes to admit the next
+    /// request; `bounded`: whether the throttle can fail a request, and so
+    /// applies the scopes' `max_wait` (the request, not known yet, can
+    /// bring no bound of its own). Ready with a ticket failed for its
+    /// bound too: its `call` then fails at once.
+    fn poll_fixed_scope_admission(
+        &mut self,
+        cx: &mut Context<'_>,
+        scopes: Scopes,
+        bounded: bool,
+    ) -> Poll<()> {
         if let Reserved::Nothing = self.reserved {
             if self.poll_queue_place(cx).is_pending() {
                 return Poll::Pending;
@@ -129,10 +140,15 @@ impl<S, M> Throttle<S, M> {
             // recorded once the inner service has the request.
             let place = self.places.take_reserved().expect("a place was just reserved");
             let place = (place, self.place_wait.take());
-            self.reserved = Reserved::Ticket(Ticket::enqueue(&self.handle, place, scopes, Priority(0)));
+            let bound = RequestBound {
+                max_wait: None,
+                enforced: bounded,
+            };
+            let ticket = Ticket::enqueue(&self.handle, place, scopes, (Priority(0), bound));
+            self.reserved = Reserved::Ticket(ticket, Instant::now());
         }
         match &mut self.reserved {
-            Reserved::Ticket(ticket) => ticket.poll_send(cx),
+            Reserved::Ticket(ticket, _) => ticket.poll_send(cx),
             _ => Poll::Ready(()),
         }
     }
@@ -152,8 +168,17 @@ where
         // last, so nothing of the inner service (a `ConcurrencyLimit`
         // permit, a `Buffer` slot) is held while this caller waits on us.
         if let Some(scopes) = self.fixed.clone() {
-            if self.poll_fixed_scope_admission(cx, scopes).is_pending() {
+            if self
+                .poll_fixed_scope_admission(cx, scopes, M::REFUSES)
+                .is_pending()
+            {
                 return Poll::Pending;
+            }
+            // Failed for its bound: `call` fails at once, and calls nothing.
+            if let Reserved::Ticket(ticket, _) = &self.reserved {
+                if ticket.is_refused() {
+                    return Poll::Ready(Ok(()));
+                }
             }
         } else if let Reserved::Nothing = self.reserved {
             match self.poll_queue_place(cx) {
@@ -172,7 +197,7 @@ where
             self.record_scopes && !(self.fixed.is_none() && request.extensions().get::<Scopes>().is_some());
         // Matched on the reservation alone: the common case (a place)
         // moves no ticket through a tuple.
-        let (ticket, scopes) = match reserved {
+        let (queued, scopes) = match reserved {
             Reserved::Place => {
                 let priority = request
                     .extensions()
@@ -187,12 +212,18 @@ where
                     true => RequestBound::of(&request, true),
                     false => RequestBound::NONE,
                 };
-                Ticket::enqueue_resolved(&self.handle, place, &request, (priority, bound))
+                let (ticket, scopes) =
+                    Ticket::enqueue_resolved(&self.handle, place, &request, (priority, bound));
+                ((ticket, (bound, None)), scopes)
             }
-            Reserved::Ticket(mut ticket) => match &self.fixed {
+            Reserved::Ticket(mut ticket, queued_at) => match &self.fixed {
                 Some(scopes) => {
                     ticket.note_called();
-                    (ticket, scopes.clone())
+                    let bound = RequestBound {
+                        max_wait: None,
+                        enforced: M::REFUSES,
+                    };
+                    ((ticket, (bound, Some(queued_at))), scopes.clone())
                 }
                 None => panic!("poll_ready must be called first"),
             },
@@ -209,7 +240,7 @@ where
             inner,
             request,
             (scopes, record),
-            ticket,
+            queued,
             (adjust_autothrottle, whole_transfer),
         )
     }

@@ -2,6 +2,13 @@
 //! scheduler admitted it: reserve in the store, sleep until the granted
 //! instant (or until the store says to ask again), then go. See the
 //! [`store`](crate::store) module docs for the protocol.
+//!
+//! A bounded request (`max_wait`, `MaxWait`) keeps its deadline here, the
+//! one the scheduler gave it as it came: an answer that would send it
+//! after the deadline (a grant, or a busy store's next try) fails it then,
+//! with the store's wait as its `retry_after`. Its lease, if it had one,
+//! goes back unsent; the instant the store granted it stays spent (a
+//! store cannot take a grant back), as for a request dropped there.
 
 use std::fmt;
 use std::task::{ready, Context, Poll};
@@ -17,6 +24,7 @@ use crate::store::{
     backend::{Answer, Grant, LeaseId, StoreFuture},
     StoreError, StoreFailure,
 };
+use crate::time::saturating_add;
 
 /// How long a request that cannot report a store failure waits before it
 /// asks the store again.
@@ -64,7 +72,19 @@ pub(crate) struct StoreAdmission {
     forfeit_when_late: bool,
     /// Granted instants given up for lateness.
     forfeits: u8,
+    /// The instant by which a bounded request must go, and its bound.
+    deadline: Option<(Instant, Duration)>,
     step: Step,
+}
+
+/// Why a request leaves the store's step without being sent.
+#[derive(Debug)]
+pub(crate) enum Stopped {
+    /// The store failed, and the registry fails closed.
+    Store(StoreError),
+    /// The store would send it only after its deadline: the ticket holds
+    /// the refusal (see `Ticket::refuse_in_store`).
+    Bound,
 }
 
 enum Step {
@@ -96,12 +116,15 @@ impl fmt::Debug for StoreAdmission {
 }
 
 impl StoreAdmission {
-    pub(crate) fn new() -> Self {
+    /// `deadline`: the instant by which a bounded request must go, and its
+    /// bound.
+    pub(crate) fn new(deadline: Option<(Instant, Duration)>) -> Self {
         StoreAdmission {
             lease: LeaseId(fastrand::u64(..)),
             terms: Vec::new(),
             forfeit_when_late: false,
             forfeits: 0,
+            deadline,
             step: Step::Ask,
         }
     }
@@ -109,8 +132,9 @@ impl StoreAdmission {
     /// Resolves when the store lets the request (admitted locally, holding
     /// `ticket`) be sent, or with the store's error when the registry fails
     /// closed. Under `FailLocal` a store error resolves `Ok`: local limits
-    /// alone decide.
-    pub(crate) fn poll(&mut self, ticket: &mut Ticket, cx: &mut Context<'_>) -> Poll<Result<(), StoreError>> {
+    /// alone decide. A bounded request the store would send after its
+    /// deadline resolves [`Stopped::Bound`].
+    pub(crate) fn poll(&mut self, ticket: &mut Ticket, cx: &mut Context<'_>) -> Poll<Result<(), Stopped>> {
         let Some(fleet) = ticket.fleet() else {
             return Poll::Ready(Ok(()));
         };
@@ -148,8 +172,18 @@ impl StoreAdmission {
                                 ticket.hold_lease(HeldLease::new(self.lease, self.terms.clone()));
                                 (wait, Then::Send)
                             }
-                            Answer::Busy { retry_in } => (ask_ahead_of(retry_in), Then::AskAgain),
+                            Answer::Busy { retry_in } => {
+                                if self.past_deadline(ticket, retry_in, false) {
+                                    return Poll::Ready(Err(Stopped::Bound));
+                                }
+                                (ask_ahead_of(retry_in), Then::AskAgain)
+                            }
                         };
+                        // The lease just held goes back as the caller
+                        // finishes the ticket.
+                        if let (Then::Send, true) = (then, self.past_deadline(ticket, wait, true)) {
+                            return Poll::Ready(Err(Stopped::Bound));
+                        }
                         // Counted from the answer, not from the question:
                         // the store's now lies in between, and a deadline
                         // counted too early would send early.
@@ -160,7 +194,7 @@ impl StoreAdmission {
                         self.step = Step::Done;
                         return Poll::Ready(match fleet.failure {
                             StoreFailure::FailLocal => Ok(()),
-                            StoreFailure::FailClosed => Err(error),
+                            StoreFailure::FailClosed => Err(Stopped::Store(error)),
                         });
                     }
                 },
@@ -175,6 +209,22 @@ impl StoreAdmission {
                 Step::Done => return Poll::Ready(Ok(())),
             }
         }
+    }
+
+    /// Whether a bounded request the store would send (`exact`: a grant)
+    /// or let ask again `wait` from now goes past its deadline: then the
+    /// ticket is refused and the step done.
+    fn past_deadline(&mut self, ticket: &mut Ticket, wait: Duration, exact: bool) -> bool {
+        let Some((deadline, bound)) = self.deadline else {
+            return false;
+        };
+        let now = Instant::now();
+        if saturating_add(now, wait) <= deadline {
+            return false;
+        }
+        ticket.refuse_in_store((wait, exact), bound, now >= deadline);
+        self.step = Step::Done;
+        true
     }
 
     /// For a request that fails closed but cannot report the error: wait

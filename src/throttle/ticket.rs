@@ -163,18 +163,18 @@ impl Ticket {
 
     /// Queues a request for `scopes` in `registry`, which consumes its queue
     /// place, and admits it at once if nothing is ahead of it and every
-    /// limit allows. Whoever hands it to the inner service then reports that
+    /// limit allows; one that would wait past its `bound` comes back
+    /// failed (see [`is_refused`](Self::is_refused)). Whoever hands it to the inner service then reports that
     /// with [`depart`](Self::depart).
     pub(crate) fn enqueue(
         handle: &Arc<Handle>,
         place: (Reserved<'_>, Option<Instant>),
         scopes: Scopes,
-        priority: Priority,
+        (priority, bound): (Priority, RequestBound),
     ) -> Self {
-        let (admission, scopes) =
-            handle
-                .registry()
-                .enqueue::<()>(Asked::Scopes(scopes), priority, RequestBound::NONE);
+        let (admission, scopes) = handle
+            .registry()
+            .enqueue::<()>(Asked::Scopes(scopes), priority, bound);
         let mut ticket = Ticket::new(handle, admission, place, &scopes);
         // Its `call` comes later, if ever.
         ticket.note_parked();

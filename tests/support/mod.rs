@@ -2,6 +2,7 @@
 //! instants) and a loopback hyper server (for real-socket tests).
 #![allow(dead_code, unreachable_pub)]
 
+pub mod bounds;
 pub mod fleet_share;
 pub mod kernel_stamps;
 pub mod tls;

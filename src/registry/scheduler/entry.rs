@@ -10,7 +10,8 @@ use tokio::time::Instant;
 use super::ordered::Ordered;
 use super::wait_log::WaitLog;
 use super::{OrderKey, ScopeState, TicketId};
-use crate::registry::fast_path::FastScope;
+use crate::registry::fast_path::{latency_of, FastScope};
+use crate::registry::scope_state::OnWord;
 use crate::time::Stamp;
 use crate::waited::CauseKey;
 
@@ -71,6 +72,20 @@ impl ScopeEntry {
             waiters: None,
             idle_since: None,
             fast: None,
+        }
+    }
+
+    /// What a forecast of the scope knows of the requests its lock-free
+    /// word admitted (see `scope_state/forecast.rs`).
+    pub(crate) fn on_word(&self) -> OnWord {
+        let Some(fast) = &self.fast else {
+            return OnWord::NONE;
+        };
+        let open = fast.is_open();
+        OnWord {
+            in_flight: if open { fast.in_flight() } else { 0 },
+            latency: open.then(|| latency_of(fast.latency())).flatten(),
+            opened_at: fast.opened_at().map(Stamp::instant),
         }
     }
 

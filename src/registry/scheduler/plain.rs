@@ -100,7 +100,7 @@ impl Scheduler {
             let fast = entry
                 .fast
                 .get_or_insert_with(|| FastScope::new(id, entry.state.key.clone(), owner));
-            if !fast.open(lanes, latency) {
+            if !fast.open(lanes, latency, Stamp::of(now)) {
                 return None;
             }
             self.global.note_word_opened();

@@ -6,7 +6,6 @@ use tokio::time::Instant;
 
 use super::groups::NO_GROUP;
 use super::{OrderKey, Scheduler, ScopeId, TicketId};
-use crate::registry::fast_path::latency_of;
 use crate::registry::scope_state::ScopeForecast;
 use crate::registry::LimitSource;
 use crate::scope::Scopes;
@@ -64,9 +63,7 @@ impl Scheduler {
             let scope = &self.scopes[id];
             let effective = scope.state.effective(now, self.max_concurrency);
             let ahead = self.waiters_ahead(id, order);
-            let on_word = scope
-                .open_fast()
-                .map_or((0, None), |word| (word.in_flight(), latency_of(word.latency())));
+            let on_word = scope.on_word();
             let of_scope = scope.state.forecast(now, &effective, (cost, ahead), on_word);
             forecast.exact &= of_scope.exact;
             if of_scope.at > forecast.at {

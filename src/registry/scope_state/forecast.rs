@@ -9,6 +9,23 @@
 //! know: it is estimated from the scope's latency average (zero before a
 //! response came), and a forecast that leans on such an estimate, or on a
 //! gap that runs from an instant still to come, says it is not exact.
+//!
+//! A request admitted on the scope's lock-free word has no lane and no
+//! departure the scheduler knows (the word reads no clock as it admits):
+//! only that it left after the word last opened. Each such request, on
+//! the open word or adopted from it, is estimated to end a latency average
+//! after that, or, when the word opened longer ago than half an average,
+//! half an average from now (what is left of a request of unknown age, on
+//! average). A burst that opened the word is then timed from its start, as
+//! a scheduler's lanes would be (`tests/predict_loopback.rs`).
+//!
+//! Busy lanes do not all free at their average: of several requests in
+//! flight, the first to end is likely one of the quick ones. The busy ends
+//! are spread, in their order, as the expected order of that many
+//! latencies spread as the scope's samples were (their mean absolute
+//! deviation from the average; the offsets of a uniform spread): with
+//! responses of 50 ms ± 50 %, four lanes busy since the same instant free
+//! at about 35, 45, 55 and 65 ms rather than all at 50.
 
 use std::time::Duration;
 
@@ -39,6 +56,27 @@ impl ScopeForecast {
     }
 }
 
+/// What a forecast knows of the requests the scope's lock-free word
+/// admitted: how many are in flight on the open word (the scope does not
+/// count them), the word's latency average, and the instant the word last
+/// opened (none of them, nor of those the scope adopted from it, left
+/// before).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OnWord {
+    pub(crate) in_flight: u32,
+    pub(crate) latency: Option<Duration>,
+    pub(crate) opened_at: Option<Instant>,
+}
+
+impl OnWord {
+    /// A scope whose word never opened.
+    pub(crate) const NONE: OnWord = OnWord {
+        in_flight: 0,
+        latency: None,
+        opened_at: None,
+    };
+}
+
 /// A lane as a forecast plays it: when it frees, and whether that is an
 /// estimate.
 #[derive(Debug, Clone, Copy)]
@@ -50,20 +88,18 @@ struct Slot {
 impl ScopeState {
     /// When the scope could admit a request costing `cost` with `ahead`
     /// requests before it in its queue (each of which takes a send first),
-    /// from its limits `effective` at `now`. `on_word`: the requests in
-    /// flight on the scope's open lock-free word, which the scope does not
-    /// count (when they left is not known: each is estimated to end half a
-    /// latency average from now), with the word's latency average.
+    /// from its limits `effective` at `now`. `on_word`: what the scope's
+    /// lock-free word admitted (see the module docs for their ends).
     pub(crate) fn forecast(
         &self,
         now: Instant,
         effective: &Effective,
         (cost, ahead): (f64, usize),
-        on_word: (u32, Option<Duration>),
+        on_word: OnWord,
     ) -> ScopeForecast {
-        let latency = on_word.1.or(self.latency()).unwrap_or(Duration::ZERO);
+        let latency = on_word.latency.or(self.latency()).unwrap_or(Duration::ZERO);
         let mut exact = true;
-        let mut slots = self.slots(now, effective, (latency, on_word.0), ahead + 1);
+        let mut slots = self.slots(now, effective, (latency, on_word), ahead + 1);
         if slots.is_empty() {
             // No lane at all (never: a concurrency is at least 1).
             slots.push(Slot {
@@ -164,11 +200,18 @@ impl ScopeState {
         &self,
         now: Instant,
         effective: &Effective,
-        (latency, on_word): (Duration, u32),
+        (latency, word): (Duration, OnWord),
         wanted: usize,
     ) -> SmallVec<[Slot; 4]> {
         let concurrency = effective.concurrency as usize;
+        let on_word = word.in_flight;
         let in_flight = (self.in_flight + on_word) as usize;
+        // The end of a request of the word's (module docs).
+        let word_end = {
+            let from_open = word.opened_at.map(|opened| saturating_add(opened, latency));
+            let residual = saturating_add(now, latency / 2);
+            from_open.map_or(residual, |end| end.max(residual))
+        };
         let busy_end = |lane: &Lane| {
             let sent = lane.last_send.at.instant();
             let lane_gap = lane
@@ -201,8 +244,8 @@ impl ScopeState {
                         estimated: false,
                     },
                 })
-                .chain(on_no_lane.then(|| Slot {
-                    free_at: saturating_add(now, latency / 2),
+                .chain(on_no_lane.then_some(Slot {
+                    free_at: word_end,
                     estimated: true,
                 }))
                 .chain(unmade.then_some(Slot {
@@ -212,14 +255,23 @@ impl ScopeState {
                 .min_by_key(|slot| slot.free_at);
             return soonest.into_iter().collect();
         }
-        let mut busy: SmallVec<[Instant; 4]> =
-            self.lanes.iter().filter(|lane| lane.busy).map(busy_end).collect();
+        let mut busy: SmallVec<[(Instant, Instant); 4]> = self
+            .lanes
+            .iter()
+            .filter(|lane| lane.busy)
+            .map(|lane| {
+                (
+                    saturating_add(lane.last_send.at.instant(), latency),
+                    free_at(lane),
+                )
+            })
+            .collect();
         // Requests in flight on no lane (taken over from a lock-free word)
-        // or on the open word: when each left is not known, so each is
-        // estimated halfway through a latency average from now.
+        // or on the open word: when each left is not known (module docs).
         let on_no_lane = (self.in_flight as usize).saturating_sub(busy.len()) + on_word as usize;
-        busy.extend((0..on_no_lane).map(|_| saturating_add(now, latency / 2)));
-        busy.sort_unstable();
+        busy.extend((0..on_no_lane).map(|_| (word_end, now)));
+        let deviation = latency.mul_f64(self.latency_spread());
+        let busy = spread_ends(busy, deviation, now);
         let mut slots: SmallVec<[Slot; 4]> = SmallVec::new();
         if in_flight >= concurrency {
             // A lane frees only once enough of them ended.
@@ -262,10 +314,77 @@ impl ScopeState {
     }
 }
 
+/// The ends of busy lanes, each given as (its request's start plus the
+/// latency average, the earliest it can free: its lane's own gap, or `now`),
+/// spread in their order as the expected order of as many latencies with
+/// mean absolute deviation `deviation` (module docs), and sorted.
+fn spread_ends(
+    mut busy: SmallVec<[(Instant, Instant); 4]>,
+    deviation: Duration,
+    now: Instant,
+) -> SmallVec<[Instant; 4]> {
+    busy.sort_unstable();
+    let count = busy.len() as f64;
+    let mut ends: SmallVec<[Instant; 4]> = busy
+        .iter()
+        .enumerate()
+        .map(|(index, &(average, earliest))| {
+            // A uniform spread of mean absolute deviation d spans ± 2d;
+            // its i-th of n lies at (2 (i + 1) / (n + 1) − 1) of that.
+            let place = 2.0 * (index as f64 + 1.0) / (count + 1.0) - 1.0;
+            let offset = deviation.mul_f64(2.0 * place.abs());
+            let end = match place < 0.0 {
+                true => average.checked_sub(offset).unwrap_or(average),
+                false => saturating_add(average, offset),
+            };
+            end.max(earliest).max(now)
+        })
+        .collect();
+    ends.sort_unstable();
+    ends
+}
+
 /// Adds `time` on `key` to a forecast's parts.
 fn add_part(parts: &mut SmallVec<[(CauseKey, Duration); 3]>, key: CauseKey, time: Duration) {
     match parts.iter_mut().find(|(known, _)| *known == key) {
         Some((_, sum)) => *sum += time,
         None => parts.push((key, time)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Four lanes busy since the same instant, latencies 50 ms ± 25 ms
+    /// (uniform: a mean absolute deviation of 12.5 ms), free at their
+    /// expected order statistics.
+    #[test]
+    fn busy_lanes_of_one_start_free_spread_as_their_latencies() {
+        let now = Instant::now();
+        let average = now + Duration::from_millis(50);
+        let busy = [(average, now); 4].into_iter().collect();
+        let ends: Vec<u128> = spread_ends(busy, Duration::from_micros(12_500), now)
+            .iter()
+            .map(|end| end.duration_since(now).as_millis())
+            .collect();
+        assert_eq!(ends, [35, 45, 55, 65]);
+        // One lane, or no spread: the average.
+        let one = spread_ends(
+            [(average, now)].into_iter().collect(),
+            Duration::from_millis(12),
+            now,
+        );
+        assert_eq!(one[0], average);
+        // Never before its lane's own gap (80 ms), nor before now.
+        let gap = now + Duration::from_millis(80);
+        let floored = spread_ends(
+            [(average, now), (now + Duration::from_millis(10), gap)]
+                .into_iter()
+                .collect(),
+            Duration::from_millis(30),
+            now,
+        );
+        assert_eq!(floored.as_slice(), [now + Duration::from_millis(70), gap]);
     }
 }

@@ -1,6 +1,8 @@
 //! The record of why a request waited, kept by its ticket only when it
 //! waits (or somebody listens to its span), and its timer.
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::{Ticket, WakeTimer};
@@ -149,6 +151,33 @@ impl Ticket {
                 }))
             }
         })
+    }
+
+    /// Fails, at `now`, a request the registry's store would send only
+    /// after its deadline: `wait` from now (`exact` when the store granted
+    /// that instant), past its `bound`; `bound_passed`: the deadline came
+    /// while it waited (its wait so far goes into the error, the last part
+    /// on the store). The caller then finishes the ticket.
+    #[cold]
+    pub(crate) fn refuse_in_store(
+        &mut self,
+        (wait, exact): (Duration, bool),
+        bound: Duration,
+        bound_passed: bool,
+    ) {
+        let now = Instant::now();
+        let store = (WaitCause::Store, Some(LimitSource::Fleet));
+        let waited = bound_passed.then(|| {
+            let since = self.clock_mut().map_or(now, |clock| clock.since);
+            std::iter::once((store.0, store.1, now.saturating_duration_since(since))).collect()
+        });
+        self.note_refusal(Box::new(Refusal::WouldWait {
+            wait,
+            cause: Some(store),
+            exact,
+            bound,
+            waited,
+        }));
     }
 
     /// Notes the store's say, which ended now.
