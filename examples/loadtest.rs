@@ -80,7 +80,7 @@
 //! cargo run --release --example loadtest -- [scenario...] [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | --socket-stamps] [--off MECHANISM,...]
 //! ```
 //!
-//! Scenarios are named `a` to `f` (all by default); `--quick` shrinks the
+//! Scenarios are named `a` to `g` (all by default); `--quick` shrinks the
 //! counts for a smoke run; `--check` exits non-zero when any criterion fails;
 //! `--no-pin` lets the server and the client share the cores (see `cores`).
 //! Each of `a` to `e` runs once per driving style: `stream` (one
@@ -96,6 +96,8 @@
 //! `buffer_unordered(200)` and one task per request over the same order;
 //! only the frontier's runs are judged. It lives in
 //! `loadtest/frontier_scenario.rs`, whose docs say what each run checks.
+//! Scenario `g` is a crawl that discovers its links as it goes, through
+//! the frontier (`loadtest/discovery_scenario.rs`).
 //!
 //! `--write-stamps` puts `tower_throttle::departure::DepartureStampLayer`
 //! between the throttle and hyper-util's client: a request's departure is
@@ -449,7 +451,7 @@ fn parse_options() -> Result<Command, String> {
             "--busy" => options.busy = busy_count(arguments.next())?,
             "--off" => options.off = mechanisms_off(arguments.next())?,
             "-h" | "--help" => return Ok(Command::Help),
-            "a" | "b" | "c" | "d" | "e" | "f" => options.names.push(argument),
+            "a" | "b" | "c" | "d" | "e" | "f" | "g" => options.names.push(argument),
             other => match other.strip_prefix("--busy=") {
                 Some(count) => options.busy = busy_count(Some(count.to_owned()))?,
                 None => return Err(format!("unknown argument {other:?}; {USAGE} (--help says more)")),
@@ -463,12 +465,13 @@ const HELP: &str = "\
 loadtest: crawls loopback sites through ThrottleLayer over hyper-util and
 reports politeness as each site's kernel saw the requests arrive.
 
-usage: loadtest [a|b|c|d|e|f]... [--quick] [--check] [--no-pin] [--busy N]
+usage: loadtest [a|b|c|d|e|f|g]... [--quick] [--check] [--no-pin] [--busy N]
                 [--write-stamps | --socket-stamps] [--off MECHANISM,...]
 
-  a b c d e         the scenarios to run (all six when none is named)
+  a b c d e         the scenarios to run (all when none is named)
   f                 a crawl fed site by site: the frontier beside
                     buffer_unordered and one task per request
+  g                 a crawl that discovers its links, through the frontier
   --quick           smaller scenarios, for a smoke run
   --check           exit 1 when a criterion fails
   --no-pin          leave server and client threads unpinned (shared cores)
@@ -483,7 +486,8 @@ usage: loadtest [a|b|c|d|e|f]... [--quick] [--check] [--no-pin] [--busy N]
                     (words, or all)
   -h, --help        this text";
 
-const USAGE: &str = "expected [a|b|c|d|e|f]... [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | \
+const USAGE: &str =
+    "expected [a|b|c|d|e|f|g]... [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | \
                      --socket-stamps] [--off MECHANISM,...]";
 
 /// The performance mechanisms `--off` names, each with the registry
@@ -599,6 +603,9 @@ fn main() -> ExitCode {
     }
     if options.names.is_empty() || options.names.iter().any(|name| name == "f") {
         failures += frontier_scenario::run(&server, &busy, options.quick, &mut blocks);
+    }
+    if options.names.is_empty() || options.names.iter().any(|name| name == "g") {
+        failures += discovery_scenario::run(&server, &busy, options.quick, &mut blocks);
     }
     println!(
         "\nall scenarios: {:.1} s, {failures} criterion(s) failed",
@@ -741,6 +748,8 @@ impl Drop for BusyThreads {
 
 // ---------------------------------------------------------------- scenarios
 
+#[path = "loadtest/discovery_scenario.rs"]
+mod discovery_scenario;
 /// Scenario (f): a crawl fed site by site, through the frontier and its
 /// two alternatives.
 #[path = "loadtest/frontier_scenario.rs"]
