@@ -9,7 +9,7 @@
 //!
 //! - `allowance`: 10 servers × 20 names; each name 1 lane, 250 ms, the
 //!   default ±50 % jitter (4/s); each server 2 lanes, 25 ms, no jitter
-//!   (40/s, half what its names ask). A name has 5 to 35 pages (391 a
+//!   (40/s, half what its names ask). A name has 5 to 30 pages (341 a
 //!   server), so names that are served in turn finish apart and leave
 //!   the last ones alone below the server's allowance. Judged: every
 //!   server ≥ 95 % of its 40/s over the whole crawl, its tail included
@@ -83,7 +83,7 @@ fn shapes(quick: bool) -> [Shape; 2] {
             label: "allowance",
             servers: if quick { 2 } else { 10 },
             names: 20,
-            pages: |name| 5 + name * 30 / 19,
+            pages: |name| 5 + name * 25 / 19,
             server_lanes: 2,
             server_delay: Duration::from_millis(25),
         },
