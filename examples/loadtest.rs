@@ -88,7 +88,7 @@
 //! cargo run --release --example loadtest -- [scenario...] [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | --socket-stamps] [--off MECHANISM,...]
 //! ```
 //!
-//! Scenarios are named `a` to `f` (all by default); `--quick` shrinks the
+//! Scenarios are named `a` to `h` (all by default); `--quick` shrinks the
 //! counts for a smoke run; `--check` exits non-zero when any criterion fails;
 //! `--no-pin` lets the server and the client share the cores (see `cores`).
 //! Each of `a` to `e` runs once per driving style: `stream` (one
@@ -104,6 +104,9 @@
 //! `buffer_unordered(200)` and one task per request over the same order;
 //! only the frontier's runs are judged. It lives in
 //! `loadtest/frontier_scenario.rs`, whose docs say what each run checks.
+//! Scenario `g` is a crawl that discovers its links as it goes, through
+//! the frontier (`loadtest/discovery_scenario.rs`); `h`, names on shared
+//! servers through IP scopes (`loadtest/shared_scenario.rs`).
 //!
 //! `--write-stamps` puts `tower_throttle::departure::DepartureStampLayer`
 //! between the throttle and hyper-util's client: a request's departure is
@@ -457,7 +460,7 @@ fn parse_options() -> Result<Command, String> {
             "--busy" => options.busy = busy_count(arguments.next())?,
             "--off" => options.off = mechanisms_off(arguments.next())?,
             "-h" | "--help" => return Ok(Command::Help),
-            "a" | "b" | "c" | "d" | "e" | "f" => options.names.push(argument),
+            "a" | "b" | "c" | "d" | "e" | "f" | "g" | "h" => options.names.push(argument),
             other => match other.strip_prefix("--busy=") {
                 Some(count) => options.busy = busy_count(Some(count.to_owned()))?,
                 None => return Err(format!("unknown argument {other:?}; {USAGE} (--help says more)")),
@@ -471,12 +474,15 @@ const HELP: &str = "\
 loadtest: crawls loopback sites through ThrottleLayer over hyper-util and
 reports politeness as each site's kernel saw the requests arrive.
 
-usage: loadtest [a|b|c|d|e|f]... [--quick] [--check] [--no-pin] [--busy N]
+usage: loadtest [a|b|c|d|e|f|g|h]... [--quick] [--check] [--no-pin] [--busy N]
                 [--write-stamps | --socket-stamps] [--off MECHANISM,...]
 
-  a b c d e         the scenarios to run (all six when none is named)
+  a b c d e         the scenarios to run (all when none is named)
   f                 a crawl fed site by site: the frontier beside
                     buffer_unordered and one task per request
+  g                 a crawl that discovers its links, through the frontier
+  h                 names on shared servers through IP scopes: the frontier
+                    with and without ip_scopes, buffer_unordered, spawn
   --quick           smaller scenarios, for a smoke run
   --check           exit 1 when a criterion fails
   --no-pin          leave server and client threads unpinned (shared cores)
@@ -491,7 +497,8 @@ usage: loadtest [a|b|c|d|e|f]... [--quick] [--check] [--no-pin] [--busy N]
                     (words, or all)
   -h, --help        this text";
 
-const USAGE: &str = "expected [a|b|c|d|e|f]... [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | \
+const USAGE: &str =
+    "expected [a|b|c|d|e|f|g|h]... [--quick] [--check] [--no-pin] [--busy N] [--write-stamps | \
                      --socket-stamps] [--off MECHANISM,...]";
 
 /// The performance mechanisms `--off` names, each with the registry
@@ -607,6 +614,12 @@ fn main() -> ExitCode {
     }
     if options.names.is_empty() || options.names.iter().any(|name| name == "f") {
         failures += frontier_scenario::run(&server, &busy, options.quick, &mut blocks);
+    }
+    if options.names.is_empty() || options.names.iter().any(|name| name == "g") {
+        failures += discovery_scenario::run(&server, &busy, options.quick, &mut blocks);
+    }
+    if options.names.is_empty() || options.names.iter().any(|name| name == "h") {
+        failures += shared_scenario::run(&server, options.quick, &mut blocks);
     }
     println!(
         "\nall scenarios: {:.1} s, {failures} criterion(s) failed",
@@ -749,10 +762,14 @@ impl Drop for BusyThreads {
 
 // ---------------------------------------------------------------- scenarios
 
+#[path = "loadtest/discovery_scenario.rs"]
+mod discovery_scenario;
 /// Scenario (f): a crawl fed site by site, through the frontier and its
 /// two alternatives.
 #[path = "loadtest/frontier_scenario.rs"]
 mod frontier_scenario;
+#[path = "loadtest/shared_scenario.rs"]
+mod shared_scenario;
 
 /// Runs every (style, jitter) of a scenario, prints its tables, and returns
 /// how many criteria failed.
@@ -1177,8 +1194,14 @@ impl Service<Name> for ListenerResolver {
     }
 }
 
+/// `s<N>.load.test`'s `N`; a name on it, `n<J>.s<N>.load.test` (scenario
+/// (h)), is on the same listener.
 fn named_site_number(host: &str) -> Option<usize> {
-    host.strip_prefix('s')?.strip_suffix(".load.test")?.parse().ok()
+    let site = match host.split_once('.') {
+        Some((name, site)) if name.starts_with('n') => site,
+        _ => host,
+    };
+    site.strip_prefix('s')?.strip_suffix(".load.test")?.parse().ok()
 }
 
 /// A request's number in the frontier, sent as `x-seq` so the server's

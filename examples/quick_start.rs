@@ -1,12 +1,13 @@
-//! Crawl pages of several sites at once with reqwest, each site at its own
-//! polite pace. `cargo run --example quick_start --features reqwest -- URL...`
+//! Crawl pages of several sites with reqwest through a frontier: the sites
+//! side by side, each at its own polite pace.
+//! `cargo run --example quick_start --features reqwest -- URL...`
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinSet;
-use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_throttle::redirect::{FailOnLoops, FollowRedirectLayer};
-use tower_throttle::reqwest::{HttpClient, ReqwestLayer};
-use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, ScopeConfig, ThrottleLayer, Waited};
+use futures::StreamExt;
+use tower::{BoxError, ServiceBuilder};
+use tower_throttle::frontier::FrontierBuilder;
+use tower_throttle::reqwest::HttpClient;
+use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, ScopeConfig, ThrottleLayer};
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
@@ -15,50 +16,54 @@ async fn main() -> Result<(), BoxError> {
     tracing_subscriber::fmt().with_writer(std::io::stderr).init();
     let mut urls: Vec<String> = std::env::args().skip(1).collect();
     if urls.is_empty() {
+        // Site by site, as a crawler finds its links.
         for page in 1..=4 {
             urls.push(format!("http://quotes.toscrape.com/page/{page}/"));
+        }
+        for page in 1..=4 {
             urls.push(format!("http://books.toscrape.com/catalogue/page-{page}.html"));
         }
     }
     crawl(urls).await
 }
 
-/// Sends every request at once; the throttle decides when each one leaves.
+/// Pushes every URL into a frontier, which hands the stack each page only
+/// when its site may have it, and reads the results as they come.
 pub async fn crawl(urls: Vec<String>) -> Result<(), BoxError> {
     // One scope per host, each: 1 lane, 500 ms between sends, ±50 % jitter.
     let registry = Registry::builder()
         .default_scope(ScopeConfig::default().delay(Duration::from_millis(500)))
         .build()?;
-    // Redirects are followed above the throttle, so each hop waits its turn.
+    // The frontier follows redirects itself, so each hop waits its turn.
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()?;
-    let mut client = ServiceBuilder::new()
-        .layer(ReqwestLayer::new()) // reqwest::Request in, reqwest::Response out
-        .layer(FollowRedirectLayer::with_policy(FailOnLoops::new(10)))
+    let client = ServiceBuilder::new()
         .map_err(BoxError::from)
         .layer(ThrottleLayer::new(registry.clone())) // decides when each request goes
         .layer(RetryAfterLayer::new(registry.clone())) // Retry-After, RateLimit: holds the site
         .layer(BackoffLayer::new(registry.clone())) // 429, 5xx, timeouts: slows the site down
-        .service(HttpClient::new(http.clone()));
+        .service(HttpClient::new(http));
+    // At most 64 pages in the stack at once, none of them waiting there.
+    let (frontier, pages) = FrontierBuilder::new(registry).in_flight(64).build(client)?;
+    let mut frontier = frontier.follow_redirects(10);
 
     let start = Instant::now();
-    let mut pages = JoinSet::new();
     for url in urls {
-        let request = http.get(url).build()?;
-        // `ready` takes a place in the queue, so each site's pages go in order.
-        let response = client.ready().await?.call(request);
-        pages.spawn(response);
+        // A crawler keeps a handle (it clones) to push the links it finds.
+        pages
+            .push(http::Request::get(url).body(reqwest::Body::default())?)
+            .await?;
     }
-    while let Some(response) = pages.join_next().await {
-        let response = response??;
-        let waited = Waited::from_extensions(response.extensions());
+    drop(pages); // the stream ends once nothing is pending or in flight
+    while let Some((url, response)) = frontier.next().await {
+        let response = reqwest::Response::from(response?);
+        let status = response.status();
+        let page = response.text().await?;
         println!(
-            "{:5.2} s  {}  {}  (waited {:.2} s)",
+            "{:5.2} s  {status}  {url}  ({} bytes)",
             start.elapsed().as_secs_f64(),
-            response.status(),
-            response.url(),
-            waited.total().as_secs_f64(),
+            page.len()
         );
     }
     Ok(())

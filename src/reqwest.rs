@@ -12,7 +12,9 @@
 //! Build requests with the `reqwest::Client` as usual
 //! (`http.get(url).header(..).timeout(..).build()?`) and send them through
 //! the throttled service. The response's `url()`, headers and body are
-//! reqwest's. The quick start, five lines around the client:
+//! reqwest's. One request at a time, five lines around the client (the
+//! README's quick start crawls through a
+//! [`Frontier`](crate::frontier::Frontier) instead, over [`HttpClient`]):
 //!
 //! ```no_run
 //! use tower::{Service, ServiceBuilder, ServiceExt};
@@ -59,8 +61,9 @@
 //! duplicated tower-http's `FollowRedirect`: put that layer, with the
 //! `redirect::FailOnLoops` policy (feature `follow-redirect`), between
 //! [`ReqwestLayer`] and the throttle instead, and every hop is a request
-//! of the stack, in the scope of the host it goes to; the quick start in
-//! the README shows it.
+//! of the stack, in the scope of the host it goes to. A
+//! [`Frontier`](crate::frontier::Frontier) follows them itself
+//! (`follow_redirects`), as the README's quick start does.
 //!
 //! # Why a tower adapter and not `reqwest-middleware`
 //!

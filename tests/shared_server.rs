@@ -6,14 +6,13 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::ip::{FixedResolver, IpScopeLayer};
 use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
 
-use support::{get, Recorder, Sent};
+use support::{get, instants_by, Recorder, Sent};
 
 fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
@@ -144,18 +143,6 @@ impl Crawl {
     fn server_of(host: &str) -> String {
         host.split_once('.').map(|(_, server)| server.to_owned()).unwrap()
     }
-}
-
-/// Send instants by key.
-fn instants_by(sent: &[Sent], key: impl Fn(&Sent) -> String) -> HashMap<String, Vec<Duration>> {
-    let mut by: HashMap<String, Vec<Duration>> = HashMap::new();
-    for one in sent {
-        by.entry(key(one)).or_default().push(one.at);
-    }
-    for instants in by.values_mut() {
-        instants.sort();
-    }
-    by
 }
 
 /// Requests per second from a server's first arrival to its last.

@@ -87,7 +87,7 @@ impl<B, T> FrontierHandle<B, T> {
                 let (request, _) = item.take().expect("polled after completion");
                 return Poll::Ready(Err(PushError::closed(request)));
             }
-            if state.queues.pending() >= self.shared.max_pending {
+            if state.pending() >= self.shared.max_pending {
                 state.pushers.push(cx.waker().clone());
                 return Poll::Pending;
             }
@@ -110,7 +110,7 @@ impl<B, T> FrontierHandle<B, T> {
         if state.closed {
             return Err(PushError::closed(request));
         }
-        if state.queues.pending() >= self.shared.max_pending {
+        if state.pending() >= self.shared.max_pending {
             return Err(PushError::full(request));
         }
         self.shared
@@ -120,7 +120,7 @@ impl<B, T> FrontierHandle<B, T> {
 
     /// Requests waiting in the frontier (not yet in the service).
     pub fn pending(&self) -> usize {
-        self.shared.lock().queues.pending()
+        self.shared.lock().pending()
     }
 }
 

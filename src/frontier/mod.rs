@@ -12,8 +12,17 @@
 //! and sends a request only when the answer is *now*:
 //!
 //! - **Order.** Among scopes that may go, the one that has been ready the
-//!   longest goes first (as BUbiNG's workbench orders hosts); within a
-//!   scope, [`Priority`](crate::Priority) first, then arrival.
+//!   longest goes first (as BUbiNG's workbench orders hosts); among scopes
+//!   ready from the same instant (the names of one server, waiting for its
+//!   next send), the one with the most pending, so a server's names finish
+//!   together; within a scope, [`Priority`](crate::Priority) first, then
+//!   arrival.
+//! - **Shared servers.** With [`FrontierBuilder::ip_scopes`], a request's
+//!   name is resolved (through the stack's
+//!   [`IpScopeLayer`](crate::ip::IpScopeLayer), sharing its cache) before
+//!   the request is ordered, so it is ordered by its server's IP scope as
+//!   well as its own; a request whose name is being looked up waits for
+//!   the lookup in the frontier.
 //! - **Budget.** At most [`in_flight`](FrontierBuilder::in_flight) requests
 //!   are in the service at once, and none of them waits on a delay, a hold
 //!   or a full scope: a held site takes no slot and no CPU until its hold
@@ -77,6 +86,7 @@
 mod handle;
 mod queues;
 mod redirects;
+mod resolving;
 mod shared;
 mod stream;
 

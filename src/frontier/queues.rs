@@ -57,7 +57,7 @@ struct ScopeQueue<B, T> {
     key: Scope,
     entries: BinaryHeap<Entry<B, T>>,
     /// Its key in [`Queues::ready`], while it has one.
-    ready_at: Option<(Instant, u64)>,
+    ready_at: Option<ReadyKey>,
     /// Its requests the frontier has in the service now.
     in_flight: u32,
     /// Whether it is in [`Queues::idle`].
@@ -74,12 +74,20 @@ const IDLE_KEPT: usize = 1024;
 /// A queue's spare capacity kept while it is idle: past this, it goes.
 const IDLE_CAPACITY: usize = 8;
 
-/// Every scope's queue, and the scopes with pending requests ordered by
-/// the instant from which they may go (ties by when they got it).
+/// A scope's place in the ready order: the instant from which it may go;
+/// among scopes of one instant, the one with the most requests pending
+/// first (the names of a shared server, all held for the server's next
+/// send, then finish together: the server is not left to its last names
+/// alone, each at its own pace, below its allowance); then the one that
+/// got the instant first.
+type ReadyKey = (Instant, Reverse<usize>, u64);
+
+/// Every scope's queue, and the scopes with pending requests in the ready
+/// order ([`ReadyKey`]).
 pub(super) struct Queues<B, T> {
     by_key: HashMap<Scope, usize>,
     scopes: Slab<ScopeQueue<B, T>>,
-    ready: BTreeSet<(Instant, u64, usize)>,
+    ready: BTreeSet<(ReadyKey, usize)>,
     /// Queues that went idle since the last sweep (some may have work
     /// again): see [`IDLE_KEPT`].
     idle: Vec<Slot>,
@@ -155,17 +163,17 @@ impl<B, T> Queues<B, T> {
     /// The first instant of the ready order, if any scope has pending
     /// requests.
     pub(super) fn next_instant(&self) -> Option<Instant> {
-        self.ready.first().map(|&(at, _, _)| at)
+        self.ready.first().map(|&((at, _, _), _)| at)
     }
 
     /// Takes the scope that may go soonest out of the ready order, if its
     /// instant has come by `now`.
     pub(super) fn pop_ready(&mut self, now: Instant) -> Option<Slot> {
-        let &(at, seq, slot) = self.ready.first()?;
-        if at > now {
+        let &(key, slot) = self.ready.first()?;
+        if key.0 > now {
             return None;
         }
-        self.ready.remove(&(at, seq, slot));
+        self.ready.remove(&(key, slot));
         self.scopes[slot].ready_at = None;
         Some(slot)
     }
@@ -175,23 +183,24 @@ impl<B, T> Queues<B, T> {
         self.scopes[slot].entries.peek().map(|entry| &*entry.request)
     }
 
-    /// Puts `slot` in the ready order at `at` (a scope already there keeps
-    /// the earlier of its instant and `at`); nothing for a scope with no
-    /// pending request.
+    /// Puts `slot` in the ready order at `at`, ranked by its pending
+    /// requests now (a scope already there keeps the earlier of its instant
+    /// and `at`); nothing for a scope with no pending request.
     pub(super) fn schedule(&mut self, slot: Slot, at: Instant) {
         let queue = &mut self.scopes[slot];
         if queue.entries.is_empty() {
             return;
         }
-        if let Some((old, seq)) = queue.ready_at {
-            if old <= at {
+        if let Some(old) = queue.ready_at {
+            if old.0 <= at {
                 return;
             }
-            self.ready.remove(&(old, seq, slot));
+            self.ready.remove(&(old, slot));
         }
         self.seq += 1;
-        queue.ready_at = Some((at, self.seq));
-        self.ready.insert((at, self.seq, slot));
+        let key = (at, Reverse(queue.entries.len()), self.seq);
+        queue.ready_at = Some(key);
+        self.ready.insert((key, slot));
     }
 
     /// Takes the head of `slot`'s queue to send it: the scope counts it in
@@ -321,6 +330,31 @@ mod tests {
         assert_eq!(queues.next_instant(), Some(now + Duration::from_secs(1)));
         assert_eq!(queues.pop_ready(now + Duration::from_secs(5)), Some(b));
         assert_eq!(queues.pop_ready(now + Duration::from_secs(5)), Some(a));
+    }
+
+    #[test]
+    fn among_scopes_of_one_instant_the_one_with_most_pending_goes_first() {
+        let now = Instant::now();
+        let later = now + Duration::from_millis(25);
+        let mut queues: Queues<(), ()> = Queues::default();
+        for (key, count) in [("small", 1), ("large", 3), ("middle", 2)] {
+            for _ in 0..count {
+                let (request, _) = request("/", 0);
+                queues.push_to(Scope::new(key), 0, (request, Some(Box::new(())), None), now);
+            }
+        }
+        // All three wait for the same instant (their shared server's next
+        // send): the largest goes first, then the middle one.
+        let slots: Vec<Slot> = std::iter::from_fn(|| queues.pop_ready(now)).collect();
+        for &slot in &slots {
+            queues.schedule(slot, later);
+        }
+        let order: Vec<Slot> = std::iter::from_fn(|| queues.pop_ready(later)).collect();
+        let order: Vec<&str> = order
+            .into_iter()
+            .map(|slot| queues.scopes[slot].key.as_str())
+            .collect();
+        assert_eq!(order, ["large", "middle", "small"]);
     }
 
     #[test]

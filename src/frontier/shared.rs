@@ -2,18 +2,21 @@
 //! the count of live handles, and who to wake.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::task::Waker;
+use std::task::{Context, Waker};
 
 use tokio::time::Instant;
 
 use super::queues::Queues;
-use super::redirects::Chain;
+use super::resolving::{Item, Resolving};
+use crate::ip::{Ahead, IpScopeLayer};
 use crate::registry::Registry;
 use crate::scope::Priority;
 
 /// The state behind the mutex.
 pub(super) struct State<B, T> {
     pub(super) queues: Queues<B, T>,
+    /// Requests waiting for their name's lookup before they are queued.
+    pub(super) resolving: Resolving<B, T>,
     /// Live [`FrontierHandle`](super::FrontierHandle)s.
     pub(super) handles: usize,
     /// The frontier's task, to wake when a request comes in or the last
@@ -34,13 +37,16 @@ pub(super) struct Shared<B, T> {
     state: Mutex<State<B, T>>,
     pub(super) registry: Registry,
     pub(super) max_pending: usize,
+    /// Resolves requests' IP scopes before they are queued, when set.
+    ip: Option<IpScopeLayer>,
 }
 
 impl<B, T> Shared<B, T> {
-    pub(super) fn new(registry: Registry, max_pending: usize) -> Self {
+    pub(super) fn new(registry: Registry, max_pending: usize, ip: Option<IpScopeLayer>) -> Self {
         Shared {
             state: Mutex::new(State {
                 queues: Queues::default(),
+                resolving: Resolving::default(),
                 handles: 1,
                 frontier: None,
                 pushers: Vec::new(),
@@ -49,6 +55,7 @@ impl<B, T> Shared<B, T> {
             }),
             registry,
             max_pending,
+            ip,
         }
     }
 
@@ -58,12 +65,26 @@ impl<B, T> Shared<B, T> {
 
     /// Queues `request` with `tag` (and its chain of redirects, for a hop)
     /// in the queue of its first scope (as the registry resolves it), and
-    /// wakes the frontier.
-    pub(super) fn enqueue(
-        &self,
-        state: &mut State<B, T>,
-        (request, tag, chain): (http::Request<B>, Option<Box<T>>, Option<Box<Chain>>),
-    ) {
+    /// wakes the frontier. With IP scopes, a request whose name is not
+    /// known yet waits for its lookup first.
+    pub(super) fn enqueue(&self, state: &mut State<B, T>, (request, tag, chain): Item<B, T>) {
+        let request = match &self.ip {
+            None => request,
+            Some(ip) => match ip.resolve_ahead(request) {
+                Ahead::Ready(request) => request,
+                Ahead::Wait {
+                    host,
+                    lookup,
+                    request,
+                } => {
+                    state.resolving.wait(host, lookup, (request, tag, chain));
+                    if let Some(waker) = state.frontier.take() {
+                        waker.wake();
+                    }
+                    return;
+                }
+            },
+        };
         let priority = request
             .extensions()
             .get::<Priority>()
@@ -80,9 +101,28 @@ impl<B, T> Shared<B, T> {
             waker.wake();
         }
     }
+
+    /// Queues the requests whose lookups ended; `cx` is woken when the
+    /// next one ends.
+    pub(super) fn queue_looked_up(&self, state: &mut State<B, T>, cx: &mut Context<'_>) {
+        let Some(ip) = &self.ip else {
+            return;
+        };
+        while let Some((answer, items)) = state.resolving.poll_looked_up(cx) {
+            for (request, tag, chain) in items {
+                let request = ip.settle_ahead(&answer, request);
+                self.enqueue(state, (request, tag, chain));
+            }
+        }
+    }
 }
 
 impl<B, T> State<B, T> {
+    /// Requests held: queued, or waiting for their name's lookup.
+    pub(super) fn pending(&self) -> usize {
+        self.queues.pending() + self.resolving.len()
+    }
+
     /// Wakes the pushers waiting for room.
     pub(super) fn wake_pushers(&mut self) {
         for waker in self.pushers.drain(..) {

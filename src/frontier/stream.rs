@@ -19,6 +19,7 @@ use super::queues::Slot;
 use super::redirects::Chain;
 use super::shared::Shared;
 use crate::error::ConfigError;
+use crate::ip::IpScopeLayer;
 use crate::registry::Registry;
 use crate::waited::WaitCause;
 
@@ -50,6 +51,7 @@ pub struct FrontierBuilder {
     registry: Registry,
     in_flight: usize,
     max_pending: usize,
+    ip_scopes: Option<IpScopeLayer>,
 }
 
 impl FrontierBuilder {
@@ -60,6 +62,7 @@ impl FrontierBuilder {
             registry,
             in_flight: DEFAULT_IN_FLIGHT,
             max_pending: DEFAULT_MAX_PENDING,
+            ip_scopes: None,
         }
     }
 
@@ -80,6 +83,20 @@ impl FrontierBuilder {
         self
     }
 
+    /// Resolves each request's server before it is queued, through
+    /// `layer` (the [`IpScopeLayer`] of the stack, or a clone: they share
+    /// its cache and lookups), so a request is ordered by its server's IP
+    /// scope as well as its own, and sent only when both would admit it. A
+    /// request whose name is being looked up waits for it in the frontier
+    /// (it counts as pending); the layer in the stack then finds the name
+    /// known. A request whose lookup failed is queued as it is, and the
+    /// layer fails it when it is sent.
+    #[must_use]
+    pub fn ip_scopes(mut self, layer: IpScopeLayer) -> Self {
+        self.ip_scopes = Some(layer);
+        self
+    }
+
     /// The frontier around `service` (the throttled stack), and a handle to
     /// push requests into it.
     ///
@@ -96,7 +113,7 @@ impl FrontierBuilder {
         if self.max_pending == 0 {
             return Err(ConfigError::new("frontier max_pending", 0, "must be at least 1"));
         }
-        let shared = Arc::new(Shared::new(self.registry, self.max_pending));
+        let shared = Arc::new(Shared::new(self.registry, self.max_pending, self.ip_scopes));
         let frontier = Frontier {
             service,
             shared: shared.clone(),
@@ -202,13 +219,13 @@ where
 
     /// Requests pending (not yet in the service).
     pub fn pending(&self) -> usize {
-        self.shared.lock().queues.pending()
+        self.shared.lock().pending()
     }
 
     /// Takes what the source stream has ready, while there is room.
     fn pull_source(&mut self, cx: &mut Context<'_>) {
         while let Some(source) = self.source.as_mut() {
-            if self.shared.lock().queues.pending() >= self.shared.max_pending {
+            if self.shared.lock().pending() >= self.shared.max_pending {
                 return;
             }
             match source.poll_next_unpin(cx) {
@@ -407,6 +424,10 @@ where
                 }
             }
             this.pull_source(cx);
+            {
+                let mut state = this.shared.lock();
+                this.shared.queue_looked_up(&mut state, cx);
+            }
             if let Some(refused) = this.send_ready(cx) {
                 return Poll::Ready(Some(refused));
             }
@@ -431,7 +452,7 @@ where
             let mut state = this.shared.lock();
             let done = state.handles == 0
                 && this.source.is_none()
-                && state.queues.pending() == 0
+                && state.pending() == 0
                 && this.sending.is_empty();
             if done {
                 return Poll::Ready(None);
@@ -453,6 +474,7 @@ where
         // The pending requests go now; those in the service go with
         // `sending`, which gives back their lanes and places.
         state.queues = Default::default();
+        state.resolving = Default::default();
     }
 }
 

@@ -89,6 +89,12 @@ impl IpScopeLayer {
     }
 }
 
+impl IpScopeLayer {
+    pub(super) fn shared(&self) -> &IpShared {
+        &self.shared
+    }
+}
+
 impl<S> Layer<S> for IpScopeLayer {
     type Service = IpScope<S>;
 

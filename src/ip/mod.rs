@@ -94,6 +94,7 @@
 //! # }
 //! ```
 
+mod ahead;
 mod attach;
 mod cache;
 pub mod future;
@@ -104,6 +105,7 @@ mod shared;
 
 use std::net::IpAddr;
 
+pub(crate) use ahead::{Ahead, LookedUp};
 pub use layer::{
     IpScopeLayer, IpScopeLayerBuilder, DEFAULT_CACHE_TTL, DEFAULT_FAILURE_TTL, DEFAULT_LOOKUP_TIMEOUT,
     DEFAULT_MAX_NAMES,

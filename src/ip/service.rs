@@ -88,7 +88,7 @@ where
 
 /// The host the request will connect to, lower-cased, without port: the
 /// URI's, or for an origin-form URI the `Host` header's.
-fn server_host<B>(request: &http::Request<B>) -> Option<String> {
+pub(super) fn server_host<B>(request: &http::Request<B>) -> Option<String> {
     let host = match request.uri().host() {
         Some(host) => host.to_owned(),
         None => {

@@ -93,6 +93,21 @@ impl Recorder {
     }
 }
 
+/// Send instants by key (a host, say), each key's sorted.
+pub fn instants_by(
+    sent: &[Sent],
+    key: impl Fn(&Sent) -> String,
+) -> std::collections::HashMap<String, Vec<Duration>> {
+    let mut by: std::collections::HashMap<String, Vec<Duration>> = std::collections::HashMap::new();
+    for one in sent {
+        by.entry(key(one)).or_default().push(one.at);
+    }
+    for instants in by.values_mut() {
+        instants.sort();
+    }
+    by
+}
+
 pub fn get(uri: &str) -> http::Request<()> {
     http::Request::get(uri).body(()).unwrap()
 }
