@@ -681,8 +681,9 @@ impl Came {
 /// `first` failed for their bounds; every other request came to the same,
 /// at the same instant.
 fn compare_without_failed(scenario: &Scenario, first: &RunOutcome, again: &RunOutcome) -> Vec<String> {
+    let aborted_by_others = abort_targets(scenario);
     (0..scenario.requests.len())
-        .filter(|id| !first.refused.contains_key(id))
+        .filter(|id| !first.refused.contains_key(id) && !aborted_by_others.contains(id))
         .map(|id| (id, Came::of(first, id), Came::of(again, id)))
         .filter(|(_, before, after)| before != after)
         .map(|(id, before, after)| {
@@ -690,6 +691,32 @@ fn compare_without_failed(scenario: &Scenario, first: &RunOutcome, again: &RunOu
                 "request {id}: {before:?} with the failed requests {:?} (called, failed), {after:?} without them",
                 first.refused
             )
+        })
+        .collect()
+}
+
+/// The request that request `id`'s completion aborts, for
+/// [`Cancel::Other`]`(n)`, among `count`: one of the next few.
+fn abort_target(id: usize, n: usize, count: usize) -> usize {
+    (id + 1 + n % 4) % count
+}
+
+/// The requests whose task another request's completion aborts
+/// ([`Cancel::Other`]): not compared by invariant 8. Such an abort often
+/// comes at the very instant its target is admitted, and which of the two
+/// runs first is the order of tasks woken at one instant, which a task
+/// more or less in the run changes (found: a request sent at 8.758 s in
+/// one run, aborted before its send at the same instant in the other, the
+/// completion that aborted it admitted at that instant too).
+fn abort_targets(scenario: &Scenario) -> HashSet<usize> {
+    let count = scenario.requests.len();
+    scenario
+        .requests
+        .iter()
+        .enumerate()
+        .filter_map(|(id, request)| match request.cancel {
+            Cancel::Other(n) => Some(abort_target(id, n, count)),
+            _ => None,
         })
         .collect()
 }
@@ -838,7 +865,7 @@ async fn run_paused(scenario: &Scenario, skip: &HashSet<usize>) -> RunOutcome {
         let future = client.call(build_request(id, spec));
         let aborts_for_task = aborts.clone();
         let cancel = spec.cancel;
-        let target_of = move |n: usize| (id + 1 + n % 4) % count;
+        let target_of = move |n: usize| abort_target(id, n, count);
         let handle = tokio::spawn(async move {
             let ended = |result: Result<_, tower_throttle::Error>| match result {
                 Err(error) => Refused::of(&error, called_at).map_or(Fate::Completed, Fate::Refused),

@@ -270,3 +270,42 @@ async fn the_builder_window_is_the_default_for_scopes_with_a_quota() {
         .unwrap_err();
     assert_eq!(err.field(), "quota_window");
 }
+
+/// A request of two scopes that one of them holds back (here a delay) and
+/// whose cost the other's quota cannot take yet does not keep a cheaper
+/// request behind it in the quota's scope from going: it could not go
+/// anyway, so it stands aside, as a request held by another scope does.
+#[tokio::test(start_paused = true)]
+async fn a_request_held_by_another_scope_does_not_keep_a_cheaper_one_behind_it_from_the_quota() {
+    let registry = Registry::builder()
+        .max_concurrency(100)
+        .default_scope(free())
+        .scope("api", free().quota(10.0).window(WINDOW))
+        .scope("slow", free().concurrency(1).delay(Duration::from_secs(5)))
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry).layer(recorder.service(Duration::ZERO));
+    let mut slow = get("https://slow.example/first");
+    slow.extensions_mut().insert(Scopes::from(["slow"]));
+    let mut both = get("https://api.example/both");
+    both.extensions_mut()
+        .insert(Scopes::with_costs([("slow", 1.0), ("api", 5.0)]));
+    let requests = vec![costing("/a", 6.0), slow, both, costing("/c", 3.0)];
+    finish_all(launch(&mut service, requests).await).await;
+    let sent: Vec<(String, u128)> = recorder
+        .sent()
+        .iter()
+        .map(|sent| (sent.path.clone(), sent.at.as_millis()))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            ("/a".to_owned(), 0),
+            ("/first".to_owned(), 0),
+            ("/c".to_owned(), 0),
+            // 6 + 3 of the window's 10 are spent: 5 more fit once it ends.
+            ("/both".to_owned(), 60_000),
+        ]
+    );
+}

@@ -188,7 +188,14 @@ impl Scheduler {
             false => return None,
         };
         let refusal = Refusal::would_wait(forecast.view(), now, bound, waited);
+        let scopes: Vec<ScopeId> = self.tickets[id].seats.iter().map(|seat| seat.scope).collect();
         self.finish(id, Outcome::NoResponse, None, (now, None), wake);
+        // The bounded waiters behind it look at their predictions again
+        // now: one whose prediction was past its bound too leaves at this
+        // instant, as it would have were this one never queued.
+        for scope in scopes {
+            self.wake_bounded(scope, wake);
+        }
         Some(Box::new(refusal))
     }
 

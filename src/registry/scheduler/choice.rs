@@ -112,6 +112,14 @@ impl Scheduler {
         }
     }
 
+    /// Whether the first waiter of `scope_id` has several scopes.
+    pub(super) fn head_has_several_scopes(&self, scope_id: ScopeId) -> bool {
+        self.scopes[scope_id]
+            .queue()
+            .first()
+            .is_some_and(|(_, first)| self.tickets[first].seats.as_slice().len() > 1)
+    }
+
     /// The expected cost of ticket `id` in scope `scope_id`.
     pub(super) fn cost_in(&self, id: TicketId, scope_id: ScopeId) -> f64 {
         self.tickets[id]

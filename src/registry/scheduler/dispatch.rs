@@ -202,7 +202,14 @@ impl Scheduler {
                 return;
             }
             let effective = scope.state.effective(now, self.max_concurrency);
-            let head_cost = self.head_cost(scope_id);
+            // A head of several scopes may be held back by another of them
+            // and parked, letting the ones behind it go: its own quota cost
+            // must not close the scope before `pick_waiter` looks (each
+            // candidate's cost is checked there).
+            let head_cost = match self.head_has_several_scopes(scope_id) {
+                true => 0.0,
+                false => self.head_cost(scope_id),
+            };
             let (held, lane) = match scope.state.check(now, &effective, head_cost) {
                 ScopeCheck::Full => (
                     Some(((WaitCause::Lanes, Some(effective.concurrency_source)), None)),
