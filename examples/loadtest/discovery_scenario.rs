@@ -176,7 +176,7 @@ fn run_once(
     graph: &SiteGraph,
     block: u8,
 ) -> Result<(RunReport, Fetched), BoxError> {
-    let sites = start_sites(server, scenario, block, 0)?;
+    let sites = start_sites(server, scenario, block, (0, true))?;
     let cpu_before = CpuSample::take(server, busy);
     let registry = without_mechanisms_off(
         Registry::builder()

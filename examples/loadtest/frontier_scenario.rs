@@ -410,7 +410,7 @@ fn run_once(
     driver: Driver,
 ) -> Result<(RunReport, Option<FrontierFacts>, Option<CallsPerPoll>), BoxError> {
     let hold_every = if driver.holds() { HOLD_EVERY } else { 0 };
-    let sites = start_sites(server, scenario, block, hold_every)?;
+    let sites = start_sites(server, scenario, block, (hold_every, true))?;
     let rss_before = resident_bytes();
     let cpu_before = CpuSample::take(server, busy);
     let registry = without_mechanisms_off(

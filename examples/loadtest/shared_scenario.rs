@@ -291,7 +291,7 @@ fn run_once(server: &ServerThread, shape: &Shape, driver: Driver, block: u8) -> 
         named_sites: false,
         goal: Goal::Spacing,
     };
-    let sites = start_sites(server, &scenario, block, 0)?;
+    let sites = start_sites(server, &scenario, block, (0, true))?;
     let Addressing::OneListenerEach(listeners) = sites.addressing.clone() else {
         unreachable!("one listener per server")
     };
