@@ -395,6 +395,7 @@ impl Scheduler {
             group: groups::NO_GROUP,
             held_by: HeldBy::NONE,
             in_global_queue: false,
+            bounds_woken: false,
             waiting: false,
             enqueued_at: now,
         });

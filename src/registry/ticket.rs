@@ -140,6 +140,9 @@ pub(crate) struct TicketState {
     /// The scope that held this waiter back at its last evaluation.
     pub(crate) held_by: HeldBy,
     pub(crate) in_global_queue: bool,
+    /// Whether it was woken to look at its bound again (with every bounded
+    /// waiter of a scope whose limits changed) and has not looked yet.
+    pub(crate) bounds_woken: bool,
     /// Whether it is in its scopes' queues (counted among the waiting).
     pub(crate) waiting: bool,
     pub(crate) enqueued_at: Instant,

@@ -181,18 +181,28 @@ impl Scheduler {
             return None;
         }
         let &(deadline, bound) = self.bounds.deadlines.get(&id)?;
+        let woken_with_others = std::mem::take(&mut self.tickets[id].bounds_woken);
         let forecast = self.forecast_ticket(id, now);
         let waited = match now >= deadline {
             true => Some(self.wait_parts(id, now)),
             false if forecast.at > deadline => None,
             false => return None,
         };
+        // Failed by its prediction (not by its deadline, which says
+        // nothing of the others') and not woken with the others: see below.
+        let wake_others = waited.is_none() && !woken_with_others;
         let refusal = Refusal::would_wait(forecast.view(), now, bound, waited);
-        let scopes: Vec<ScopeId> = self.tickets[id].seats.iter().map(|seat| seat.scope).collect();
+        let scopes: Vec<ScopeId> = match wake_others {
+            true => self.tickets[id].seats.iter().map(|seat| seat.scope).collect(),
+            false => Vec::new(),
+        };
         self.finish(id, Outcome::NoResponse, None, (now, None), wake);
-        // The bounded waiters behind it look at their predictions again
-        // now: one whose prediction was past its bound too leaves at this
-        // instant, as it would have were this one never queued.
+        // When its prediction moved past its bound, its scopes' other
+        // bounded waiters look at theirs now too: one past its bound leaves
+        // at this instant, not at its next poll, as it would have were this
+        // one never queued. Not when this one was woken with them (a change
+        // of limits woke every one of them already): a hold that fails n
+        // waiters wakes each once, not n times.
         for scope in scopes {
             self.wake_bounded(scope, wake);
         }
@@ -224,15 +234,16 @@ impl Scheduler {
 
     /// Wakes the bounded waiters of `scope`, whose limits just changed
     /// from outside: each looks at its prediction again.
-    pub(super) fn wake_bounded(&self, scope: ScopeId, wake: &mut WakeList) {
+    pub(super) fn wake_bounded(&mut self, scope: ScopeId, wake: &mut WakeList) {
         if self.bounds.deadlines.is_empty() {
             return;
         }
         for &id in self.bounds.deadlines.keys() {
-            let ticket = &self.tickets[id];
+            let ticket = &mut self.tickets[id];
             if ticket.seats.iter().any(|seat| seat.scope == scope) {
                 if let Some(waker) = &ticket.waker {
                     wake.push(waker.clone());
+                    ticket.bounds_woken = true;
                 }
             }
         }
