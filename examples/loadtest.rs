@@ -530,6 +530,23 @@ fn mechanisms_off(names: Option<String>) -> Result<u8, String> {
 }
 
 /// `builder` with the mechanisms `--off` named turned off.
+/// The registry a throttled run of `scenario` uses: its global limits, and
+/// each site its lanes and delay with `jitter`, no per-lane delay (with
+/// the mechanisms `--off` names switched off).
+fn scenario_registry(scenario: &Scenario, jitter: f64) -> Result<Registry, BoxError> {
+    let builder = Registry::builder()
+        .max_concurrency(scenario.max_concurrency)
+        .max_queued(MAX_QUEUED)
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(scenario.concurrency)
+                .delay(scenario.delay)
+                .delay_per_slot(Duration::ZERO)
+                .jitter(jitter),
+        );
+    Ok(without_mechanisms_off(builder).build()?)
+}
+
 fn without_mechanisms_off(builder: RegistryBuilder) -> RegistryBuilder {
     let off = MECHANISMS_OFF.load(std::sync::atomic::Ordering::Relaxed);
     MECHANISMS
@@ -950,19 +967,7 @@ fn run_once(
     let sites = start_sites(server, scenario, block, (0, false))?;
     let rss_before = resident_bytes();
     let cpu_before = CpuSample::take(server, busy);
-    let registry = without_mechanisms_off(
-        Registry::builder()
-            .max_concurrency(scenario.max_concurrency)
-            .max_queued(MAX_QUEUED)
-            .default_scope(
-                ScopeConfig::default()
-                    .concurrency(scenario.concurrency)
-                    .delay(scenario.delay)
-                    .delay_per_slot(Duration::ZERO)
-                    .jitter(jitter),
-            ),
-    )
-    .build()?;
+    let registry = scenario_registry(scenario, jitter)?;
     let clock = RealtimeClock::sample();
     let departures = Arc::new(DepartureLog::default());
     let stamps = (!scenario.named_sites).then(|| departures.clone());

@@ -25,12 +25,12 @@ use hyper::body::Bytes;
 use tower::{Layer, ServiceExt};
 use tower_throttle::frontier::FrontierBuilder;
 use tower_throttle::throttle::ThrottledBody;
-use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+use tower_throttle::ThrottleLayer;
 
 use super::{
-    gap_floor, load_client, millis, optional, spacing_verdict, start_sites, without_mechanisms_off,
-    AddressBlocks, BoxError, BusyThreads, CpuSample, DepartureLog, Goal, Kind, Outcome, RealtimeClock,
-    Request, RunReport, Scenario, Seq, ServerThread, Style, Verdict, RUN_TIMEOUT,
+    gap_floor, load_client, millis, optional, scenario_registry, spacing_verdict, start_sites, AddressBlocks,
+    BoxError, BusyThreads, CpuSample, DepartureLog, Goal, Kind, Outcome, RealtimeClock, Request, RunReport,
+    Scenario, Seq, ServerThread, Style, Verdict, RUN_TIMEOUT,
 };
 
 #[path = "../../tests/support/site_graph.rs"]
@@ -178,18 +178,8 @@ fn run_once(
 ) -> Result<(RunReport, Fetched), BoxError> {
     let sites = start_sites(server, scenario, block, (0, true))?;
     let cpu_before = CpuSample::take(server, busy);
-    let registry = without_mechanisms_off(
-        Registry::builder()
-            .max_concurrency(scenario.max_concurrency)
-            .default_scope(
-                ScopeConfig::default()
-                    .concurrency(1)
-                    .delay(scenario.delay)
-                    .delay_per_slot(Duration::ZERO)
-                    .jitter(0.0),
-            ),
-    )
-    .build()?;
+    // One lane a site (the scenario's), the default queue bound.
+    let registry = scenario_registry(scenario, 0.0)?;
     let clock = RealtimeClock::sample();
     let departures = Arc::new(DepartureLog::default());
     let client = load_client(&sites.addressing, true, Some(departures.clone()));

@@ -49,13 +49,13 @@ use http_body_util::BodyExt;
 use hyper::body::Bytes;
 use tower::{Layer, Service, ServiceExt};
 use tower_throttle::frontier::FrontierBuilder;
-use tower_throttle::{Registry, RetryAfter, RetryAfterLayer, ScopeConfig, Throttle, ThrottleLayer, Waited};
+use tower_throttle::{Registry, RetryAfter, RetryAfterLayer, Throttle, ThrottleLayer, Waited};
 
 use super::{
     gap_floor, load_client, optional, print_gap_table, print_site_gap_summary, print_throughput_table,
-    resident_bytes, spacing_verdict, start_sites, without_mechanisms_off, AddressBlocks, Addressing,
-    BoxError, BusyThreads, CpuSample, Departure, DepartureLog, Goal, Kind, MarkPolls, Outcome, RealtimeClock,
-    Request, RunReport, Scenario, Seq, ServerThread, Style, Tally, Verdict, MAX_QUEUED, RUN_TIMEOUT,
+    resident_bytes, scenario_registry, spacing_verdict, start_sites, AddressBlocks, Addressing, BoxError,
+    BusyThreads, CpuSample, Departure, DepartureLog, Goal, Kind, MarkPolls, Outcome, RealtimeClock, Request,
+    RunReport, Scenario, Seq, ServerThread, Style, Tally, Verdict, MAX_QUEUED, RUN_TIMEOUT,
 };
 use http_body_util::Full;
 
@@ -413,19 +413,7 @@ fn run_once(
     let sites = start_sites(server, scenario, block, (hold_every, true))?;
     let rss_before = resident_bytes();
     let cpu_before = CpuSample::take(server, busy);
-    let registry = without_mechanisms_off(
-        Registry::builder()
-            .max_concurrency(scenario.max_concurrency)
-            .max_queued(MAX_QUEUED)
-            .default_scope(
-                ScopeConfig::default()
-                    .concurrency(scenario.concurrency)
-                    .delay(scenario.delay)
-                    .delay_per_slot(Duration::ZERO)
-                    .jitter(0.0),
-            ),
-    )
-    .build()?;
+    let registry = scenario_registry(scenario, 0.0)?;
     let clock = RealtimeClock::sample();
     let departures = Arc::new(DepartureLog::default());
     let client = load_client(&sites.addressing, true, Some(departures.clone()));
