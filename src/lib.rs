@@ -107,6 +107,7 @@ mod error;
 pub mod frontier;
 pub mod ip;
 mod parse;
+mod precise_wake;
 mod readiness;
 #[cfg(feature = "follow-redirect")]
 #[cfg_attr(docsrs, doc(cfg(feature = "follow-redirect")))]

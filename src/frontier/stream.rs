@@ -20,6 +20,7 @@ use super::redirects::Chain;
 use super::shared::Shared;
 use crate::error::ConfigError;
 use crate::ip::IpScopeLayer;
+use crate::precise_wake::PreciseWake;
 use crate::registry::Registry;
 use crate::waited::WaitCause;
 
@@ -121,6 +122,7 @@ impl FrontierBuilder {
             budget: self.in_flight,
             timer: None,
             timer_at: None,
+            precise: PreciseWake::default(),
             source: None,
             service_busy: false,
             batch_full: false,
@@ -185,6 +187,9 @@ where
     /// so a frontier can be built outside a runtime).
     timer: Option<Pin<Box<Sleep>>>,
     timer_at: Option<Instant>,
+    /// The timer's instant, kept to the microsecond (tokio's timer wakes
+    /// up to a millisecond late, which a short gap would lose each time).
+    precise: PreciseWake,
     source: Option<BoxStream<'static, (http::Request<B>, T)>>,
     /// Whether the service said `Pending` to the last request that could
     /// go: it wakes the frontier when it is ready, and no timer is needed.
@@ -361,6 +366,7 @@ where
         }
         let Some(at) = self.shared.lock().queues.next_instant() else {
             self.timer_at = None;
+            self.precise.cancel();
             return false;
         };
         let at = self.global_wait.map_or(at, |until| until.max(at));
@@ -371,10 +377,13 @@ where
             timer.as_mut().reset(at);
             self.timer_at = Some(at);
         }
-        if timer.as_mut().poll(cx).is_ready() {
+        // Tokio's clock decides; the precise wake-up only makes the
+        // frontier look as soon as it may.
+        if timer.as_mut().poll(cx).is_ready() || Instant::now() >= at {
             self.timer_at = None;
             return true;
         }
+        self.precise.aim(at, cx.waker());
         false
     }
 }
