@@ -349,6 +349,23 @@ impl Scheduler {
         self.send_on_lanes(id, now, wake, None);
     }
 
+    /// After a send of ticket `id`: each leader parked in one of its
+    /// scopes may now be held there longer than by the scope that holds it
+    /// (which waits for it, say for a quota window): that scope looks at it
+    /// again, and parks it too if so, letting the requests behind it go
+    /// now rather than when its own wait ends.
+    fn recheck_holders_of_parked(&mut self, id: TicketId) {
+        for seat in self.tickets[id].seats.iter() {
+            for (_, &parked) in self.scopes[seat.scope].parked() {
+                if let Some(holder) = self.tickets[parked].held_by.get() {
+                    if !self.dirty.contains(&holder) {
+                        self.dirty.push(holder);
+                    }
+                }
+            }
+        }
+    }
+
     /// [`send`](Self::send), with the lane of a one-scope ticket already
     /// chosen by the caller under this same lock.
     pub(super) fn send_on_lanes(
@@ -397,5 +414,6 @@ impl Scheduler {
         if let Some(waker) = ticket.waker.take() {
             wake.push(waker);
         }
+        self.recheck_holders_of_parked(id);
     }
 }
