@@ -25,16 +25,16 @@ pub struct PushError<B> {
 }
 
 impl<B> PushError<B> {
-    fn closed(request: http::Request<B>) -> Self {
+    fn closed(request: Box<http::Request<B>>) -> Self {
         PushError {
-            request: Box::new(request),
+            request,
             closed: true,
         }
     }
 
-    fn full(request: http::Request<B>) -> Self {
+    fn full(request: Box<http::Request<B>>) -> Self {
         PushError {
-            request: Box::new(request),
+            request,
             closed: false,
         }
     }
@@ -80,7 +80,7 @@ impl<B, T> FrontierHandle<B, T> {
 
     /// Queues `request` with `tag` (`None`: its URI, made when it is sent).
     async fn push_inner(&self, request: http::Request<B>, tag: Option<Box<T>>) -> Result<(), PushError<B>> {
-        let mut item = Some((request, tag));
+        let mut item = Some((Box::new(request), tag));
         poll_fn(|cx| {
             let mut state = self.shared.lock();
             if state.closed {
@@ -106,6 +106,8 @@ impl<B, T> FrontierHandle<B, T> {
     /// [`PushError`], with the request, when the frontier was dropped or
     /// holds its `max_pending` requests already.
     pub fn try_push_tagged(&self, request: http::Request<B>, tag: T) -> Result<(), PushError<B>> {
+        // Boxed once, here: the frontier moves the box, not the request.
+        let request = Box::new(request);
         let mut state = self.shared.lock();
         if state.closed {
             return Err(PushError::closed(request));

@@ -83,7 +83,9 @@
 //! # }
 //! ```
 
+mod clock;
 mod handle;
+mod in_flight;
 mod queues;
 mod redirects;
 mod resolving;

@@ -11,6 +11,7 @@ use slab::Slab;
 use tokio::time::Instant;
 
 use super::redirects::Chain;
+use super::resolving::Item;
 use crate::scope::Scope;
 
 /// One pending request: its priority, its arrival, the request (boxed, so
@@ -52,10 +53,65 @@ impl<B, T> Ord for Entry<B, T> {
     }
 }
 
+/// A scope's pending requests, the one that goes next kept apart from the
+/// heap of the others: while a scope has one request pending at a time (a
+/// crawl's requests taken one by one), its heap is not touched.
+struct Entries<B, T> {
+    /// The greatest of all; `None` only when there are none.
+    next: Option<Entry<B, T>>,
+    /// The others, all below `next`.
+    rest: BinaryHeap<Entry<B, T>>,
+}
+
+impl<B, T> Entries<B, T> {
+    fn new() -> Self {
+        Entries {
+            next: None,
+            rest: BinaryHeap::new(),
+        }
+    }
+
+    fn push(&mut self, entry: Entry<B, T>) {
+        match &mut self.next {
+            None => self.next = Some(entry),
+            Some(next) if entry > *next => {
+                let next = std::mem::replace(next, entry);
+                self.rest.push(next);
+            }
+            Some(_) => self.rest.push(entry),
+        }
+    }
+
+    fn peek(&self) -> Option<&Entry<B, T>> {
+        self.next.as_ref()
+    }
+
+    fn pop(&mut self) -> Option<Entry<B, T>> {
+        let next = self.next.take()?;
+        self.next = self.rest.pop();
+        Some(next)
+    }
+
+    fn len(&self) -> usize {
+        self.rest.len() + usize::from(self.next.is_some())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.next.is_none()
+    }
+
+    /// Gives back the heap's spare capacity past [`IDLE_CAPACITY`].
+    fn trim(&mut self) {
+        if self.rest.capacity() > IDLE_CAPACITY {
+            self.rest = BinaryHeap::new();
+        }
+    }
+}
+
 /// A scope's pending requests and its place in the ready order.
 struct ScopeQueue<B, T> {
     key: Scope,
-    entries: BinaryHeap<Entry<B, T>>,
+    entries: Entries<B, T>,
     /// Its key in [`Queues::ready`], while it has one.
     ready_at: Option<ReadyKey>,
     /// Its requests the frontier has in the service now.
@@ -82,15 +138,69 @@ const IDLE_CAPACITY: usize = 8;
 /// got the instant first.
 type ReadyKey = (Instant, Reverse<usize>, u64);
 
+/// The scopes with pending requests in the ready order, the first kept
+/// beside the others: while one scope at a time is ready (a crawl's
+/// requests taken one by one), the order is that one place, and no tree
+/// node is made and freed for each request.
+#[derive(Default)]
+struct ReadyOrder {
+    /// The least of all; `None` only when there are none.
+    first: Option<(ReadyKey, Slot)>,
+    /// The others, all after `first`.
+    rest: BTreeSet<(ReadyKey, Slot)>,
+}
+
+impl ReadyOrder {
+    fn first(&self) -> Option<&(ReadyKey, Slot)> {
+        self.first.as_ref()
+    }
+
+    fn insert(&mut self, place: (ReadyKey, Slot)) {
+        match &mut self.first {
+            None => self.first = Some(place),
+            Some(first) if place < *first => {
+                let first = std::mem::replace(first, place);
+                self.rest.insert(first);
+            }
+            Some(_) => {
+                self.rest.insert(place);
+            }
+        }
+    }
+
+    fn remove(&mut self, place: &(ReadyKey, Slot)) {
+        if self.first.as_ref() == Some(place) {
+            self.pop_first();
+        } else {
+            self.rest.remove(place);
+        }
+    }
+
+    fn pop_first(&mut self) -> Option<(ReadyKey, Slot)> {
+        let first = self.first.take()?;
+        if !self.rest.is_empty() {
+            self.first = self.rest.pop_first();
+        }
+        Some(first)
+    }
+}
+
 /// Every scope's queue, and the scopes with pending requests in the ready
 /// order ([`ReadyKey`]).
 pub(super) struct Queues<B, T> {
     by_key: HashMap<Scope, usize>,
     scopes: Slab<ScopeQueue<B, T>>,
-    ready: BTreeSet<(ReadyKey, usize)>,
+    ready: ReadyOrder,
     /// Queues that went idle since the last sweep (some may have work
     /// again): see [`IDLE_KEPT`].
     idle: Vec<Slot>,
+    /// The queue [`slot_of_host`](Queues::slot_of_host) gave last, and the
+    /// authority it was given (as the request wrote it): a crawl's
+    /// requests come site by site, and the next request of the same
+    /// authority costs a comparison, not its scope's name found and hashed
+    /// again.
+    last: Option<Slot>,
+    last_authority: String,
     pending: usize,
     seq: u64,
 }
@@ -103,8 +213,10 @@ impl<B, T> Default for Queues<B, T> {
         Queues {
             by_key: HashMap::new(),
             scopes: Slab::new(),
-            ready: BTreeSet::new(),
+            ready: ReadyOrder::default(),
             idle: Vec::new(),
+            last: None,
+            last_authority: String::new(),
             pending: 0,
             seq: 0,
         }
@@ -125,7 +237,7 @@ impl<B, T> Queues<B, T> {
         let key: Scope = key.into();
         let slot = self.scopes.insert(ScopeQueue {
             key: key.clone(),
-            entries: BinaryHeap::new(),
+            entries: Entries::new(),
             ready_at: None,
             in_flight: 0,
             listed_idle: false,
@@ -134,29 +246,44 @@ impl<B, T> Queues<B, T> {
         slot
     }
 
+    /// The queue of a request whose one scope is its host's (the
+    /// registry's host resolver names it from `authority`).
+    pub(super) fn slot_of_host(&mut self, authority: &http::uri::Authority) -> Slot {
+        match self.last {
+            Some(last) if self.last_authority == authority.as_str() => last,
+            _ => {
+                let slot = self.slot_of(crate::scope::host_scope_name(authority));
+                self.last = Some(slot);
+                self.last_authority.clear();
+                self.last_authority.push_str(authority.as_str());
+                slot
+            }
+        }
+    }
+
     /// Queues `request` with `tag` in `slot`'s queue (see
     /// [`slot_of`](Self::slot_of)), at `priority`; a scope that had no
-    /// place in the ready order gets one at `now` (the caller then asks
-    /// when it may really go).
+    /// place in the ready order gets one at `now` (the clock, read only
+    /// then; the caller then asks when it may really go).
     pub(super) fn push(
         &mut self,
         slot: Slot,
         priority: i32,
-        (request, tag, chain): (http::Request<B>, Option<Box<T>>, Option<Box<Chain>>),
-        now: Instant,
+        (request, tag, chain): Item<B, T>,
+        now: impl FnOnce() -> Instant,
     ) {
         self.seq += 1;
         let seq = self.seq;
         self.scopes[slot].entries.push(Entry {
             priority,
             seq,
-            request: Box::new(request),
+            request,
             tag,
             chain,
         });
         self.pending += 1;
         if self.scopes[slot].ready_at.is_none() {
-            self.schedule(slot, now);
+            self.schedule(slot, now());
         }
     }
 
@@ -166,21 +293,20 @@ impl<B, T> Queues<B, T> {
         self.ready.first().map(|&((at, _, _), _)| at)
     }
 
-    /// Takes the scope that may go soonest out of the ready order, if its
-    /// instant has come by `now`.
-    pub(super) fn pop_ready(&mut self, now: Instant) -> Option<Slot> {
-        let &(key, slot) = self.ready.first()?;
-        if key.0 > now {
-            return None;
-        }
-        self.ready.remove(&(key, slot));
+    /// Takes the scope that may go soonest out of the ready order (the
+    /// caller saw its instant come: [`next_instant`](Self::next_instant)).
+    pub(super) fn pop_first(&mut self) -> Option<Slot> {
+        let (_, slot) = self.ready.pop_first()?;
         self.scopes[slot].ready_at = None;
         Some(slot)
     }
 
-    /// The request at the head of `slot`'s queue.
-    pub(super) fn head(&self, slot: Slot) -> Option<&http::Request<B>> {
-        self.scopes[slot].entries.peek().map(|entry| &*entry.request)
+    /// The request at the head of `slot`'s queue, and the name of the
+    /// queue's scope (the request's first scope).
+    pub(super) fn head(&self, slot: Slot) -> Option<(&http::Request<B>, &str)> {
+        let queue = &self.scopes[slot];
+        let entry = queue.entries.peek()?;
+        Some((&*entry.request, queue.key.as_str()))
     }
 
     /// Puts `slot` in the ready order at `at`, ranked by its pending
@@ -203,6 +329,14 @@ impl<B, T> Queues<B, T> {
         self.ready.insert((key, slot));
     }
 
+    /// `slot`'s next request is looked at again at once, at `now` (the
+    /// clock, read only if the scope has requests pending).
+    pub(super) fn look_again(&mut self, slot: Slot, now: impl FnOnce() -> Instant) {
+        if !self.scopes[slot].entries.is_empty() {
+            self.schedule(slot, now());
+        }
+    }
+
     /// Takes the head of `slot`'s queue to send it: the scope counts it in
     /// flight until [`finished`](Self::finished).
     pub(super) fn take_head(&mut self, slot: Slot) -> Option<Entry<B, T>> {
@@ -213,30 +347,35 @@ impl<B, T> Queues<B, T> {
         Some(entry)
     }
 
-    /// A request of `slot` the frontier sent has ended at `now`: its scope
-    /// is looked at again at once (a lane of its may be free); a scope
-    /// with nothing pending nor in flight is forgotten.
-    pub(super) fn finished(&mut self, slot: Slot, now: Instant) {
+    /// A request of `slot` the frontier sent has ended at `now` (the
+    /// clock, read only if the scope has requests pending): its scope is
+    /// looked at again at once (a lane of its may be free); a scope with
+    /// nothing pending nor in flight is forgotten.
+    pub(super) fn finished(&mut self, slot: Slot, now: impl FnOnce() -> Instant) {
         let Some(queue) = self.scopes.get_mut(slot) else {
             return;
         };
         queue.in_flight = queue.in_flight.saturating_sub(1);
-        self.schedule(slot, now);
+        self.look_again(slot, now);
         self.forget_if_idle(slot);
     }
 
     /// Notes that `slot` may have nothing pending nor in flight: such a
     /// queue is kept for its scope's next request, until more than
     /// [`IDLE_KEPT`] went idle; then every queue still idle is forgotten.
+    #[inline]
     pub(super) fn forget_if_idle(&mut self, slot: Slot) {
+        let queue = &self.scopes[slot];
+        if queue.is_idle() && !queue.listed_idle {
+            self.list_idle(slot);
+        }
+    }
+
+    /// Lists `slot`'s idle queue, to be forgotten past [`IDLE_KEPT`].
+    fn list_idle(&mut self, slot: Slot) {
         let queue = &mut self.scopes[slot];
-        if !queue.is_idle() || queue.listed_idle {
-            return;
-        }
         queue.listed_idle = true;
-        if queue.entries.capacity() > IDLE_CAPACITY {
-            queue.entries = BinaryHeap::new();
-        }
+        queue.entries.trim();
         self.idle.push(slot);
         if self.idle.len() > IDLE_KEPT {
             self.forget_idle();
@@ -253,6 +392,9 @@ impl<B, T> Queues<B, T> {
             if queue.is_idle() {
                 let queue = self.scopes.remove(slot);
                 self.by_key.remove(&queue.key);
+                if self.last == Some(slot) {
+                    self.last = None;
+                }
             }
         }
     }
@@ -271,15 +413,22 @@ mod tests {
     use std::time::Duration;
 
     impl<B, T> Queues<B, T> {
+        /// The scope that may go soonest, if its instant has come by
+        /// `now`.
+        fn pop_ready(&mut self, now: Instant) -> Option<Slot> {
+            self.next_instant().filter(|&at| at <= now)?;
+            self.pop_first()
+        }
+
         fn push_to(
             &mut self,
             key: Scope,
             priority: i32,
-            item: (http::Request<B>, Option<Box<T>>, Option<Box<Chain>>),
+            (request, tag, chain): (http::Request<B>, Option<Box<T>>, Option<Box<Chain>>),
             now: Instant,
         ) {
             let slot = self.slot_of(key);
-            self.push(slot, priority, item, now);
+            self.push(slot, priority, (Box::new(request), tag, chain), || now);
         }
     }
 
@@ -369,7 +518,7 @@ mod tests {
             let listed = queues.idle.len();
             queues.forget_if_idle(slot);
             assert_eq!(queues.idle.len(), listed, "one request still in flight");
-            queues.finished(slot, now);
+            queues.finished(slot, || now);
             slot
         };
         let slot = send_one(&mut queues, "a".into());
@@ -391,11 +540,11 @@ mod tests {
         queues.push_to(Scope::new("a"), 0, (first, Some(Box::new(())), None), now);
         let a = queues.pop_ready(now).unwrap();
         queues.take_head(a).unwrap();
-        queues.finished(a, now);
+        queues.finished(a, || now);
         let (again, _) = request("/again", 0);
         queues.push_to(Scope::new("a"), 0, (again, Some(Box::new(())), None), now);
         queues.forget_idle();
-        assert_eq!(queues.head(a).unwrap().uri(), "/again");
+        assert_eq!(queues.head(a).unwrap().0.uri(), "/again");
         assert!(!queues.scopes[a].listed_idle);
     }
 }

@@ -4,8 +4,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Waker};
 
-use tokio::time::Instant;
-
+use super::clock::Clock;
 use super::queues::Queues;
 use super::resolving::{Item, Resolving};
 use crate::ip::{Ahead, IpScopeLayer};
@@ -15,6 +14,8 @@ use crate::scope::Priority;
 /// The state behind the mutex.
 pub(super) struct State<B, T> {
     pub(super) queues: Queues<B, T>,
+    /// The clock as read under this lock.
+    pub(super) clock: Clock,
     /// Requests waiting for their name's lookup before they are queued.
     pub(super) resolving: Resolving<B, T>,
     /// Live [`FrontierHandle`](super::FrontierHandle)s.
@@ -24,6 +25,10 @@ pub(super) struct State<B, T> {
     pub(super) frontier: Option<Waker>,
     /// Pushers waiting for room under `max_pending`.
     pub(super) pushers: Vec<Waker>,
+    /// Whether a request was queued since the frontier last looked at
+    /// the queues: it looks again before it sleeps (a push while it sends
+    /// is not left waiting for the next wake).
+    pub(super) queued_since_look: bool,
     /// Whether the frontier was dropped: pushes fail.
     pub(super) closed: bool,
     /// How an untagged request's tag is made when it is sent: its URI (set
@@ -46,10 +51,12 @@ impl<B, T> Shared<B, T> {
         Shared {
             state: Mutex::new(State {
                 queues: Queues::default(),
+                clock: Clock::default(),
                 resolving: Resolving::default(),
                 handles: 1,
                 frontier: None,
                 pushers: Vec::new(),
+                queued_since_look: false,
                 closed: false,
                 uri_tag: None,
             }),
@@ -70,14 +77,16 @@ impl<B, T> Shared<B, T> {
     pub(super) fn enqueue(&self, state: &mut State<B, T>, (request, tag, chain): Item<B, T>) {
         let request = match &self.ip {
             None => request,
-            Some(ip) => match ip.resolve_ahead(request) {
-                Ahead::Ready(request) => request,
+            Some(ip) => match ip.resolve_ahead(*request) {
+                Ahead::Ready(request) => Box::new(request),
                 Ahead::Wait {
                     host,
                     lookup,
                     request,
                 } => {
-                    state.resolving.wait(host, lookup, (request, tag, chain));
+                    state
+                        .resolving
+                        .wait(host, lookup, (Box::new(request), tag, chain));
                     if let Some(waker) = state.frontier.take() {
                         waker.wake();
                     }
@@ -91,27 +100,33 @@ impl<B, T> Shared<B, T> {
             .copied()
             .unwrap_or_default()
             .0;
-        // The key is resolved again for the queue's name only if it is new.
-        let key = self.registry.first_scope_name(&request);
-        let slot = state.queues.slot_of(key);
+        let slot = match self.registry.host_scope_authority(&request) {
+            Some(authority) => state.queues.slot_of_host(authority),
+            // The key is resolved again for the queue's name only if it is
+            // new.
+            None => state.queues.slot_of(self.registry.first_scope_name(&request)),
+        };
+        let clock = &mut state.clock;
         state
             .queues
-            .push(slot, priority, (request, tag, chain), Instant::now());
+            .push(slot, priority, (request, tag, chain), || clock.now());
+        state.queued_since_look = true;
         if let Some(waker) = state.frontier.take() {
             waker.wake();
         }
     }
 
     /// Queues the requests whose lookups ended; `cx` is woken when the
-    /// next one ends.
-    pub(super) fn queue_looked_up(&self, state: &mut State<B, T>, cx: &mut Context<'_>) {
+    /// next one ends. Nothing (and no lock) without IP scopes.
+    pub(super) fn queue_looked_up(&self, cx: &mut Context<'_>) {
         let Some(ip) = &self.ip else {
             return;
         };
+        let mut state = self.lock();
         while let Some((answer, items)) = state.resolving.poll_looked_up(cx) {
             for (request, tag, chain) in items {
-                let request = ip.settle_ahead(&answer, request);
-                self.enqueue(state, (request, tag, chain));
+                let request = Box::new(ip.settle_ahead(&answer, *request));
+                self.enqueue(&mut state, (request, tag, chain));
             }
         }
     }
@@ -125,6 +140,9 @@ impl<B, T> State<B, T> {
 
     /// Wakes the pushers waiting for room.
     pub(super) fn wake_pushers(&mut self) {
+        if self.pushers.is_empty() {
+            return;
+        }
         for waker in self.pushers.drain(..) {
             waker.wake();
         }

@@ -8,16 +8,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::stream::{BoxStream, FuturesUnordered};
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use super::handle::FrontierHandle;
+use super::in_flight::InFlight;
 use super::queues::Slot;
 use super::redirects::Chain;
-use super::shared::Shared;
+use super::shared::{Shared, State};
 use crate::error::ConfigError;
 use crate::ip::IpScopeLayer;
 use crate::precise_wake::PreciseWake;
@@ -118,13 +118,15 @@ impl FrontierBuilder {
         let frontier = Frontier {
             service,
             shared: shared.clone(),
-            sending: FuturesUnordered::new(),
+            in_flight: InFlight::default(),
             budget: self.in_flight,
             timer: None,
             timer_at: None,
             precise: PreciseWake::default(),
+            wake_at: None,
             source: None,
             service_busy: false,
+            hop_queued: false,
             batch_full: false,
             global_wait: None,
             follow: None,
@@ -133,38 +135,63 @@ impl FrontierBuilder {
     }
 }
 
-pin_project! {
-    /// A request in the service: its future, its tag, its scope's queue,
-    /// and its chain of redirects when they are followed.
-    struct Sending<F, T> {
-        #[pin]
-        future: F,
-        tag: Option<T>,
-        slot: Slot,
-        chain: Option<Box<Chain>>,
-    }
-}
-
-/// A request the service is done with.
-struct Sent<T, O> {
-    slot: Slot,
+/// What the frontier keeps beside a request in the service: its tag, its
+/// scope's queue, and its chain of redirects when they are followed.
+struct Sending<T> {
     tag: T,
-    output: O,
+    slot: Slot,
     chain: Option<Box<Chain>>,
 }
 
-impl<F: Future, T> Future for Sending<F, T> {
-    type Output = Sent<T, F::Output>;
+/// Why no request may go now.
+enum NotNow {
+    /// No scope has requests pending.
+    Empty,
+    /// The first scope's instant, not come yet.
+    Until(Instant),
+    /// Every global permit is taken: look again then.
+    GlobalPermits(Instant),
+}
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let output = std::task::ready!(this.future.poll(cx));
-        Poll::Ready(Sent {
-            slot: *this.slot,
-            tag: this.tag.take().expect("polled after completion"),
-            output,
-            chain: this.chain.take(),
-        })
+/// Takes out of the ready order the scope whose head goes next: the first
+/// whose instant has come and whose prediction says *now* (scopes that
+/// must wait are put back at their instant on the way).
+fn next_admitted<B, T>(registry: &Registry, state: &mut State<B, T>) -> Result<Slot, NotNow> {
+    loop {
+        let at = state.queues.next_instant().ok_or(NotNow::Empty)?;
+        let now = state.clock.reached(at).ok_or(NotNow::Until(at))?;
+        let slot = state.queues.pop_first().ok_or(NotNow::Empty)?;
+        let Some((head, key)) = state.queues.head(slot) else {
+            state.queues.forget_if_idle(slot);
+            continue;
+        };
+        let prediction = registry.predict_queued(head, key, now);
+        if !prediction.wait.is_zero() {
+            state.queues.schedule(slot, prediction.at);
+            continue;
+        }
+        if prediction.cause == Some(WaitCause::GlobalConcurrency) {
+            // Every global permit is taken (by requests of others: the
+            // budget is below `max_concurrency` otherwise): when one frees
+            // is not known. Look again soon, or when one of ours ends.
+            let now = state.clock.now();
+            state.queues.schedule(slot, now);
+            return Err(NotNow::GlobalPermits(now + GLOBAL_RETRY));
+        }
+        return Ok(slot);
+    }
+}
+
+/// A request's tag: the one it was pushed with, or its URI (made by
+/// `uri_tag`, which [`FrontierHandle::push`] sets).
+fn tag_of<B, T>(
+    tag: Option<Box<T>>,
+    request: &http::Request<B>,
+    uri_tag: Option<fn(&http::Request<B>) -> T>,
+) -> T {
+    match tag {
+        Some(tag) => *tag,
+        None => (uri_tag.expect("an untagged request came by `push`"))(request),
     }
 }
 
@@ -181,7 +208,7 @@ where
 {
     service: S,
     shared: Arc<Shared<B, T>>,
-    sending: FuturesUnordered<Sending<S::Future, T>>,
+    in_flight: InFlight<S::Future, Sending<T>>,
     budget: usize,
     /// The one timer: the next instant a scope may go (made on first use,
     /// so a frontier can be built outside a runtime).
@@ -190,10 +217,17 @@ where
     /// The timer's instant, kept to the microsecond (tokio's timer wakes
     /// up to a millisecond late, which a short gap would lose each time).
     precise: PreciseWake,
+    /// Where the last [`send_ready`](Self::send_ready) left the timer to
+    /// aim: the next instant a scope may go, when the budget has room and
+    /// nothing else wakes the frontier sooner.
+    wake_at: Option<Instant>,
     source: Option<BoxStream<'static, (http::Request<B>, T)>>,
     /// Whether the service said `Pending` to the last request that could
     /// go: it wakes the frontier when it is ready, and no timer is needed.
     service_busy: bool,
+    /// Whether a pass over the requests in the service queued a
+    /// redirect's next hop (it may go now).
+    hop_queued: bool,
     /// Whether the last pass stopped at [`HANDOVERS_PER_POLL`]: the frontier
     /// wakes itself to go on once the runtime has run.
     batch_full: bool,
@@ -219,7 +253,7 @@ where
 
     /// Requests in the service now.
     pub fn in_flight(&self) -> usize {
-        self.sending.len()
+        self.in_flight.len()
     }
 
     /// Requests pending (not yet in the service).
@@ -237,7 +271,7 @@ where
                 Poll::Ready(Some((request, tag))) => {
                     let mut state = self.shared.lock();
                     self.shared
-                        .enqueue(&mut state, (request, Some(Box::new(tag)), None));
+                        .enqueue(&mut state, (Box::new(request), Some(Box::new(tag)), None));
                 }
                 Poll::Ready(None) => self.source = None,
                 Poll::Pending => return,
@@ -246,83 +280,136 @@ where
     }
 
     /// Sends every request whose scopes would admit it now, while the
-    /// budget has room. `Some` with a request the service refused.
+    /// budget has room, and leaves in `wake_at` when the timer is to wake
+    /// the frontier. `Some` with a request the service refused.
     fn send_ready(&mut self, cx: &mut Context<'_>) -> Option<Fetched<T, S::Response, S::Error>> {
         self.service_busy = false;
-        if self.global_wait.is_some_and(|until| Instant::now() < until) {
+        self.batch_full = false;
+        self.wake_at = None;
+        if self.global_waiting() {
             return None;
         }
-        self.global_wait = None;
-        self.batch_full = false;
+        let refused = self.hand_over_ready(cx);
+        if self.in_flight.len() >= self.budget {
+            // A request's end wakes the frontier, not the timer.
+            self.wake_at = None;
+        }
+        refused
+    }
+
+    /// Hands over the requests that may go now, at most
+    /// [`HANDOVERS_PER_POLL`], while the budget has room.
+    fn hand_over_ready(&mut self, cx: &mut Context<'_>) -> Option<Fetched<T, S::Response, S::Error>> {
         let mut handed_over = 0;
-        while self.sending.len() < self.budget {
+        while self.in_flight.len() < self.budget {
             if handed_over == HANDOVERS_PER_POLL {
                 self.batch_full = true;
                 return None;
             }
-            let now = Instant::now();
-            let mut state = self.shared.lock();
-            let slot = state.queues.pop_ready(now)?;
-            let Some(head) = state.queues.head(slot) else {
-                state.queues.forget_if_idle(slot);
-                continue;
-            };
-            let prediction = self.shared.registry.predict_request(head);
-            if !prediction.wait.is_zero() {
-                state.queues.schedule(slot, prediction.at);
-                continue;
+            match self.hand_over_next(cx) {
+                HandOver::Sent { more: true } => handed_over += 1,
+                HandOver::Sent { more: false } | HandOver::Stop => return None,
+                HandOver::Refused(fetched) => return Some(fetched),
             }
-            if prediction.cause == Some(WaitCause::GlobalConcurrency) {
-                // Every global permit is taken (by requests of others: the
-                // budget is below `max_concurrency` otherwise): when one
-                // frees is not known. Look again soon, or when one of ours
-                // ends.
+        }
+        None
+    }
+
+    /// Whether every global permit was taken when the frontier last
+    /// looked, and it is not yet time to look again (the timer then aims
+    /// at that time, or later).
+    fn global_waiting(&mut self) -> bool {
+        let Some(until) = self.global_wait else {
+            return false;
+        };
+        if Instant::now() >= until {
+            self.global_wait = None;
+            return false;
+        }
+        self.wake_at = self.shared.lock().queues.next_instant().map(|at| at.max(until));
+        true
+    }
+
+    /// Hands the service the request that goes next, if one may go now:
+    /// the head of the scope ready longest whose prediction says *now*.
+    fn hand_over_next(&mut self, cx: &mut Context<'_>) -> HandOver<Fetched<T, S::Response, S::Error>> {
+        let mut guard = self.shared.lock();
+        let state = &mut *guard;
+        state.queued_since_look = false;
+        let slot = match next_admitted(&self.shared.registry, state) {
+            Ok(slot) => slot,
+            Err(not_now) => {
+                drop(guard);
+                self.wait_for(not_now);
+                return HandOver::Stop;
+            }
+        };
+        match self.service.poll_ready(cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(error)) => {
+                let entry = state.queues.take_head(slot).expect("the head was there");
+                let clock = &mut state.clock;
+                state.queues.finished(slot, || clock.now());
+                state.wake_pushers();
+                let tag = tag_of(entry.tag, &entry.request, state.uri_tag);
+                return HandOver::Refused((tag, Err(error)));
+            }
+            Poll::Pending => {
+                let now = state.clock.now();
                 state.queues.schedule(slot, now);
-                self.global_wait = Some(now + GLOBAL_RETRY);
-                return None;
+                self.service_busy = true;
+                return HandOver::Stop;
             }
-            match self.service.poll_ready(cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(error)) => {
-                    let entry = state.queues.take_head(slot).expect("the head was there");
-                    state.queues.finished(slot, now);
-                    state.wake_pushers();
-                    let tag = match entry.tag {
-                        Some(tag) => *tag,
-                        None => (state.uri_tag.expect("an untagged request came by `push`"))(&entry.request),
-                    };
-                    return Some((tag, Err(error)));
-                }
-                Poll::Pending => {
-                    state.queues.schedule(slot, now);
-                    self.service_busy = true;
-                    return None;
-                }
+        }
+        let entry = state.queues.take_head(slot).expect("the head was there");
+        // Its next request is looked at again at once (the lanes may
+        // allow another now; the prediction says when if not).
+        let clock = &mut state.clock;
+        state.queues.look_again(slot, || clock.now());
+        state.wake_pushers();
+        // Whether another may go now, seen under this lock (a request
+        // queued from now on is seen before the frontier sleeps).
+        let next = state.queues.next_instant();
+        let more = next.is_some_and(|at| state.clock.reached(at).is_some());
+        if !more {
+            self.wake_at = next;
+        }
+        let uri_tag = state.uri_tag;
+        drop(guard);
+        let chain = match (&self.follow, entry.chain) {
+            (None, _) => None,
+            (Some(_), Some(chain)) => Some(chain),
+            (Some(_), None) => Some(Chain::start(&entry.request)),
+        };
+        let tag = tag_of(entry.tag, &entry.request, uri_tag);
+        let future = self.service.call(*entry.request);
+        self.in_flight.push(future, Sending { tag, slot, chain });
+        HandOver::Sent { more }
+    }
+
+    /// Notes why no request may go now: the timer is to wake the
+    /// frontier at the instant given.
+    fn wait_for(&mut self, not_now: NotNow) {
+        match not_now {
+            NotNow::Empty => {}
+            NotNow::Until(at) => self.wake_at = Some(at),
+            NotNow::GlobalPermits(until) => {
+                self.global_wait = Some(until);
+                self.wake_at = Some(until);
             }
-            let entry = state.queues.take_head(slot).expect("the head was there");
-            // Its next request is looked at again at once (the lanes may
-            // allow another now; the prediction says when if not).
-            state.queues.schedule(slot, now);
-            state.wake_pushers();
-            let uri_tag = state.uri_tag;
-            drop(state);
-            let chain = match (&self.follow, entry.chain) {
-                (None, _) => None,
-                (Some(_), Some(chain)) => Some(chain),
-                (Some(_), None) => Some(Chain::start(&entry.request)),
-            };
-            let tag = match entry.tag {
-                Some(tag) => *tag,
-                None => (uri_tag.expect("an untagged request came by `push`"))(&entry.request),
-            };
-            let future = self.service.call(*entry.request);
-            handed_over += 1;
-            self.sending.push(Sending {
-                future,
-                tag: Some(tag),
-                slot,
-                chain,
-            });
+        }
+    }
+
+    /// Polls the requests in the service that were woken or just sent,
+    /// until one gives the stream an item. A redirect followed instead
+    /// sets `hop_queued`.
+    #[inline]
+    fn poll_in_flight(&mut self) -> Option<Fetched<T, S::Response, S::Error>> {
+        while let Some((sending, output)) = self.in_flight.poll_pass() {
+            if let Some(fetched) = self.answer(sending, output) {
+                return Some(fetched);
+            }
+            self.hop_queued = true;
         }
         None
     }
@@ -330,20 +417,18 @@ where
     /// What the stream gives for a request the service is done with: its
     /// result, or nothing when it was a redirect followed (its next hop
     /// queued in the frontier, with its tag). Its scope looks again now.
+    #[inline]
     fn answer(
         &mut self,
-        sent: Sent<T, Result<S::Response, S::Error>>,
+        Sending { tag, slot, chain }: Sending<T>,
+        output: Result<S::Response, S::Error>,
     ) -> Option<Fetched<T, S::Response, S::Error>> {
-        let Sent {
-            slot,
-            tag,
-            output,
-            chain,
-        } = sent;
         // A global permit of ours is free.
         self.global_wait = None;
-        let mut state = self.shared.lock();
-        state.queues.finished(slot, Instant::now());
+        let mut guard = self.shared.lock();
+        let state = &mut *guard;
+        let clock = &mut state.clock;
+        state.queues.finished(slot, || clock.now());
         let (Some(follow), Ok(response), Some(mut chain)) = (&self.follow, &output, chain) else {
             return Some((tag, output));
         };
@@ -351,25 +436,20 @@ where
             Ok(None) => Some((tag, output)),
             Ok(Some(hop)) => {
                 self.shared
-                    .enqueue(&mut state, (hop, Some(Box::new(tag)), Some(chain)));
+                    .enqueue(state, (Box::new(hop), Some(Box::new(tag)), Some(chain)));
                 None
             }
             Err(error) => Some((tag, Err(error))),
         }
     }
 
-    /// Aims the one timer at the next instant a scope may go, when the
-    /// budget has room; true when that instant has come.
+    /// Aims the one timer where the last [`send_ready`](Self::send_ready)
+    /// left `wake_at`; true when that instant has come.
     fn timer_fired(&mut self, cx: &mut Context<'_>) -> bool {
-        if self.sending.len() >= self.budget || self.service_busy || self.batch_full {
-            return false;
-        }
-        let Some(at) = self.shared.lock().queues.next_instant() else {
-            self.timer_at = None;
-            self.precise.cancel();
+        // A precise wake-up aimed earlier may stay: it costs one poll.
+        let Some(at) = self.wake_at.take() else {
             return false;
         };
-        let at = self.global_wait.map_or(at, |until| until.max(at));
         let timer = self
             .timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
@@ -386,6 +466,17 @@ where
         self.precise.aim(at, cx.waker());
         false
     }
+}
+
+/// What one hand-over gave.
+enum HandOver<I> {
+    /// A request went into the service; `more`: another may go now.
+    Sent { more: bool },
+    /// The service failed its readiness: an item for the stream.
+    Refused(I),
+    /// Nothing goes now (none ready, the service busy, or every global
+    /// permit taken).
+    Stop,
 }
 
 #[cfg(feature = "follow-redirect")]
@@ -425,51 +516,71 @@ where
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        this.in_flight.take_woken();
+        // Whether the requests just sent are what the next pass polls:
+        // when it gives nothing, the frontier sleeps.
+        let mut after_send = false;
         loop {
-            if let Poll::Ready(Some(sent)) = this.sending.poll_next_unpin(cx) {
-                match this.answer(sent) {
-                    Some(fetched) => return Poll::Ready(Some(fetched)),
-                    None => continue,
+            if let Some(fetched) = this.poll_in_flight() {
+                return Poll::Ready(Some(fetched));
+            }
+            // A hop queued may go now: round again.
+            let hop_queued = std::mem::take(&mut this.hop_queued);
+            if after_send && !hop_queued {
+                match this.rest(cx) {
+                    Rest::Waiting => return Poll::Pending,
+                    Rest::Ended => return Poll::Ready(None),
+                    Rest::LookAgain => {}
                 }
             }
             this.pull_source(cx);
-            {
-                let mut state = this.shared.lock();
-                this.shared.queue_looked_up(&mut state, cx);
-            }
+            this.shared.queue_looked_up(cx);
             if let Some(refused) = this.send_ready(cx) {
                 return Poll::Ready(Some(refused));
             }
-            if this.timer_fired(cx) {
-                continue;
-            }
-            if !this.sending.is_empty() {
-                // Polled once more: the requests just sent have not been.
-                if let Poll::Ready(Some(sent)) = this.sending.poll_next_unpin(cx) {
-                    match this.answer(sent) {
-                        Some(fetched) => return Poll::Ready(Some(fetched)),
-                        None => continue,
-                    }
-                }
-            }
-            if this.batch_full {
-                // More may go now: after the runtime has run the tasks
-                // that write what was just handed over.
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
-            let mut state = this.shared.lock();
-            let done = state.handles == 0
-                && this.source.is_none()
-                && state.pending() == 0
-                && this.sending.is_empty();
-            if done {
-                return Poll::Ready(None);
-            }
-            state.frontier = Some(cx.waker().clone());
-            return Poll::Pending;
+            after_send = !this.timer_fired(cx);
         }
     }
+}
+
+impl<S, B, T> Frontier<S, B, T>
+where
+    S: Service<http::Request<B>>,
+{
+    /// What the frontier does when nothing more can be done in this poll:
+    /// wait, with what wakes it in place (or woken at once when more may
+    /// go after the runtime has run), or end; or look again, when a
+    /// request was queued since it last looked.
+    fn rest(&mut self, cx: &mut Context<'_>) -> Rest {
+        if self.batch_full || self.in_flight.woken_before_sleep(cx) {
+            // More may go now, or a request in the service was woken
+            // since its pass: after the runtime has run the tasks that
+            // write what was just handed over (or other tasks).
+            cx.waker().wake_by_ref();
+            return Rest::Waiting;
+        }
+        let mut state = self.shared.lock();
+        if std::mem::take(&mut state.queued_since_look) {
+            return Rest::LookAgain;
+        }
+        let done =
+            state.handles == 0 && self.source.is_none() && state.pending() == 0 && self.in_flight.is_empty();
+        if done {
+            return Rest::Ended;
+        }
+        state.frontier = Some(cx.waker().clone());
+        Rest::Waiting
+    }
+}
+
+/// What the frontier does when nothing more can be done in a poll.
+enum Rest {
+    /// `Pending`: something wakes it.
+    Waiting,
+    /// The stream ends.
+    Ended,
+    /// Round again: a request came in since it last looked.
+    LookAgain,
 }
 
 impl<S, B, T> Drop for Frontier<S, B, T>
@@ -481,7 +592,7 @@ where
         state.closed = true;
         state.wake_pushers();
         // The pending requests go now; those in the service go with
-        // `sending`, which gives back their lanes and places.
+        // `in_flight`, which gives back their lanes and places.
         state.queues = Default::default();
         state.resolving = Default::default();
     }
@@ -493,7 +604,7 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Frontier")
-            .field("in_flight", &self.sending.len())
+            .field("in_flight", &self.in_flight.len())
             .field("budget", &self.budget)
             .finish()
     }

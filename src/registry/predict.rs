@@ -92,9 +92,73 @@ impl Registry {
     /// throttle resolves them (its [`Scopes`] extension, or the resolver),
     /// at its [`Priority`].
     pub fn predict_request<B>(&self, request: &http::Request<B>) -> Prediction {
-        if let Some(now) = self.admits_on_word_now(request) {
-            return Prediction::now(now);
+        if let Some(authority) = self.word_authority(request) {
+            let name = crate::scope::host_scope_name(authority);
+            if let Some(prediction) = self.prediction_on_word(&name, Instant::now) {
+                return prediction;
+            }
         }
+        self.predict_on_lock(request)
+    }
+
+    /// [`predict_request`](Self::predict_request) for a request whose
+    /// first scope's name the caller has (`first`, as
+    /// [`first_scope_name`](Self::first_scope_name) gave it), at `now`:
+    /// the name is not found again, nor the clock read, when the answer is
+    /// *now* on a lock-free word.
+    pub(crate) fn predict_queued<B>(
+        &self,
+        request: &http::Request<B>,
+        first: &str,
+        now: Instant,
+    ) -> Prediction {
+        if self.word_authority(request).is_some() {
+            // Its first scope is its host's: `first` names it.
+            if let Some(prediction) = self.prediction_on_word(first, || now) {
+                return prediction;
+            }
+        }
+        self.predict_on_lock(request)
+    }
+
+    /// A prediction of *now* (at `now`, the clock read only then) when
+    /// `name`'s open lock-free word, cached by this thread, would admit a
+    /// request now (a lane and a global permit free, nobody waiting): the
+    /// answer the lock would give, without the lock. `None` says nothing:
+    /// the lock decides.
+    #[inline]
+    fn prediction_on_word(&self, name: &str, now: impl FnOnce() -> Instant) -> Option<Prediction> {
+        hot::would_admit(self.shared.uid, name).then(|| Prediction::now(now()))
+    }
+
+    /// The authority of `request` when its one scope is its host's, which
+    /// may have a lock-free word (words in use, and see
+    /// [`host_scope_authority`](Self::host_scope_authority)).
+    #[inline]
+    fn word_authority<'a, B>(&self, request: &'a http::Request<B>) -> Option<&'a http::uri::Authority> {
+        if !self.shared.global.words_exist() {
+            return None;
+        }
+        self.host_scope_authority(request)
+    }
+
+    /// The authority of `request` when the built-in host resolver gives
+    /// its scope (it has no [`Scopes`] extension): its first scope is then
+    /// named by [`host_scope_name`](crate::scope::host_scope_name) of that
+    /// authority, and only by it.
+    #[inline]
+    pub(crate) fn host_scope_authority<'a, B>(
+        &self,
+        request: &'a http::Request<B>,
+    ) -> Option<&'a http::uri::Authority> {
+        if !self.shared.resolves_hosts || request.extensions().get::<Scopes>().is_some() {
+            return None;
+        }
+        request.uri().authority()
+    }
+
+    /// The prediction for `request` under the scheduler's lock.
+    fn predict_on_lock<B>(&self, request: &http::Request<B>) -> Prediction {
         let priority = request
             .extensions()
             .get::<Priority>()
@@ -103,35 +167,14 @@ impl Registry {
         self.predict_with_priority(&self.resolve(request), priority)
     }
 
-    /// `Some(now)` when `request` is of one host's scope whose open
-    /// lock-free word this thread has cached and would admit it now (a
-    /// lane and a global permit free, nobody waiting): the answer the lock
-    /// would give, without the lock. `None` says nothing: the lock decides.
-    #[inline]
-    fn admits_on_word_now<B>(&self, request: &http::Request<B>) -> Option<Instant> {
-        let shared = &self.shared;
-        if !shared.global.words_exist()
-            || !shared.resolves_hosts
-            || request.extensions().get::<Scopes>().is_some()
-        {
-            return None;
-        }
-        let name = crate::scope::host_scope_name(request.uri().authority()?);
-        hot::would_admit(shared.uid, &name).then(Instant::now)
-    }
-
     /// The first scope a throttle of this registry resolves for `request`
     /// (its [`Scopes`] extension, or the resolver's): by name alone when
     /// the built-in host resolver names its host, so that finding the
     /// scope among others costs no new key.
     pub(crate) fn first_scope_name<'a, B>(&self, request: &'a http::Request<B>) -> ScopeName<'a> {
-        match (
-            self.shared.resolves_hosts,
-            request.extensions().get::<Scopes>(),
-            request.uri().authority(),
-        ) {
-            (true, None, Some(authority)) => ScopeName::Host(crate::scope::host_scope_name(authority)),
-            _ => ScopeName::Resolved(self.resolve(request).first().clone()),
+        match self.host_scope_authority(request) {
+            Some(authority) => ScopeName::Host(crate::scope::host_scope_name(authority)),
+            None => ScopeName::Resolved(self.resolve(request).first().clone()),
         }
     }
 

@@ -356,7 +356,7 @@ impl Scheduler {
     /// now rather than when its own wait ends.
     fn recheck_holders_of_parked(&mut self, id: TicketId) {
         for seat in self.tickets[id].seats.iter() {
-            for (_, &parked) in self.scopes[seat.scope].parked() {
+            for &parked in self.scopes[seat.scope].parked().values() {
                 if let Some(holder) = self.tickets[parked].held_by.get() {
                     if !self.dirty.contains(&holder) {
                         self.dirty.push(holder);
