@@ -80,18 +80,19 @@ impl<B, T> FrontierHandle<B, T> {
 
     /// Queues `request` with `tag` (`None`: its URI, made when it is sent).
     async fn push_inner(&self, request: http::Request<B>, tag: Option<Box<T>>) -> Result<(), PushError<B>> {
-        let mut item = Some((Box::new(request), tag));
+        let mut item = Some((request, tag));
         poll_fn(|cx| {
             let mut state = self.shared.lock();
             if state.closed {
                 let (request, _) = item.take().expect("polled after completion");
-                return Poll::Ready(Err(PushError::closed(request)));
+                return Poll::Ready(Err(PushError::closed(Box::new(request))));
             }
             if state.pending() >= self.shared.max_pending {
                 state.pushers.push(cx.waker().clone());
                 return Poll::Pending;
             }
             let (request, tag) = item.take().expect("polled after completion");
+            let request = state.spare_boxes.boxed(request);
             self.shared.enqueue(&mut state, (request, tag, None));
             Poll::Ready(Ok(()))
         })
@@ -106,15 +107,16 @@ impl<B, T> FrontierHandle<B, T> {
     /// [`PushError`], with the request, when the frontier was dropped or
     /// holds its `max_pending` requests already.
     pub fn try_push_tagged(&self, request: http::Request<B>, tag: T) -> Result<(), PushError<B>> {
-        // Boxed once, here: the frontier moves the box, not the request.
-        let request = Box::new(request);
         let mut state = self.shared.lock();
         if state.closed {
-            return Err(PushError::closed(request));
+            return Err(PushError::closed(Box::new(request)));
         }
         if state.pending() >= self.shared.max_pending {
-            return Err(PushError::full(request));
+            return Err(PushError::full(Box::new(request)));
         }
+        // Boxed once, here (in the box of a request sent before, if one
+        // is spare): the frontier moves the box, not the request.
+        let request = state.spare_boxes.boxed(request);
         self.shared
             .enqueue(&mut state, (request, Some(Box::new(tag)), None));
         Ok(())

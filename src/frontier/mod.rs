@@ -83,6 +83,7 @@
 //! # }
 //! ```
 
+mod boxed;
 mod clock;
 mod handle;
 mod in_flight;

@@ -10,6 +10,7 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use slab::Slab;
 use tokio::time::Instant;
 
+use super::boxed::QueuedRequest;
 use super::redirects::Chain;
 use super::resolving::Item;
 use crate::scope::Scope;
@@ -21,7 +22,7 @@ use crate::scope::Scope;
 pub(super) struct Entry<B, T> {
     priority: i32,
     seq: u64,
-    pub(super) request: Box<http::Request<B>>,
+    pub(super) request: QueuedRequest<B>,
     pub(super) tag: Option<Box<T>>,
     pub(super) chain: Option<Box<Chain>>,
 }
@@ -428,7 +429,7 @@ mod tests {
             now: Instant,
         ) {
             let slot = self.slot_of(key);
-            self.push(slot, priority, (Box::new(request), tag, chain), || now);
+            self.push(slot, priority, (QueuedRequest::new(request), tag, chain), || now);
         }
     }
 

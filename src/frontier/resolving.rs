@@ -10,13 +10,14 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 
+use super::boxed::QueuedRequest;
 use super::redirects::Chain;
 use crate::ip::LookedUp;
 
 /// A request as the frontier holds it: the request (boxed once, as it
 /// comes in, and moved no more until it is sent), its tag (`None`: its
 /// URI) and its chain of redirects when it is a hop.
-pub(super) type Item<B, T> = (Box<http::Request<B>>, Option<Box<T>>, Option<Box<Chain>>);
+pub(super) type Item<B, T> = (QueuedRequest<B>, Option<Box<T>>, Option<Box<Chain>>);
 
 /// The requests waiting for their host's lookup, by host, and one lookup
 /// future per host.

@@ -4,6 +4,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Waker};
 
+use super::boxed::{QueuedRequest, SpareBoxes};
 use super::clock::Clock;
 use super::queues::Queues;
 use super::resolving::{Item, Resolving};
@@ -14,6 +15,8 @@ use crate::scope::Priority;
 /// The state behind the mutex.
 pub(super) struct State<B, T> {
     pub(super) queues: Queues<B, T>,
+    /// The boxes of requests sent, for the next pushes.
+    pub(super) spare_boxes: SpareBoxes<B>,
     /// The clock as read under this lock.
     pub(super) clock: Clock,
     /// Requests waiting for their name's lookup before they are queued.
@@ -51,6 +54,7 @@ impl<B, T> Shared<B, T> {
         Shared {
             state: Mutex::new(State {
                 queues: Queues::default(),
+                spare_boxes: SpareBoxes::default(),
                 clock: Clock::default(),
                 resolving: Resolving::default(),
                 handles: 1,
@@ -77,8 +81,8 @@ impl<B, T> Shared<B, T> {
     pub(super) fn enqueue(&self, state: &mut State<B, T>, (request, tag, chain): Item<B, T>) {
         let request = match &self.ip {
             None => request,
-            Some(ip) => match ip.resolve_ahead(*request) {
-                Ahead::Ready(request) => Box::new(request),
+            Some(ip) => match ip.resolve_ahead(request.into_inner()) {
+                Ahead::Ready(request) => QueuedRequest::new(request),
                 Ahead::Wait {
                     host,
                     lookup,
@@ -86,7 +90,7 @@ impl<B, T> Shared<B, T> {
                 } => {
                     state
                         .resolving
-                        .wait(host, lookup, (Box::new(request), tag, chain));
+                        .wait(host, lookup, (QueuedRequest::new(request), tag, chain));
                     if let Some(waker) = state.frontier.take() {
                         waker.wake();
                     }
@@ -125,7 +129,7 @@ impl<B, T> Shared<B, T> {
         let mut state = self.lock();
         while let Some((answer, items)) = state.resolving.poll_looked_up(cx) {
             for (request, tag, chain) in items {
-                let request = Box::new(ip.settle_ahead(&answer, *request));
+                let request = QueuedRequest::new(ip.settle_ahead(&answer, request.into_inner()));
                 self.enqueue(&mut state, (request, tag, chain));
             }
         }

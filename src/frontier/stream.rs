@@ -270,8 +270,9 @@ where
             match source.poll_next_unpin(cx) {
                 Poll::Ready(Some((request, tag))) => {
                     let mut state = self.shared.lock();
+                    let request = state.spare_boxes.boxed(request);
                     self.shared
-                        .enqueue(&mut state, (Box::new(request), Some(Box::new(tag)), None));
+                        .enqueue(&mut state, (request, Some(Box::new(tag)), None));
                 }
                 Poll::Ready(None) => self.source = None,
                 Poll::Pending => return,
@@ -375,14 +376,15 @@ where
             self.wake_at = next;
         }
         let uri_tag = state.uri_tag;
+        let request = state.spare_boxes.unboxed(entry.request);
         drop(guard);
         let chain = match (&self.follow, entry.chain) {
             (None, _) => None,
             (Some(_), Some(chain)) => Some(chain),
-            (Some(_), None) => Some(Chain::start(&entry.request)),
+            (Some(_), None) => Some(Chain::start(&request)),
         };
-        let tag = tag_of(entry.tag, &entry.request, uri_tag);
-        let future = self.service.call(*entry.request);
+        let tag = tag_of(entry.tag, &request, uri_tag);
+        let future = self.service.call(request);
         self.in_flight.push(future, Sending { tag, slot, chain });
         HandOver::Sent { more }
     }
@@ -435,8 +437,9 @@ where
         match follow(response, &mut chain) {
             Ok(None) => Some((tag, output)),
             Ok(Some(hop)) => {
+                let hop = state.spare_boxes.boxed(hop);
                 self.shared
-                    .enqueue(state, (Box::new(hop), Some(Box::new(tag)), Some(chain)));
+                    .enqueue(state, (hop, Some(Box::new(tag)), Some(chain)));
                 None
             }
             Err(error) => Some((tag, Err(error))),
