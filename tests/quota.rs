@@ -271,39 +271,85 @@ async fn the_builder_window_is_the_default_for_scopes_with_a_quota() {
     assert_eq!(err.field(), "quota_window");
 }
 
+/// Scope `api` with quota 10 per 60 s, and scope `slow`: 1 lane, 5 s apart.
+fn api_and_slow_registry() -> Registry {
+    Registry::builder()
+        .max_concurrency(100)
+        .default_scope(free())
+        .scope("api", free().quota(10.0).window(WINDOW))
+        .scope("slow", free().concurrency(1).delay(Duration::from_secs(5)))
+        .build()
+        .unwrap()
+}
+
+/// A request to `path` of scopes `slow` (cost 1) and `api` (cost 5).
+fn slow_and_api(path: &str) -> http::Request<()> {
+    let mut request = get(&format!("https://api.example{path}"));
+    request
+        .extensions_mut()
+        .insert(Scopes::with_costs([("slow", 1.0), ("api", 5.0)]));
+    request
+}
+
+/// The paths `recorder` saw, with when (milliseconds from the start).
+fn sent_at_ms(recorder: &Recorder) -> Vec<(String, u128)> {
+    recorder
+        .sent()
+        .iter()
+        .map(|sent| (sent.path.clone(), sent.at.as_millis()))
+        .collect()
+}
+
 /// A request of two scopes that one of them holds back (here a delay) and
 /// whose cost the other's quota cannot take yet does not keep a cheaper
 /// request behind it in the quota's scope from going: it could not go
 /// anyway, so it stands aside, as a request held by another scope does.
 #[tokio::test(start_paused = true)]
 async fn a_request_held_by_another_scope_does_not_keep_a_cheaper_one_behind_it_from_the_quota() {
-    let registry = Registry::builder()
-        .max_concurrency(100)
-        .default_scope(free())
-        .scope("api", free().quota(10.0).window(WINDOW))
-        .scope("slow", free().concurrency(1).delay(Duration::from_secs(5)))
-        .build()
-        .unwrap();
     let recorder = Recorder::new();
-    let mut service = ThrottleLayer::new(registry).layer(recorder.service(Duration::ZERO));
+    let mut service = ThrottleLayer::new(api_and_slow_registry()).layer(recorder.service(Duration::ZERO));
     let mut slow = get("https://slow.example/first");
     slow.extensions_mut().insert(Scopes::from(["slow"]));
-    let mut both = get("https://api.example/both");
-    both.extensions_mut()
-        .insert(Scopes::with_costs([("slow", 1.0), ("api", 5.0)]));
+    let both = slow_and_api("/both");
     let requests = vec![costing("/a", 6.0), slow, both, costing("/c", 3.0)];
     finish_all(launch(&mut service, requests).await).await;
-    let sent: Vec<(String, u128)> = recorder
-        .sent()
-        .iter()
-        .map(|sent| (sent.path.clone(), sent.at.as_millis()))
-        .collect();
     assert_eq!(
-        sent,
+        sent_at_ms(&recorder),
         [
             ("/a".to_owned(), 0),
             ("/first".to_owned(), 0),
             ("/c".to_owned(), 0),
+            // 6 + 3 of the window's 10 are spent: 5 more fit once it ends.
+            ("/both".to_owned(), 60_000),
+        ]
+    );
+}
+
+/// A request of two scopes waiting at the head of a quota scope for its
+/// window, whose other scope then sends another request and so holds it
+/// far longer, stands aside at once: the cheaper request behind it in the
+/// quota scope goes with that send, not when the window ends.
+#[tokio::test(start_paused = true)]
+async fn a_head_waiting_for_the_quota_stands_aside_once_its_other_scope_holds_it_longer() {
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(api_and_slow_registry()).layer(recorder.service(Duration::ZERO));
+    let both = slow_and_api("/both");
+    // `/both` waits for the quota (4 of 10 left) at the head of `api`, and
+    // stands aside in `slow`, which it does not hold.
+    let mut handles = launch(&mut service, vec![costing("/a", 6.0), both, costing("/c", 3.0)]).await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let mut slow = get("https://slow.example/first");
+    slow.extensions_mut().insert(Scopes::from(["slow"]));
+    handles.extend(launch(&mut service, vec![slow]).await);
+    finish_all(handles).await;
+    assert_eq!(
+        sent_at_ms(&recorder),
+        [
+            ("/a".to_owned(), 0),
+            // `/first` holds `/both` in `slow` for 5 s: `/c` fits what is
+            // left of the window and goes with it.
+            ("/first".to_owned(), 1),
+            ("/c".to_owned(), 1),
             // 6 + 3 of the window's 10 are spent: 5 more fit once it ends.
             ("/both".to_owned(), 60_000),
         ]

@@ -350,17 +350,22 @@ impl Scheduler {
     }
 
     /// After a send of ticket `id`: each leader parked in one of its
-    /// scopes may now be held there longer than by the scope that holds it
-    /// (which waits for it, say for a quota window): that scope looks at it
-    /// again, and parks it too if so, letting the requests behind it go
-    /// now rather than when its own wait ends.
+    /// scopes may now be held there longer than by the quota scope that
+    /// holds it, waiting for its window: that scope looks at it again, and
+    /// parks it too if so, letting the cheaper requests behind it go now
+    /// rather than when the window ends. (Only a quota can let a request
+    /// behind a held head go: a delay or full lanes hold them all alike, so
+    /// other holders are left alone, and a server's send does not make
+    /// every one of its names look again.)
     fn recheck_holders_of_parked(&mut self, id: TicketId) {
         for seat in self.tickets[id].seats.iter() {
             for &parked in self.scopes[seat.scope].parked().values() {
-                if let Some(holder) = self.tickets[parked].held_by.get() {
-                    if !self.dirty.contains(&holder) {
-                        self.dirty.push(holder);
-                    }
+                let Some(holder) = self.tickets[parked].held_by.get() else {
+                    continue;
+                };
+                let has_quota = self.scopes[holder].state.config.get_quota().is_some();
+                if has_quota && !self.dirty.contains(&holder) {
+                    self.dirty.push(holder);
                 }
             }
         }
