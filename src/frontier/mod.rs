@@ -14,8 +14,9 @@
 //! - **Order.** Among scopes that may go, the one that has been ready the
 //!   longest goes first (as BUbiNG's workbench orders hosts); among scopes
 //!   ready from the same instant (the names of one server, waiting for its
-//!   next send), the one with the most pending, so a server's names finish
-//!   together; within a scope, [`Priority`](crate::Priority) first, then
+//!   next send; instants within half a millisecond count as one), the one
+//!   with the most pending, so a server's names finish together; within a
+//!   scope, [`Priority`](crate::Priority) first, then
 //!   arrival.
 //! - **Shared servers.** With [`FrontierBuilder::ip_scopes`], a request's
 //!   name is resolved (through the stack's

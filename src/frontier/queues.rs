@@ -6,6 +6,7 @@
 use std::borrow::Borrow;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::ops::Bound;
 
 use slab::Slab;
 use tokio::time::Instant;
@@ -139,6 +140,18 @@ const IDLE_CAPACITY: usize = 8;
 /// got the instant first.
 type ReadyKey = (Instant, Reverse<usize>, u64);
 
+/// Instants this close count as one in the ready order: on a real clock,
+/// the names waiting for one server's next send get instants that differ
+/// by the lag between a send and its departure stamp (a name that asks
+/// before the stamp lands is told the send's instant plus the server's
+/// gap; one that asks after, the departure's plus the gap), and the one
+/// with the most pending must still go first.
+const ONE_INSTANT: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// How many places after the first a pop looks at for one of
+/// [`ONE_INSTANT`] with more pending: a bound on the work of a pop.
+const TIE_LOOKS: usize = 8;
+
 /// The scopes with pending requests in the ready order, the first kept
 /// beside the others: while one scope at a time is ready (a crawl's
 /// requests taken one by one), the order is that one place, and no tree
@@ -183,6 +196,44 @@ impl ReadyOrder {
             self.first = self.rest.pop_first();
         }
         Some(first)
+    }
+
+    /// Takes the place that goes next at `now`: the first, or a place of
+    /// [`ONE_INSTANT`] later, come by `now`, with more requests pending.
+    fn pop_next(&mut self, now: Instant) -> Option<(ReadyKey, Slot)> {
+        let first = self.first?;
+        match self.more_pending_at_one_instant(first, now) {
+            Some(later) => {
+                self.rest.remove(&later);
+                Some(later)
+            }
+            None => self.pop_first(),
+        }
+    }
+
+    /// Among the [`TIE_LOOKS`] places after `first`'s instant that lie
+    /// within [`ONE_INSTANT`] of it and have come by `now`, the one with
+    /// the most pending, if it has more than `first`.
+    fn more_pending_at_one_instant(&self, first: (ReadyKey, Slot), now: Instant) -> Option<(ReadyKey, Slot)> {
+        let ((at, first_pending, _), _) = first;
+        if self.rest.is_empty() || now <= at {
+            return None;
+        }
+        // Past every place of `first`'s own instant (ranked among
+        // themselves already).
+        let after_instant = ((at, Reverse(0), u64::MAX), Slot::MAX);
+        self.rest
+            .range((Bound::Excluded(after_instant), Bound::Unbounded))
+            .take(TIE_LOOKS)
+            .take_while(|((later, _, _), _)| *later <= now && *later - at <= ONE_INSTANT)
+            .fold(None::<(ReadyKey, Slot)>, |best, &place| {
+                let most = best.map_or(first_pending, |((_, pending, _), _)| pending);
+                if place.0 .1 < most {
+                    Some(place)
+                } else {
+                    best
+                }
+            })
     }
 }
 
@@ -294,10 +345,12 @@ impl<B, T> Queues<B, T> {
         self.ready.first().map(|&((at, _, _), _)| at)
     }
 
-    /// Takes the scope that may go soonest out of the ready order (the
-    /// caller saw its instant come: [`next_instant`](Self::next_instant)).
-    pub(super) fn pop_first(&mut self) -> Option<Slot> {
-        let (_, slot) = self.ready.pop_first()?;
+    /// Takes the scope that goes next at `now` out of the ready order: the
+    /// one that may go soonest (the caller saw its instant come:
+    /// [`next_instant`](Self::next_instant)), or one of the same instant
+    /// within [`ONE_INSTANT`] with more pending.
+    pub(super) fn pop_first(&mut self, now: Instant) -> Option<Slot> {
+        let (_, slot) = self.ready.pop_next(now)?;
         self.scopes[slot].ready_at = None;
         Some(slot)
     }
@@ -418,7 +471,7 @@ mod tests {
         /// `now`.
         fn pop_ready(&mut self, now: Instant) -> Option<Slot> {
             self.next_instant().filter(|&at| at <= now)?;
-            self.pop_first()
+            self.pop_first(now)
         }
 
         fn push_to(
@@ -505,6 +558,40 @@ mod tests {
             .map(|slot| queues.scopes[slot].key.as_str())
             .collect();
         assert_eq!(order, ["large", "middle", "small"]);
+    }
+
+    #[test]
+    fn instants_half_a_millisecond_apart_are_one_and_the_most_pending_goes_first_once_both_came() {
+        let now = Instant::now();
+        let micros = |n| now + Duration::from_micros(n);
+        let mut queues: Queues<(), ()> = Queues::default();
+        for (key, count) in [
+            ("asked before the stamp", 1),
+            ("asked after", 3),
+            ("a millisecond later", 5),
+        ] {
+            for _ in 0..count {
+                let (request, _) = request("/", 0);
+                queues.push_to(Scope::new(key), 0, (request, Some(Box::new(())), None), now);
+            }
+        }
+        let slots: Vec<Slot> = std::iter::from_fn(|| queues.pop_ready(now)).collect();
+        for (&slot, at) in slots.iter().zip([micros(25_000), micros(25_100), micros(26_000)]) {
+            queues.schedule(slot, at);
+        }
+        let name = |queues: &Queues<(), ()>, slot: Slot| queues.scopes[slot].key.as_str().to_owned();
+        // At its instant exactly, the first goes: the other's has not come.
+        let first = queues.pop_ready(micros(25_000)).unwrap();
+        assert_eq!(name(&queues, first), "asked before the stamp");
+        queues.schedule(first, micros(25_000));
+        // Once both came, the one with more pending goes first; the one a
+        // millisecond later, with more still, is another instant.
+        let order: Vec<Slot> = std::iter::from_fn(|| queues.pop_ready(micros(26_500))).collect();
+        let order: Vec<String> = order.into_iter().map(|slot| name(&queues, slot)).collect();
+        assert_eq!(
+            order,
+            ["asked after", "asked before the stamp", "a millisecond later"]
+        );
     }
 
     #[test]

@@ -160,7 +160,7 @@ fn next_admitted<B, T>(registry: &Registry, state: &mut State<B, T>) -> Result<S
     loop {
         let at = state.queues.next_instant().ok_or(NotNow::Empty)?;
         let now = state.clock.reached(at).ok_or(NotNow::Until(at))?;
-        let slot = state.queues.pop_first().ok_or(NotNow::Empty)?;
+        let slot = state.queues.pop_first(now).ok_or(NotNow::Empty)?;
         let Some((head, key)) = state.queues.head(slot) else {
             state.queues.forget_if_idle(slot);
             continue;

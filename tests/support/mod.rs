@@ -54,9 +54,25 @@ impl Recorder {
         Future = impl Future<Output = Result<http::Response<()>, Infallible>> + Send,
     > + Clone
            + Send {
+        self.service_by(move |_| latency)
+    }
+
+    /// An inner service that records each call and answers after
+    /// `latency_of` the request.
+    pub fn service_by(
+        &self,
+        latency_of: impl Fn(&http::Request<()>) -> Duration + Clone + Send,
+    ) -> impl tower::Service<
+        http::Request<()>,
+        Response = http::Response<()>,
+        Error = Infallible,
+        Future = impl Future<Output = Result<http::Response<()>, Infallible>> + Send,
+    > + Clone
+           + Send {
         let recorder = self.clone();
         tower::service_fn(move |request: http::Request<()>| {
             recorder.record(&request);
+            let latency = latency_of(&request);
             async move {
                 if !latency.is_zero() {
                     tokio::time::sleep(latency).await;
