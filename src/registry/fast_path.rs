@@ -236,6 +236,7 @@ impl GlobalFlight {
     /// Takes a permit under the lock, if one is free (see
     /// [`Permits::take_locked`]).
     #[must_use]
+    #[inline]
     pub(crate) fn take_locked(&self) -> bool {
         self.counts.permits.take_locked()
     }

@@ -199,6 +199,7 @@ impl Reserved<'_> {
 }
 
 impl Drop for Reserved<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.handle.places.give_back();
     }

@@ -95,6 +95,7 @@ impl ScopeEntry {
     }
 
     /// Requests waiting for this scope.
+    #[inline]
     pub(crate) fn queued(&self) -> usize {
         self.waiters.as_ref().map_or(0, |waiters| waiters.count)
     }
@@ -114,6 +115,7 @@ impl ScopeEntry {
     }
 
     /// Whether any request waits for this scope, parked or not.
+    #[inline]
     pub(super) fn has_waiters(&self) -> bool {
         self.queued() > 0
     }

@@ -154,6 +154,7 @@ impl Scheduler {
     }
 
     /// Notes that scope `id` is in use again.
+    #[inline]
     pub(super) fn note_busy(&mut self, id: ScopeId) {
         let scope = &mut self.scopes[id];
         scope.idle_since = None;
