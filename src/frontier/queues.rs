@@ -274,16 +274,16 @@ impl<B, T> Queues<B, T> {
         now: impl FnOnce() -> Instant,
     ) {
         self.seq += 1;
-        let seq = self.seq;
-        self.scopes[slot].entries.push(Entry {
+        let queue = &mut self.scopes[slot];
+        queue.entries.push(Entry {
             priority,
-            seq,
+            seq: self.seq,
             request,
             tag,
             chain,
         });
         self.pending += 1;
-        if self.scopes[slot].ready_at.is_none() {
+        if queue.ready_at.is_none() {
             self.schedule(slot, now());
         }
     }
@@ -357,8 +357,12 @@ impl<B, T> Queues<B, T> {
             return;
         };
         queue.in_flight = queue.in_flight.saturating_sub(1);
-        self.look_again(slot, now);
-        self.forget_if_idle(slot);
+        if !queue.entries.is_empty() {
+            // Not idle: it has requests pending.
+            self.schedule(slot, now());
+        } else if queue.is_idle() && !queue.listed_idle {
+            self.list_idle(slot);
+        }
     }
 
     /// Notes that `slot` may have nothing pending nor in flight: such a

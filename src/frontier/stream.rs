@@ -538,9 +538,9 @@ where
         // when it gives nothing, the frontier sleeps.
         let mut after_send = false;
         loop {
-            let fetched = this.poll_in_flight();
-            if fetched.is_ready() {
-                return fetched;
+            match this.poll_in_flight() {
+                Poll::Pending => {}
+                fetched => return fetched,
             }
             // A hop queued may go now: round again.
             let hop_queued = std::mem::take(&mut this.hop_queued);
