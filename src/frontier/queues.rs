@@ -177,12 +177,14 @@ impl ReadyOrder {
         }
     }
 
-    fn pop_first(&mut self) -> Option<(ReadyKey, Slot)> {
-        let first = self.first.take()?;
-        if !self.rest.is_empty() {
-            self.first = self.rest.pop_first();
-        }
-        Some(first)
+    /// Takes the first place out: its slot (its key is not copied out).
+    fn pop_first(&mut self) -> Option<Slot> {
+        let slot = self.first.as_ref()?.1;
+        self.first = match self.rest.is_empty() {
+            true => None,
+            false => self.rest.pop_first(),
+        };
+        Some(slot)
     }
 }
 
@@ -297,7 +299,7 @@ impl<B, T> Queues<B, T> {
     /// Takes the scope that may go soonest out of the ready order (the
     /// caller saw its instant come: [`next_instant`](Self::next_instant)).
     pub(super) fn pop_first(&mut self) -> Option<Slot> {
-        let (_, slot) = self.ready.pop_first()?;
+        let slot = self.ready.pop_first()?;
         self.scopes[slot].ready_at = None;
         Some(slot)
     }
