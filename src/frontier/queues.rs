@@ -89,7 +89,9 @@ impl<B, T> Entries<B, T> {
 
     fn pop(&mut self) -> Option<Entry<B, T>> {
         let next = self.next.take()?;
-        self.next = self.rest.pop();
+        if !self.rest.is_empty() {
+            self.next = self.rest.pop();
+        }
         Some(next)
     }
 
