@@ -176,27 +176,35 @@ impl<F: Future, M> InFlight<F, M> {
         }
     }
 
-    /// Polls this pass's slots until one's future is done: its output, and
-    /// what was kept beside it. `None` once every slot of the pass was
-    /// polled and none is done.
+    /// Polls this pass's slots until one's future is done and `done`,
+    /// given what was kept beside it and the output (which it may
+    /// change), gives a tag for it: `Ready` with the tag and the output,
+    /// which is moved once, from the future's poll to where the caller
+    /// returns it. An output given no tag is dropped. `Pending` once every
+    /// slot of the pass was polled.
     #[inline]
-    pub(super) fn poll_pass(&mut self) -> Option<(M, F::Output)> {
+    pub(super) fn poll_pass<T>(
+        &mut self,
+        mut done: impl FnMut(M, &mut F::Output) -> Option<T>,
+    ) -> Poll<Option<(T, F::Output)>> {
         while let Some(index) = self.to_poll.pop() {
             let slot = &mut self.slots[index];
             let Some(future) = slot.future.as_mut().as_pin_mut() else {
                 // Woken after its future ended: nothing to poll.
                 continue;
             };
-            let Poll::Ready(output) = future.poll(&mut Context::from_waker(&slot.waker)) else {
+            let Poll::Ready(mut output) = future.poll(&mut Context::from_waker(&slot.waker)) else {
                 continue;
             };
             slot.future.as_mut().set(None);
             let kept = slot.kept.take().expect("a slot with a future keeps its part");
             self.free.push(index);
             self.len -= 1;
-            return Some((kept, output));
+            if let Some(tag) = done(kept, &mut output) {
+                return Poll::Ready(Some((tag, output)));
+            }
         }
-        None
+        Poll::Pending
     }
 
     /// Before the frontier sleeps with futures in flight: has a slot been
@@ -222,6 +230,16 @@ impl<F: Future, M> InFlight<F, M> {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    impl<F: Future, M> InFlight<F, M> {
+        /// The next future of the pass that is done, with its part.
+        fn poll_done(&mut self) -> Option<(M, F::Output)> {
+            match self.poll_pass(|kept, _| Some(kept)) {
+                Poll::Ready(done) => done,
+                Poll::Pending => None,
+            }
+        }
+    }
 
     /// A waker counting its wakes.
     struct Counting(AtomicUsize);
@@ -256,7 +274,7 @@ mod tests {
         let mut in_flight = InFlight::default();
         in_flight.push(receiver, kept);
         in_flight.take_woken();
-        assert!(in_flight.poll_pass().is_none(), "nothing sent yet");
+        assert!(in_flight.poll_done().is_none(), "nothing sent yet");
         (in_flight, sender)
     }
 
@@ -270,7 +288,7 @@ mod tests {
         assert_eq!(frontier.wakes(), 1);
         assert!(in_flight.woken_before_sleep(&cx), "woken since");
         in_flight.take_woken();
-        let (kept, output) = in_flight.poll_pass().unwrap();
+        let (kept, output) = in_flight.poll_done().unwrap();
         assert_eq!((kept, output), ("a", Ok(7)));
         assert!(in_flight.is_empty());
     }
@@ -286,7 +304,7 @@ mod tests {
         assert_eq!(frontier.wakes(), 0);
         assert!(in_flight.woken_before_sleep(&cx));
         in_flight.take_woken();
-        assert!(in_flight.poll_pass().is_some());
+        assert!(in_flight.poll_done().is_some());
     }
 
     #[test]
@@ -299,7 +317,7 @@ mod tests {
             sender.send(round).unwrap();
             in_flight.push(receiver, round);
             in_flight.take_woken();
-            assert_eq!(in_flight.poll_pass(), Some((round, Ok(round))));
+            assert_eq!(in_flight.poll_done(), Some((round, Ok(round))));
         }
         assert_eq!(in_flight.slots.len(), 1, "one slot, used three times");
         // A wake for a slot whose future ended lists it once, and polling
@@ -308,14 +326,14 @@ mod tests {
         let (_sender, receiver) = futures::channel::oneshot::channel::<u32>();
         in_flight.push(receiver, 9);
         in_flight.take_woken();
-        assert!(in_flight.poll_pass().is_none());
+        assert!(in_flight.poll_done().is_none());
         assert!(!in_flight.woken_before_sleep(&cx));
         stale.wake_by_ref();
         stale.wake_by_ref();
         assert_eq!(frontier.wakes(), 1, "listed once");
         in_flight.take_woken();
         assert_eq!(in_flight.to_poll, [0]);
-        assert!(in_flight.poll_pass().is_none());
+        assert!(in_flight.poll_done().is_none());
         assert_eq!(in_flight.len(), 1);
     }
 }

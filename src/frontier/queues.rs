@@ -90,7 +90,9 @@ impl<B, T> Entries<B, T> {
 
     fn pop(&mut self) -> Option<Entry<B, T>> {
         let next = self.next.take()?;
-        self.next = self.rest.pop();
+        if !self.rest.is_empty() {
+            self.next = self.rest.pop();
+        }
         Some(next)
     }
 
@@ -190,22 +192,24 @@ impl ReadyOrder {
         }
     }
 
-    fn pop_first(&mut self) -> Option<(ReadyKey, Slot)> {
-        let first = self.first.take()?;
-        if !self.rest.is_empty() {
-            self.first = self.rest.pop_first();
-        }
-        Some(first)
+    /// Takes the first place out: its slot (its key is not copied out).
+    fn pop_first(&mut self) -> Option<Slot> {
+        let slot = self.first.as_ref()?.1;
+        self.first = match self.rest.is_empty() {
+            true => None,
+            false => self.rest.pop_first(),
+        };
+        Some(slot)
     }
 
     /// Takes the place that goes next at `now`: the first, or a place of
     /// [`ONE_INSTANT`] later, come by `now`, with more requests pending.
-    fn pop_next(&mut self, now: Instant) -> Option<(ReadyKey, Slot)> {
-        let first = self.first?;
+    fn pop_next(&mut self, now: Instant) -> Option<Slot> {
+        let first = self.first.as_ref()?;
         match self.more_pending_at_one_instant(first, now) {
             Some(later) => {
                 self.rest.remove(&later);
-                Some(later)
+                Some(later.1)
             }
             None => self.pop_first(),
         }
@@ -214,8 +218,12 @@ impl ReadyOrder {
     /// Among the [`TIE_LOOKS`] places after `first`'s instant that lie
     /// within [`ONE_INSTANT`] of it and have come by `now`, the one with
     /// the most pending, if it has more than `first`.
-    fn more_pending_at_one_instant(&self, first: (ReadyKey, Slot), now: Instant) -> Option<(ReadyKey, Slot)> {
-        let ((at, first_pending, _), _) = first;
+    fn more_pending_at_one_instant(
+        &self,
+        first: &(ReadyKey, Slot),
+        now: Instant,
+    ) -> Option<(ReadyKey, Slot)> {
+        let &((at, first_pending, _), _) = first;
         if self.rest.is_empty() || now <= at {
             return None;
         }
@@ -325,16 +333,16 @@ impl<B, T> Queues<B, T> {
         now: impl FnOnce() -> Instant,
     ) {
         self.seq += 1;
-        let seq = self.seq;
-        self.scopes[slot].entries.push(Entry {
+        let queue = &mut self.scopes[slot];
+        queue.entries.push(Entry {
             priority,
-            seq,
+            seq: self.seq,
             request,
             tag,
             chain,
         });
         self.pending += 1;
-        if self.scopes[slot].ready_at.is_none() {
+        if queue.ready_at.is_none() {
             self.schedule(slot, now());
         }
     }
@@ -350,7 +358,7 @@ impl<B, T> Queues<B, T> {
     /// [`next_instant`](Self::next_instant)), or one of the same instant
     /// within [`ONE_INSTANT`] with more pending.
     pub(super) fn pop_first(&mut self, now: Instant) -> Option<Slot> {
-        let (_, slot) = self.ready.pop_next(now)?;
+        let slot = self.ready.pop_next(now)?;
         self.scopes[slot].ready_at = None;
         Some(slot)
     }
@@ -410,8 +418,12 @@ impl<B, T> Queues<B, T> {
             return;
         };
         queue.in_flight = queue.in_flight.saturating_sub(1);
-        self.look_again(slot, now);
-        self.forget_if_idle(slot);
+        if !queue.entries.is_empty() {
+            // Not idle: it has requests pending.
+            self.schedule(slot, now());
+        } else if queue.is_idle() && !queue.listed_idle {
+            self.list_idle(slot);
+        }
     }
 
     /// Notes that `slot` may have nothing pending nor in flight: such a

@@ -46,6 +46,9 @@ pub type Built<S, B, T> = (Frontier<S, B, T>, FrontierHandle<B, T>);
 /// answered.
 pub type Fetched<T, R, E> = (T, Result<R, E>);
 
+/// What a poll of the stream gives.
+type Polled<T, R, E> = Poll<Option<Fetched<T, R, E>>>;
+
 /// Builds a [`Frontier`].
 #[derive(Debug, Clone)]
 pub struct FrontierBuilder {
@@ -192,6 +195,39 @@ fn tag_of<B, T>(
     match tag {
         Some(tag) => *tag,
         None => (uri_tag.expect("an untagged request came by `push`"))(request),
+    }
+}
+
+/// What the stream gives for a request the service is done with: its
+/// tag, with `output` (made the redirect's error when one fails), or
+/// nothing when it was a redirect followed (its next hop queued in the
+/// frontier, with its tag). Its scope looks again now.
+#[inline]
+fn answer<B, T, R, E>(
+    shared: &Shared<B, T>,
+    follow: Option<&Follow<R, B, E>>,
+    Sending { tag, slot, chain }: Sending<T>,
+    output: &mut Result<R, E>,
+) -> Option<T> {
+    let mut guard = shared.lock();
+    let state = &mut *guard;
+    let clock = &mut state.clock;
+    state.queues.finished(slot, || clock.now());
+    let (Some(follow), Ok(response), Some(mut chain)) = (follow, &*output, chain) else {
+        return Some(tag);
+    };
+    match follow(response, &mut chain) {
+        Ok(None) => Some(tag),
+        Ok(Some(hop)) => {
+            let hop = state.spare_boxes.boxed(hop);
+            shared.enqueue(state, (hop, Some(Box::new(tag)), Some(chain)));
+            None
+        }
+        Err(error) => {
+            drop(guard);
+            *output = Err(error);
+            Some(tag)
+        }
     }
 }
 
@@ -403,47 +439,25 @@ where
     }
 
     /// Polls the requests in the service that were woken or just sent,
-    /// until one gives the stream an item. A redirect followed instead
-    /// sets `hop_queued`.
+    /// until one gives the stream an item (`Ready`). A redirect followed
+    /// instead sets `hop_queued`.
     #[inline]
-    fn poll_in_flight(&mut self) -> Option<Fetched<T, S::Response, S::Error>> {
-        while let Some((sending, output)) = self.in_flight.poll_pass() {
-            if let Some(fetched) = self.answer(sending, output) {
-                return Some(fetched);
-            }
-            self.hop_queued = true;
-        }
-        None
-    }
-
-    /// What the stream gives for a request the service is done with: its
-    /// result, or nothing when it was a redirect followed (its next hop
-    /// queued in the frontier, with its tag). Its scope looks again now.
-    #[inline]
-    fn answer(
-        &mut self,
-        Sending { tag, slot, chain }: Sending<T>,
-        output: Result<S::Response, S::Error>,
-    ) -> Option<Fetched<T, S::Response, S::Error>> {
-        // A global permit of ours is free.
-        self.global_wait = None;
-        let mut guard = self.shared.lock();
-        let state = &mut *guard;
-        let clock = &mut state.clock;
-        state.queues.finished(slot, || clock.now());
-        let (Some(follow), Ok(response), Some(mut chain)) = (&self.follow, &output, chain) else {
-            return Some((tag, output));
-        };
-        match follow(response, &mut chain) {
-            Ok(None) => Some((tag, output)),
-            Ok(Some(hop)) => {
-                let hop = state.spare_boxes.boxed(hop);
-                self.shared
-                    .enqueue(state, (hop, Some(Box::new(tag)), Some(chain)));
-                None
-            }
-            Err(error) => Some((tag, Err(error))),
-        }
+    fn poll_in_flight(&mut self) -> Polled<T, S::Response, S::Error> {
+        let Frontier {
+            in_flight,
+            shared,
+            follow,
+            global_wait,
+            hop_queued,
+            ..
+        } = self;
+        in_flight.poll_pass(|sending, output| {
+            // A global permit of ours is free.
+            *global_wait = None;
+            let tag = answer(shared, follow.as_ref(), sending, output);
+            *hop_queued |= tag.is_none();
+            tag
+        })
     }
 
     /// Aims the one timer where the last [`send_ready`](Self::send_ready)
@@ -524,8 +538,9 @@ where
         // when it gives nothing, the frontier sleeps.
         let mut after_send = false;
         loop {
-            if let Some(fetched) = this.poll_in_flight() {
-                return Poll::Ready(Some(fetched));
+            match this.poll_in_flight() {
+                Poll::Pending => {}
+                fetched => return fetched,
             }
             // A hop queued may go now: round again.
             let hop_queued = std::mem::take(&mut this.hop_queued);
