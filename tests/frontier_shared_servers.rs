@@ -243,7 +243,7 @@ async fn a_name_that_asks_after_the_departure_stamp_still_goes_first_by_its_pend
     // Server 0 answers once first (its gaps then run from its departures).
     push(name(0, 9), "/", 1).await;
     tokio::time::sleep(ms(30)).await;
-    // At 30 ms: `first` goes on server 0 (answered at 56 ms);
+    // At 30 ms: `first` goes on server 0 (answered at about 56 ms);
     // `asks_before` (2 pending) asks in the same pass, before the departure
     // is stamped; `other_server` takes a second slot.
     push(first.clone(), "/slow", 4).await;
@@ -267,7 +267,7 @@ async fn a_name_that_asks_after_the_departure_stamp_still_goes_first_by_its_pend
         (asks_after.as_str(), asks_before.as_str()),
         "server 0's next send goes to the name with more pending: {on_server_0:?}"
     );
-    // As soon as the budget had room (`first` answered at 56.1 ms).
+    // As soon as the budget had room (`first` answered at about 56 ms).
     assert!(on_server_0[2].at < ms(58), "{on_server_0:?}");
 }
 
