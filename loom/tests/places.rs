@@ -23,6 +23,10 @@ mod sync {
     pub use loom::sync::{Arc, Mutex, MutexGuard};
 }
 
+/// What `places.rs` takes from its parent module's `shard`.
+#[path = "support/shard.rs"]
+mod shard;
+
 #[path = "../../src/registry/fast_path/places.rs"]
 #[allow(dead_code)]
 mod places;
@@ -58,7 +62,9 @@ fn a_place_given_back_as_a_caller_lines_up_is_taken_or_wakes_it() {
         let mut holder = PlaceHandle::new(places.clone());
         let (_, waker) = counter();
         assert!(holder.poll_reserve(&mut Context::from_waker(&waker)).is_ready());
+        // The place comes back on the giver's shard, not the caller's.
         let giver = thread::spawn(move || {
+            shard::set_home(1);
             holder.take_reserved().expect("reserved").give_back();
         });
         let (count, waker) = counter();
@@ -93,7 +99,13 @@ fn two_callers_never_hold_more_places_than_there_are() {
                 }
             }
         };
-        let other = thread::spawn(race(places.clone(), holding.clone()));
+        let other = {
+            let race = race(places.clone(), holding.clone());
+            thread::spawn(move || {
+                shard::set_home(1);
+                race()
+            })
+        };
         race(places.clone(), holding)();
         other.join().unwrap();
         assert_eq!(places.free(), 1);

@@ -16,6 +16,10 @@ mod atomic {
     pub use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 }
 
+/// What `word.rs` takes from its parent module's `shard`.
+#[path = "support/shard.rs"]
+mod shard;
+
 #[path = "../../src/registry/fast_path/word.rs"]
 #[allow(dead_code)]
 mod word;
@@ -151,6 +155,7 @@ fn what_a_request_left_on_the_open_word_is_in_what_the_close_takes_in() {
                     sent: 1,
                     last_departure: 10,
                     latency: moving_average(0, Duration::from_nanos(99)),
+                    moved: true,
                     warm: true,
                 };
                 assert_eq!(closed, left, "what the request left, taken in by the close");
@@ -180,7 +185,8 @@ fn concurrent_ends_lose_no_latency_sample() {
         assert_eq!(other.join().unwrap(), Ended::Open);
         let a_first = moving_average(moving_average(start, a), b);
         let b_first = moving_average(moving_average(start, b), a);
-        let average = word.latency();
+        let (average, moved) = word.latency();
+        assert!(moved);
         assert!(
             average == a_first || average == b_first,
             "average {average}: a sample was lost (both give {a_first} or {b_first})"
@@ -198,9 +204,13 @@ fn a_waiter_queued_as_the_last_permit_comes_back_is_always_let_go() {
         let permits = Arc::new(Permits::new(1));
         // A request on a word holds the only permit.
         assert!(permits.take_locked());
+        // The permit comes back on the other thread's shard.
         let release = {
             let permits = permits.clone();
-            thread::spawn(move || permits.release())
+            thread::spawn(move || {
+                shard::set_home(1);
+                permits.release()
+            })
         };
         // The scheduler, under its lock: a request finds no permit and
         // waits in the global queue.
@@ -221,9 +231,13 @@ fn a_waiter_queued_as_the_last_permit_comes_back_is_always_let_go() {
 fn a_permit_taken_without_the_lock_never_passes_the_maximum() {
     loom::model(|| {
         let permits = Arc::new(Permits::new(1));
+        // The taker's home shard is empty: it takes from the other one.
         let taker = {
             let permits = permits.clone();
-            thread::spawn(move || permits.try_take())
+            thread::spawn(move || {
+                shard::set_home(1);
+                permits.try_take()
+            })
         };
         let scheduler_took = permits.has_room() && permits.take_locked();
         let took = taker.join().unwrap();
@@ -232,3 +246,35 @@ fn a_permit_taken_without_the_lock_never_passes_the_maximum() {
     });
 }
 
+
+/// A scope's word in two shards, one request on each, closed (both
+/// shards, as the scheduler does) while both requests end: what the close
+/// adopts is exactly the requests that end adopted, over both shards, and
+/// a request that ended open left its send in what the close takes in.
+#[test]
+fn closing_every_shard_adopts_each_request_on_any_of_them_exactly_once() {
+    loom::model(|| {
+        let shards = Arc::new([ScopeWord::new(), ScopeWord::new()]);
+        for shard in shards.iter() {
+            assert!(shard.open(1, 0));
+            assert!(shard.try_admit());
+        }
+        let ender = {
+            let shards = shards.clone();
+            thread::spawn(move || shards[1].end(Some(5), 6, Some(Duration::from_nanos(40))))
+        };
+        let first = shards[0].end(Some(7), 8, None);
+        let closed = Closed::of_shards(shards.iter().map(ScopeWord::close));
+        let second = ender.join().unwrap();
+        assert!(closed.was_open);
+        let adopted = [first, second].iter().filter(|end| **end == Ended::Adopted).count();
+        assert_eq!(closed.in_flight as usize, adopted, "adopted by the close = ended as adopted");
+        assert_eq!(first, Ended::Open, "the closer's own end came first");
+        assert_eq!(closed.sent, 2, "both sends taken in, once");
+        if second == Ended::Open {
+            assert_eq!(closed.last_departure, 7);
+            assert!(closed.moved, "the second shard's sample moved its average");
+            assert_eq!(closed.latency, moving_average(0, Duration::from_nanos(40)));
+        }
+    });
+}

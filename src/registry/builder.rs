@@ -445,12 +445,13 @@ impl RegistryBuilder {
         };
         let shared = Arc::new_cyclic(|registry| {
             // Its words reach the registry weakly: they live in it.
-            let scheduler = scheduler.with_word_owner(registry.clone());
+            let uid = next_registry_uid();
+            let scheduler = scheduler.with_word_owner(registry.clone(), uid);
             let global = scheduler.global().clone();
             let configs = scheduler.config_table();
             let queue_places = places::QueuePlaces::new(self.max_queued);
             RegistryShared {
-                uid: next_registry_uid(),
+                uid,
                 global,
                 managers_hear_successes: AtomicBool::new(managers_hear_successes),
                 whole_transfers_somewhere: AtomicBool::new(whole_transfers_somewhere),

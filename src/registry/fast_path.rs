@@ -41,6 +41,30 @@
 //! delay, pacing. It opens it again at a plain admission once nothing of
 //! the scheduler's own is in flight there and nobody waits.
 //!
+//! # Shards: no line two threads write
+//!
+//! A word is [`SHARDS`] words, each in an allocation of its own (a
+//! [`WordShard`]), and the scope's lanes are split over them. The global
+//! permits ([`GlobalFlight`]) and the queue places ([`places`]) are split
+//! the same way. Each thread has a home shard ([`shard::home`]: threads
+//! get them in turn): it admits on its home word, takes a permit and a
+//! place from its home counts, and gives them back there. A request holds
+//! the shard it was admitted on, and ends on it. So two threads on one
+//! scope write no cache line of each other's on the common path; with one
+//! shared word, every request moved the word's lines, the permits' and
+//! the places' between the cores, and two threads sent fewer requests per
+//! second than one (issue 53).
+//!
+//! A thread whose home is empty takes from another shard (a lane, a
+//! permit, a place): only the sum is the limit. Permits and places move
+//! between shards as requests end on other threads; lanes do not (a
+//! request ends on its own shard). Decisions that need the sum (is a
+//! permit free anywhere? how many are in flight?) read every shard. The
+//! scheduler opens, closes and retires every shard of a word at once,
+//! under the lock, and adds up what they hand it (see
+//! [`word::Closed::of_shards`]); each shard is one word of the protocol
+//! below, so what loom checks of one word holds of each.
+//!
 //! # Finding the scope without the lock
 //!
 //! Each thread keeps the last few open scopes it used ([`hot`]), keyed by
@@ -81,15 +105,20 @@
 //! Every atomic of a scope's word is in [`word`]: the open bit, the lanes
 //! and the count, and what the requests on it leave for the scheduler
 //! (sends, latest departure and end, latency average); so are the global
-//! count and its flag. The queue places' count with its waiters bit and
-//! wait list are in [`places`]. Both files stand apart from everything
+//! counts and their flag. The queue places' counts with their waiters bit
+//! and wait list are in [`places`]. The models run with two shards and
+//! give each thread its home, so that they take on one shard and give
+//! back on the other (`closing_every_shard_adopts_each_request_on_any_of_them_exactly_once`,
+//! and the permits' and places' models). Both files stand apart from everything
 //! else, their atomics (and the places' mutex) taken from this module:
 //! `loom/` includes them with loom's and checks them under every
 //! interleaving its model allows (`loom/tests/word.rs`,
 //! `loom/tests/places.rs`; see the README's Development section).
 //!
-//! Two atomics here are not protocols, and loom does not model them; each
-//! is written under the lock and read without it, and a stale read only
+//! Three atomics here are not protocols, and loom does not model them. The
+//! next home a thread gets ([`shard::home`]) is a hint of where to look
+//! first: any value is correct. The other two
+//! are each written under the lock and read without it, and a stale read only
 //! sends a request to the lock: whether a word was ever opened
 //! ([`GlobalFlight::words_exist`]: until then a request does not look
 //! for one), and the instant the scheduler's eviction work is next due
@@ -100,11 +129,11 @@
 //! a word last opened ([`FastScope::opened_at`]), is written and read
 //! under the lock only (an atomic because the `FastScope` is shared).
 
-use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use self::atomic::{AtomicBool, AtomicU64, Ordering};
+use shard::SHARDS;
 pub(crate) use statuses::StatusSet;
 pub(crate) use word::Ended;
 use word::{Permits, ScopeWord};
@@ -115,6 +144,7 @@ use super::{Registry, RegistryShared};
 use crate::scope::Scope;
 use crate::time::Stamp;
 
+pub(crate) mod hot;
 pub(crate) mod places;
 #[cfg(test)]
 mod places_tests;
@@ -255,22 +285,43 @@ impl GlobalFlight {
     }
 }
 
-/// A plain scope's lock-free state; see the [module docs](self).
+/// A plain scope's lock-free state; see the [module docs](self): its
+/// word, in [`SHARDS`] shards.
 ///
-/// What every request writes comes first (`repr(C)`), so that with the
-/// `Arc`'s counts it fills one cache line, or two: two threads on one
-/// scope pass as few lines between their cores as they can.
+/// Each shard is a word of its own (open bit, lanes, count, and what the
+/// requests on it leave), in an allocation of its own: a thread admits on
+/// its home shard ([`shard::home`]) and its request holds that shard, so
+/// two threads on one scope write no line of each other's. The scope's
+/// lanes are split over the shards; a thread whose shard is full takes a
+/// lane of another. The scheduler opens, closes and retires every shard
+/// at once, under the lock, and sums what they hand it.
 #[derive(Debug)]
-#[repr(C)]
 pub(crate) struct FastScope {
-    /// The open bit, the lanes the word may fill (the scope's concurrency,
-    /// capped by the global limit), the count of requests admitted on the
-    /// word and not yet ended, and what they leave for the scheduler.
-    state: ScopeWord,
-    /// The scope's id in the scheduler.
-    pub(crate) id: ScopeId,
+    shards: [Arc<WordShard>; SHARDS],
     /// The scope's key (the cache compares names).
     pub(crate) key: Scope,
+    /// The stamp of the instant the word last opened (0: never): every
+    /// request in flight on it left no earlier. Written and read under the
+    /// lock only, for predictions (see [`opened_at`](Self::opened_at)).
+    opened_at: AtomicU64,
+}
+
+/// One shard of a [`FastScope`]'s word: what a request admitted on the
+/// word holds, and ends on.
+///
+/// Aligned to 128 bytes (cores fetch adjacent lines in pairs), so that
+/// the `Arc`'s counts, which each request writes, and the word share
+/// lines with nothing another shard's thread writes.
+#[derive(Debug)]
+#[repr(C, align(128))]
+pub(crate) struct WordShard {
+    /// The open bit, this shard's lanes (its part of the scope's
+    /// concurrency, capped by the global limit), the count of requests
+    /// admitted on it and not yet ended, and what they leave for the
+    /// scheduler.
+    state: ScopeWord,
+    /// The scope's id in the scheduler.
+    id: ScopeId,
     /// The registry's global count.
     global: Arc<GlobalFlight>,
     /// The registry, for what needs its lock: a request admitted on the
@@ -279,10 +330,6 @@ pub(crate) struct FastScope {
     registry: Weak<RegistryShared>,
     /// The scheduler's metrics.
     pub(crate) metrics: Metrics,
-    /// The stamp of the instant the word last opened (0: never): every
-    /// request in flight on it left no earlier. Written and read under the
-    /// lock only, for predictions (see [`opened_at`](Self::opened_at)).
-    opened_at: AtomicU64,
 }
 
 /// What a scope's word is made with, from its registry.
@@ -290,21 +337,168 @@ pub(crate) struct FastScope {
 pub(crate) struct WordOwner {
     pub(crate) global: Arc<GlobalFlight>,
     pub(super) registry: Weak<RegistryShared>,
+    /// The registry's number, for the threads' caches ([`hot`]).
+    pub(crate) uid: u64,
     pub(crate) metrics: Metrics,
 }
 
 impl FastScope {
     /// A closed scope for scope `id`, `key`, of `owner`'s registry.
     pub(crate) fn new(id: ScopeId, key: Scope, owner: &WordOwner) -> Arc<Self> {
+        let shard = |_| {
+            Arc::new(WordShard {
+                state: ScopeWord::new(),
+                id,
+                global: owner.global.clone(),
+                registry: owner.registry.clone(),
+                metrics: owner.metrics,
+            })
+        };
         Arc::new(FastScope {
-            state: ScopeWord::new(),
-            id,
+            shards: std::array::from_fn(shard),
             key,
-            global: owner.global.clone(),
-            registry: owner.registry.clone(),
-            metrics: owner.metrics,
             opened_at: AtomicU64::new(0),
         })
+    }
+
+    /// Whether `shard` is one of this scope's.
+    pub(crate) fn owns(&self, shard: &WordShard) -> bool {
+        self.shards.iter().any(|own| std::ptr::eq(&**own, shard))
+    }
+
+    /// Whether requests may be admitted on the word now.
+    pub(crate) fn is_open(&self) -> bool {
+        self.shards[0].state.is_open()
+    }
+
+    /// Opens a closed scope with `lanes` lanes (split over the shards) and
+    /// the scheduler's latency average (`latency`, as the scope keeps it);
+    /// under the lock, with nothing of the scope in flight, at `now`.
+    /// False when it was retired.
+    pub(crate) fn open(&self, lanes: u32, latency: u64, now: Stamp) -> bool {
+        // Every shard is closed and empty, or every one retired: they
+        // change together, under the lock.
+        let opened = self
+            .shards
+            .iter()
+            .enumerate()
+            .all(|(index, shard)| shard.state.open(word::share_of(lanes, index), latency));
+        if opened {
+            self.opened_at.store(now.value(), Ordering::Relaxed);
+        }
+        opened
+    }
+
+    /// When the word last opened (under the lock, which orders this read
+    /// after the write): the requests in flight on it, or adopted from it
+    /// and still in flight, all left no earlier. The word does not learn
+    /// their departures until they end (its admission reads no clock), so
+    /// this is what a prediction knows of when they will end.
+    pub(crate) fn opened_at(&self) -> Option<Stamp> {
+        Stamp::from_value(self.opened_at.load(Ordering::Relaxed))
+    }
+
+    /// Closes the scope (under the lock): what the scheduler adopts, over
+    /// every shard.
+    pub(crate) fn close(&self) -> Adopted {
+        let closed = word::Closed::of_shards(self.shards.iter().map(|shard| shard.state.close()));
+        Adopted {
+            in_flight: closed.in_flight,
+            was_open: closed.was_open,
+            sent: closed.sent,
+            last_departure: Stamp::from_value(closed.last_departure),
+            latency: closed.latency,
+            warm: closed.warm,
+        }
+    }
+
+    /// Retires an idle scope (under the lock, for eviction): false when
+    /// requests are in flight on it. Only a closed word (nothing is
+    /// admitted on it, so its counts only fall) or an open one with
+    /// nothing in flight comes here; every shard is checked empty first,
+    /// so either all retire or none does.
+    pub(crate) fn retire(&self) -> bool {
+        if self.in_flight() > 0 {
+            return false;
+        }
+        self.shards.iter().all(|shard| shard.state.retire())
+    }
+
+    /// Requests in flight on the word.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.shards.iter().map(|shard| shard.state.in_flight()).sum()
+    }
+
+    /// Sends on the word the scheduler has not taken in yet.
+    pub(crate) fn sent(&self) -> u64 {
+        self.shards.iter().map(|shard| shard.state.sent()).sum()
+    }
+
+    /// The latency average as the scope keeps it (0: none): the mean of
+    /// the shards' averages (see [`word::Closed::of_shards`]).
+    pub(crate) fn latency(&self) -> u64 {
+        let mut mean = word::LatencyMean::default();
+        for shard in &self.shards {
+            let (latency, moved) = shard.state.latency();
+            mean.add(latency, moved);
+        }
+        mean.mean().0
+    }
+
+    /// The latest end of a request on the word.
+    pub(crate) fn last_end(&self) -> Option<Stamp> {
+        let latest = self.shards.iter().map(|shard| shard.state.last_end()).max();
+        latest.and_then(Stamp::from_value)
+    }
+
+    /// Whether [`admit`](Self::admit) would admit a request now: the word
+    /// open with a lane free, and a global permit free that nobody waits
+    /// for. It takes nothing (a prediction's answer without the lock).
+    pub(crate) fn would_admit(&self) -> bool {
+        self.shards[0].global.counts.permits.would_take()
+            && self.shards.iter().any(|shard| shard.state.has_free_lane())
+    }
+
+    /// Admits a request: a global permit and a lane on the open word, on
+    /// this thread's home shard if it has one free, else on another; the
+    /// shard the request ends on.
+    #[inline]
+    pub(crate) fn admit(&self) -> Option<&Arc<WordShard>> {
+        let global = &self.shards[0].global;
+        if !global.counts.permits.try_take() {
+            return None;
+        }
+        let home = shard::home();
+        let shard = match &self.shards[home] {
+            shard if shard.state.try_admit() => Some(shard),
+            _ => self.admit_elsewhere(home),
+        };
+        if shard.is_none() {
+            // The permit goes back; requests that started waiting for one
+            // meanwhile are the caller's lock path's business (it closes
+            // the scope or queues, and the scheduler rechecks the count).
+            let _ = global.release();
+        }
+        shard
+    }
+}
+
+impl FastScope {
+    /// [`admit`](Self::admit)'s lane past a full home shard: from the
+    /// others, in turn.
+    #[cold]
+    #[inline(never)]
+    fn admit_elsewhere(&self, home: usize) -> Option<&Arc<WordShard>> {
+        (1..SHARDS)
+            .map(|step| &self.shards[(home + step) % SHARDS])
+            .find(|shard| shard.state.try_admit())
+    }
+}
+
+impl WordShard {
+    /// The scope's id in the scheduler.
+    pub(crate) fn scope_id(&self) -> ScopeId {
+        self.id
     }
 
     /// The registry's global count.
@@ -323,71 +517,6 @@ impl FastScope {
         self.registry.upgrade().map(|shared| Registry { shared })
     }
 
-    /// Whether requests may be admitted on the word now.
-    pub(crate) fn is_open(&self) -> bool {
-        self.state.is_open()
-    }
-
-    /// Opens a closed scope with `lanes` lanes and the scheduler's latency
-    /// average (`latency`, as the scope keeps it); under the lock, with
-    /// nothing of the scope in flight, at `now`. False when it was
-    /// retired.
-    pub(crate) fn open(&self, lanes: u32, latency: u64, now: Stamp) -> bool {
-        let opened = self.state.open(lanes, latency);
-        if opened {
-            self.opened_at.store(now.value(), Ordering::Relaxed);
-        }
-        opened
-    }
-
-    /// When the word last opened (under the lock, which orders this read
-    /// after the write): the requests in flight on it, or adopted from it
-    /// and still in flight, all left no earlier. The word does not learn
-    /// their departures until they end (its admission reads no clock), so
-    /// this is what a prediction knows of when they will end.
-    pub(crate) fn opened_at(&self) -> Option<Stamp> {
-        Stamp::from_value(self.opened_at.load(Ordering::Relaxed))
-    }
-
-    /// Closes the scope (under the lock): what the scheduler adopts.
-    pub(crate) fn close(&self) -> Adopted {
-        let closed = self.state.close();
-        Adopted {
-            in_flight: closed.in_flight,
-            was_open: closed.was_open,
-            sent: closed.sent,
-            last_departure: Stamp::from_value(closed.last_departure),
-            latency: closed.latency,
-            warm: closed.warm,
-        }
-    }
-
-    /// Retires an idle scope (under the lock, for eviction): false when
-    /// requests are in flight on it.
-    pub(crate) fn retire(&self) -> bool {
-        self.state.retire()
-    }
-
-    /// Requests in flight on the word.
-    pub(crate) fn in_flight(&self) -> u32 {
-        self.state.in_flight()
-    }
-
-    /// Sends on the word the scheduler has not taken in yet.
-    pub(crate) fn sent(&self) -> u64 {
-        self.state.sent()
-    }
-
-    /// The latency average as the scope keeps it (0: none).
-    pub(crate) fn latency(&self) -> u64 {
-        self.state.latency()
-    }
-
-    /// The latest end of a request on the word.
-    pub(crate) fn last_end(&self) -> Option<Stamp> {
-        Stamp::from_value(self.state.last_end())
-    }
-
     /// Ends a request whose registry is gone: its counts go back, and
     /// nobody is left to wait for them.
     pub(crate) fn end_orphaned(&self) {
@@ -395,36 +524,48 @@ impl FastScope {
         let _ = self.global.release();
     }
 
-    /// Whether [`admit`](Self::admit) would admit a request now: the word
-    /// open with a lane free, and a global permit free that nobody waits
-    /// for. It takes nothing (a prediction's answer without the lock).
-    pub(crate) fn would_admit(&self) -> bool {
-        self.global.counts.permits.would_take() && self.state.has_free_lane()
-    }
-
-    /// Admits a request: a global permit and a lane on the open word
-    /// (from a thread's cache, or under the lock on a cache miss).
-    pub(crate) fn admit(&self) -> bool {
-        let global = &self.global;
-        if !global.counts.permits.try_take() {
-            return false;
-        }
-        if self.state.try_admit() {
-            return true;
-        }
-        // The permit goes back; requests that started waiting for one
-        // meanwhile are the caller's lock path's business (it closes the
-        // scope or queues, and the scheduler rechecks the count).
-        let _ = global.release();
-        false
-    }
-
-    /// Ends a request admitted on the word: its departure (if it left),
-    /// its end, and the response's latency go to the word first, then the
-    /// count. Says whether it ended open or was adopted.
+    /// Ends a request admitted on this shard: its departure (if it left),
+    /// its end, and the response's latency go to the shard first, then
+    /// the count. Says whether it ended open or was adopted.
     pub(crate) fn end(&self, departed_at: Option<Stamp>, ended: Stamp, latency: Option<Duration>) -> Ended {
         self.state
             .end(departed_at.map(Stamp::value), ended.value(), latency)
+    }
+}
+
+/// Each thread's home shard of the words, the permits and the queue
+/// places: see [`FastScope`].
+pub(crate) mod shard {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Shards per word, per global count, per queue places: enough that
+    /// the threads of a small machine each have one (on a big one, a
+    /// shard's threads share its lines, as all of them did before).
+    pub(crate) const SHARDS: usize = 4;
+
+    /// The home the next thread gets. Not a protocol: a home is a hint of
+    /// where to look first, and any value is correct.
+    static NEXT_HOME: AtomicUsize = AtomicUsize::new(0);
+
+    thread_local! {
+        /// This thread's home (`usize::MAX`: none given yet).
+        static HOME: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+
+    /// This thread's home shard: threads get them in turn, as they first
+    /// ask.
+    #[inline]
+    pub(crate) fn home() -> usize {
+        HOME.try_with(|home| match home.get() {
+            usize::MAX => {
+                let given = NEXT_HOME.fetch_add(1, Ordering::Relaxed) % SHARDS;
+                home.set(given);
+                given
+            }
+            given => given,
+        })
+        .unwrap_or(0)
     }
 }
 
@@ -475,112 +616,4 @@ pub(crate) struct Adopted {
 /// The latency a biased average stands for (`None` for 0: no response).
 pub(crate) fn latency_of(biased: u64) -> Option<Duration> {
     biased.checked_sub(1).map(Duration::from_nanos)
-}
-
-/// The open scopes a thread used last, per registry: see the
-/// [module docs](self).
-pub(crate) mod hot {
-    use super::{Arc, FastScope, RefCell, Scope};
-
-    /// Scopes kept per thread (over every registry): an API client's few
-    /// hosts, not a crawl's many, which take the lock.
-    const SLOTS: usize = 4;
-
-    /// A cached word: its registry, the word, and this thread's own copy
-    /// of the scope's key. The copy is what a request's `Scopes` gets: a
-    /// clone of the word's key would write the key's count, which every
-    /// core's requests share, and the copy's count is this thread's.
-    type Slot = (u64, Arc<FastScope>, Scope);
-
-    #[derive(Default)]
-    struct Hot {
-        slots: [Option<Slot>; SLOTS],
-        /// The slot the next scope replaces.
-        next: usize,
-    }
-
-    thread_local! {
-        static HOT: RefCell<Hot> = RefCell::default();
-    }
-
-    /// What the thread's cache said.
-    pub(crate) enum Lookup {
-        /// Admitted on the scope's open word; the thread's copy of its key.
-        Admitted(Arc<FastScope>, Scope),
-        /// The thread has the scope's word, closed or full: the lock
-        /// decides, and may open it again.
-        Refused,
-        /// Not cached.
-        Missed,
-    }
-
-    /// Admits a request for the scope named `name` of registry `registry`
-    /// on its open word, if this thread has it cached.
-    #[inline]
-    pub(crate) fn admit(registry: u64, name: &str) -> Lookup {
-        HOT.try_with(|hot| {
-            let hot = hot.borrow();
-            let cached = hot
-                .slots
-                .iter()
-                .flatten()
-                .find(|(owner, _, key)| *owner == registry && key.as_str() == name);
-            match cached {
-                Some((_, scope, key)) if scope.admit() => {
-                    if super::logs_sends() {
-                        super::log_sent(key);
-                    }
-                    Lookup::Admitted(scope.clone(), key.clone())
-                }
-                Some(_) => Lookup::Refused,
-                None => Lookup::Missed,
-            }
-        })
-        .unwrap_or(Lookup::Missed)
-    }
-
-    /// Whether a request for the scope named `name` of registry `registry`
-    /// would be admitted on its open word now (see
-    /// [`FastScope::would_admit`]); false when this thread has no word of
-    /// it cached, or the word is closed or full: then only the lock knows.
-    #[inline]
-    pub(crate) fn would_admit(registry: u64, name: &str) -> bool {
-        HOT.try_with(|hot| {
-            hot.borrow()
-                .slots
-                .iter()
-                .flatten()
-                .find(|(owner, _, key)| *owner == registry && key.as_str() == name)
-                .is_some_and(|(_, scope, _)| scope.would_admit())
-        })
-        .unwrap_or(false)
-    }
-
-    /// Caches `scope` of registry `registry` for this thread.
-    pub(crate) fn remember(registry: u64, scope: &Arc<FastScope>) {
-        let _ = HOT.try_with(|hot| {
-            let mut hot = hot.borrow_mut();
-            // A scope of the same name replaces its stale word (closed
-            // for good, or evicted).
-            let same_name = hot.slots.iter().position(|slot| {
-                slot.as_ref()
-                    .is_some_and(|(owner, _, key)| *owner == registry && *key == scope.key)
-            });
-            let slot = match same_name {
-                Some(slot) => slot,
-                None => {
-                    let slot = hot.next;
-                    hot.next = (slot + 1) % SLOTS;
-                    slot
-                }
-            };
-            if !hot.slots[slot]
-                .as_ref()
-                .is_some_and(|(_, cached, _)| Arc::ptr_eq(cached, scope))
-            {
-                let own_key = Scope::new(scope.key.as_str());
-                hot.slots[slot] = Some((registry, scope.clone(), own_key));
-            }
-        });
-    }
 }

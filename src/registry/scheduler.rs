@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::config::ScopeConfig;
 use super::configs::ConfigTable;
-use super::fast_path::{FastScope, GlobalFlight, WordOwner};
+use super::fast_path::{GlobalFlight, WordOwner, WordShard};
 use super::metrics::Metrics;
 use super::scope_state::{Effective, ScopeCheck, ScopeState};
 use super::ticket::{HeldBy, OrderKey, Seat, Seats, SendsBefore, Status, TicketState, WaitedInScheduler};
@@ -54,7 +54,7 @@ pub(crate) enum FastMode {
 #[derive(Debug)]
 pub(crate) enum Admission {
     /// Admitted on the scope's open word: it ends there too.
-    Fast(Arc<FastScope>),
+    Fast(Arc<WordShard>),
     /// A ticket of the scheduler; admitted at once or not, as
     /// [`Scheduler::enqueue`] says.
     Ticket(TicketId, Option<bool>),
@@ -307,7 +307,7 @@ impl Scheduler {
     /// ticket on no lane.
     pub(crate) fn finish_adopted(
         &mut self,
-        fast: &FastScope,
+        fast: &WordShard,
         outcome: Outcome,
         departed_at: Option<Stamp>,
         now: (Instant, Option<Stamp>),
@@ -315,9 +315,9 @@ impl Scheduler {
     ) {
         let ours = self
             .scopes
-            .get(fast.id)
+            .get(fast.scope_id())
             .and_then(|entry| entry.fast.as_deref())
-            .is_some_and(|word| std::ptr::eq(word, fast));
+            .is_some_and(|word| word.owns(fast));
         if !ours {
             // Never: an adopted request keeps its scope from eviction. Its
             // permit still goes back.
@@ -325,7 +325,7 @@ impl Scheduler {
             return;
         }
         let seat = Seat {
-            scope: fast.id,
+            scope: fast.scope_id(),
             lane: usize::MAX,
             cost: DEFAULT_COST,
             before: SendsBefore::KEEP,

@@ -8,7 +8,7 @@ use std::task::Waker;
 
 use tokio::time::Instant;
 
-use super::fast_path::{hot, Ended, FastScope};
+use super::fast_path::{hot, Ended, WordShard};
 use super::report::Collected;
 use super::scheduler::{Admission, FastMode, Finishing, Outcome, Scheduler, TicketId, TicketPoll};
 use super::ticket::WaitedInScheduler;
@@ -63,7 +63,6 @@ impl Registry {
             let (admission, scope) = scheduler.enqueue_named(&name, priority.0, mode, now, wake);
             (scheduler.wait_within(admission, (checked, bound), now), scope)
         });
-        self.remember(&admission);
         (admission, Scopes::one(scope))
     }
 
@@ -87,7 +86,6 @@ impl Registry {
             let admission = scheduler.enqueue(scopes, priority.0, mode, now, wake);
             scheduler.wait_within(admission, (checked, bound), now)
         });
-        self.remember(&admission);
         admission
     }
 
@@ -95,7 +93,7 @@ impl Registry {
     /// this thread has the word cached and a lane is free; else how the
     /// lock may use the word.
     #[inline(always)]
-    fn admit_unlocked(&self, name: &str) -> Result<(Arc<FastScope>, Scope), FastMode> {
+    fn admit_unlocked(&self, name: &str) -> Result<(Arc<WordShard>, Scope), FastMode> {
         // No word yet (never, without words): the lock decides whether to
         // open one.
         if !self.shared.global.words_exist() {
@@ -109,14 +107,6 @@ impl Registry {
             }
             hot::Lookup::Refused => Err(FastMode::Open),
             hot::Lookup::Missed => Err(FastMode::Join),
-        }
-    }
-
-    /// Caches, for this thread, the open word the lock admitted on.
-    #[inline]
-    fn remember(&self, admission: &Admission) {
-        if let Admission::Fast(fast) = admission {
-            hot::remember(self.shared.uid, fast);
         }
     }
 
@@ -271,7 +261,7 @@ impl Registry {
     /// global permit or eviction work is due, or to apply the feedback
     /// layers' reports first.
     fn end_on_word(
-        fast: &FastScope,
+        fast: &WordShard,
         outcome: Outcome,
         departed_at: Option<Stamp>,
         (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
@@ -329,7 +319,7 @@ impl Registry {
     /// under the lock.
     fn end_on_word_reported(
         &self,
-        fast: &FastScope,
+        fast: &WordShard,
         outcome: Outcome,
         departed_at: Option<Stamp>,
         ended: Option<Instant>,
@@ -406,7 +396,7 @@ pub(crate) struct RequestEnd<'a> {
 pub(crate) enum EndOwner<'a> {
     /// Admitted on this scope's lock-free word, where it ends too (the
     /// word reaches its registry when the lock is needed).
-    Word(&'a FastScope),
+    Word(&'a WordShard),
     /// A ticket of this registry's scheduler, or a plain lane of it.
     Scheduler(&'a Registry, Finishing),
 }

@@ -14,8 +14,8 @@ use super::lease::HeldLease;
 use super::wake_timer::WakeTimer;
 use crate::departure::stamp::WriteStamp;
 use crate::registry::{
-    Admission, Asked, Collected, EndOwner, EndTiming, FastScope, Finishing, Outcome, QueuePlace, Refusal,
-    Registry, RequestBound, RequestEnd, Reserved, TicketId, TicketPoll,
+    Admission, Asked, Collected, EndOwner, EndTiming, Finishing, Outcome, QueuePlace, Refusal, Registry,
+    RequestBound, RequestEnd, Reserved, TicketId, TicketPoll, WordShard,
 };
 use crate::scope::{Priority, Scopes};
 use crate::store::{
@@ -55,7 +55,7 @@ enum Owner {
     /// registry's `fast_path`): the word reaches the registry when the
     /// lock is needed, so the request holds no `Registry`, whose count
     /// every core would write.
-    Word(Arc<FastScope>),
+    Word(Arc<WordShard>),
 }
 
 /// Where a request stands, as its own future knows it. (The queue place

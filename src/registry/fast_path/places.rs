@@ -20,8 +20,14 @@
 //! back unseen by a caller that lines up (`loom/tests/places.rs` checks
 //! it under every interleaving).
 //!
-//! The count sits on a 128-byte line of its own, apart from the places'
-//! `Arc` counts (a `Throttle` clone clones the `Arc`) and the wait list.
+//! The count is split over the threads' home shards (see the parent
+//! module's "Shards"): a thread takes from its own count and gives back to
+//! it, and looks at the others only when its own is empty. Each count has
+//! its waiters bit: a caller about to line up sets it on every count, so a
+//! place given back on any of them is seen (the argument above, count by
+//! count). Each count sits on a 128-byte line of its own, apart from the
+//! places' `Arc` counts (a `Throttle` clone clones the `Arc`) and the wait
+//! list.
 //! A handle (one per `Throttle` clone) keeps the place it reserved
 //! itself, and gives it back without touching the places' `Arc`; only a
 //! request that waits takes a [`QueuePlace`] holding the `Arc`.
@@ -37,14 +43,19 @@ use std::sync::PoisonError;
 use std::task::{Context, Poll, Waker};
 
 use super::atomic::{AtomicUsize, Ordering};
+use super::shard::{home, SHARDS};
 use super::sync::{Arc, Mutex, MutexGuard};
 
 /// The places, shared by every `Throttle` of a registry.
 #[derive(Debug)]
 pub(crate) struct QueuePlaces {
     /// The free places, and the bit that says the wait list may not be
-    /// empty.
-    free: FreePlaces,
+    /// empty, in [`SHARDS`] counts: a thread takes from its home count
+    /// ([`home`]) and gives back to it, and looks at the others only when
+    /// its own is empty, so two threads write no line of each other's.
+    /// Places move between counts (a place taken on one thread may come
+    /// back on another): only the sum is the limit.
+    free: [FreePlaces; SHARDS],
     waiters: Mutex<WaitList>,
 }
 
@@ -82,61 +93,94 @@ impl WaitList {
 #[repr(align(128))]
 struct FreePlaces(AtomicUsize);
 
-/// The bit of [`FreePlaces`] set while the wait list may not be empty
-/// (set and cleared under the list's lock).
-const WAITERS: usize = 1 << (usize::BITS - 1);
-
-impl QueuePlaces {
-    /// `max` free places.
-    pub(crate) fn new(max: usize) -> Arc<Self> {
-        Arc::new(QueuePlaces {
-            free: FreePlaces(AtomicUsize::new(max & !WAITERS)),
-            waiters: Mutex::new(WaitList::default()),
-        })
-    }
-
-    /// How many places are free now.
-    pub(crate) fn free(&self) -> usize {
-        self.free.0.load(Ordering::SeqCst) & !WAITERS
-    }
-
-    /// Whether the bit that says someone may wait is set.
-    #[cfg(test)]
-    pub(super) fn has_waiters(&self) -> bool {
-        self.free.0.load(Ordering::SeqCst) & WAITERS != 0
-    }
-
-    /// Takes a place, if one is free.
+impl FreePlaces {
+    /// Takes a place of this count, if one is free.
     #[inline]
-    fn try_take(&self) -> bool {
-        self.free
-            .0
+    fn take(&self) -> bool {
+        self.0
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
                 (word & !WAITERS > 0).then(|| word - 1)
             })
             .is_ok()
     }
+}
 
-    /// Gives a place back, and wakes the first waiter if any may wait.
+/// The bit of every [`FreePlaces`] set while the wait list may not be
+/// empty (set and cleared under the list's lock, on every shard).
+const WAITERS: usize = 1 << (usize::BITS - 1);
+
+impl QueuePlaces {
+    /// `max` free places (at most `usize::MAX / 2`).
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        let max = max & !WAITERS;
+        Arc::new(QueuePlaces {
+            free: std::array::from_fn(|shard| {
+                let share = max / SHARDS + usize::from(shard < max % SHARDS);
+                FreePlaces(AtomicUsize::new(share))
+            }),
+            waiters: Mutex::new(WaitList::default()),
+        })
+    }
+
+    /// How many places are free now, over every shard.
+    pub(crate) fn free(&self) -> usize {
+        self.free
+            .iter()
+            .map(|shard| shard.0.load(Ordering::SeqCst) & !WAITERS)
+            .sum()
+    }
+
+    /// Whether the bit that says someone may wait is set.
+    #[cfg(test)]
+    pub(super) fn has_waiters(&self) -> bool {
+        self.free
+            .iter()
+            .any(|shard| shard.0.load(Ordering::SeqCst) & WAITERS != 0)
+    }
+
+    /// Takes a place, if one is free: from this thread's shard first.
+    #[inline]
+    fn try_take(&self) -> bool {
+        let home = home();
+        self.free[home].take() || self.take_elsewhere(home)
+    }
+
+    /// [`try_take`](Self::try_take) past an empty home shard: from the
+    /// others, in turn.
+    #[cold]
+    #[inline(never)]
+    fn take_elsewhere(&self, home: usize) -> bool {
+        (1..SHARDS).any(|step| self.free[(home + step) % SHARDS].take())
+    }
+
+    /// Gives a place back to this thread's shard, and wakes the first
+    /// waiter if any may wait.
     #[inline]
     fn give_back(&self) {
-        // The add reads the bit a caller that lines up sets, in the same
-        // word: see `poll_reserve`.
-        if self.free.0.fetch_add(1, Ordering::AcqRel) & WAITERS != 0 {
+        // The add reads the bit a caller that lines up sets on every
+        // shard, in the same word: see `poll_reserve`.
+        if self.free[home()].0.fetch_add(1, Ordering::AcqRel) & WAITERS != 0 {
             self.wake_first();
         }
     }
 
-    /// Sets the waiters bit (under the list's lock); whether a place was
-    /// free as it was set.
+    /// Sets the waiters bit on every shard (under the list's lock);
+    /// whether a place was free in one as it was set there.
     fn announce_waiter(&self, _list: &WaitList) -> bool {
-        self.free.0.fetch_or(WAITERS, Ordering::AcqRel) & !WAITERS > 0
+        let mut free = false;
+        for shard in &self.free {
+            free |= shard.0.fetch_or(WAITERS, Ordering::AcqRel) & !WAITERS > 0;
+        }
+        free
     }
 
-    /// Clears the waiters bit once the list is empty (under its lock).
+    /// Clears the waiters bit of every shard once the list is empty (under
+    /// its lock).
     fn clear_waiters_if_none(&self, list: &WaitList) {
         if list.queue.is_empty() {
-            self.free.0.fetch_and(!WAITERS, Ordering::AcqRel);
+            for shard in &self.free {
+                shard.0.fetch_and(!WAITERS, Ordering::AcqRel);
+            }
         }
     }
 

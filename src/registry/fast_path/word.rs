@@ -21,12 +21,12 @@
 //!   one that ends after the close is adopted, and finishes under the
 //!   lock). The latency average moves by compare-and-swap: concurrent
 //!   ends lose no sample.
-//! - [`Permits`]: the global count and the flag that requests wait for a
-//!   permit. A release writes the count, then reads the flag; the
-//!   scheduler writes the flag, then reads the count, each with a
-//!   sequentially consistent fence between its write and its read, so a
-//!   waiter queued as the last permit comes back is let go by one of the
-//!   two. (Without the fences, with sequentially consistent accesses
+//! - [`Permits`]: the global counts (one per shard) and the flag that
+//!   requests wait for a permit. A release writes its count, then reads
+//!   the flag; the scheduler writes the flag, then reads every count,
+//!   each with a sequentially consistent fence between its write and its
+//!   read, so a waiter queued as the last permit comes back is let go by
+//!   one of the two. (Without the fences, with sequentially consistent accesses
 //!   alone, loom found the interleaving where both read the old value: its
 //!   model treats such accesses as acquire/release, and the fences are
 //!   what the C++ model requires of a protocol of this shape on any
@@ -35,6 +35,7 @@
 use std::time::Duration;
 
 use super::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use super::shard::{home, SHARDS};
 
 /// The open bit of a word.
 const OPEN: u64 = 1 << 63;
@@ -160,9 +161,14 @@ pub(crate) struct ScopeWord {
     /// idle, for eviction.
     last_end: AtomicU64,
     /// The latency average as the scope keeps it (nanoseconds + 1; 0: no
-    /// response yet), moved by the responses that end on the word.
+    /// response yet), moved by the responses that end on the word; its
+    /// [`MOVED`] bit set once one did since the word opened.
     latency: AtomicU64,
 }
+
+/// The bit of [`ScopeWord`]'s latency set once a response moved it since
+/// the word opened (averages stay below `u64::MAX / 8`).
+const MOVED: u64 = 1 << 63;
 
 /// What closing a [`ScopeWord`] hands the scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,8 +183,69 @@ pub(crate) struct Closed {
     pub(crate) last_departure: u64,
     /// The latency average (nanoseconds + 1; 0: none).
     pub(crate) latency: u64,
+    /// Whether a response moved the latency average since the word opened.
+    pub(crate) moved: bool,
     /// Whether a request ended on the word.
     pub(crate) warm: bool,
+}
+
+impl Closed {
+    /// What closing a scope's shards hands the scheduler: their counts
+    /// summed, their latest departure, and the mean of the latency averages
+    /// that responses moved (each shard's own; the opening average when
+    /// none moved). With one thread, one shard moves: its average is the
+    /// scope's, exactly as on one word. With several, every sample counts
+    /// in its shard's average, and the shards count alike.
+    pub(crate) fn of_shards(shards: impl IntoIterator<Item = Closed>) -> Closed {
+        let mut all = Closed {
+            in_flight: 0,
+            was_open: false,
+            sent: 0,
+            last_departure: 0,
+            latency: 0,
+            moved: false,
+            warm: false,
+        };
+        let mut latencies = LatencyMean::default();
+        for shard in shards {
+            all.in_flight += shard.in_flight;
+            all.was_open |= shard.was_open;
+            all.sent += shard.sent;
+            all.last_departure = all.last_departure.max(shard.last_departure);
+            all.warm |= shard.warm;
+            latencies.add(shard.latency, shard.moved);
+        }
+        (all.latency, all.moved) = latencies.mean();
+        all
+    }
+}
+
+/// The mean of shards' latency averages (see [`Closed::of_shards`]).
+#[derive(Debug, Default)]
+pub(crate) struct LatencyMean {
+    /// The sum of the moved averages' nanoseconds, and how many moved.
+    moved: (u64, u64),
+    /// The average of a shard that did not move (the opening one).
+    unmoved: u64,
+}
+
+impl LatencyMean {
+    /// Adds one shard's average (nanoseconds + 1; 0: none).
+    pub(crate) fn add(&mut self, biased: u64, moved: bool) {
+        match (moved, biased.checked_sub(1)) {
+            // Each at most `u64::MAX / 8`: a few shards' sum fits.
+            (true, Some(nanos)) => self.moved = (self.moved.0.saturating_add(nanos), self.moved.1 + 1),
+            _ => self.unmoved = self.unmoved.max(biased),
+        }
+    }
+
+    /// The mean (biased), and whether any shard moved.
+    pub(crate) fn mean(&self) -> (u64, bool) {
+        match self.moved {
+            (_, 0) => (self.unmoved, false),
+            (sum, count) => (sum / count + 1, true),
+        }
+    }
 }
 
 impl ScopeWord {
@@ -240,7 +307,7 @@ impl ScopeWord {
             let _ = self
                 .latency
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |biased| {
-                    Some(moving_average(biased, latency))
+                    Some(moving_average(biased & !MOVED, latency) | MOVED)
                 });
         }
         self.word.end()
@@ -250,12 +317,14 @@ impl ScopeWord {
     /// that ended on it left.
     pub(crate) fn close(&self) -> Closed {
         let (in_flight, was_open) = self.word.close();
+        let latency = self.latency.load(Ordering::Relaxed);
         Closed {
             in_flight,
             was_open,
             sent: self.sent.swap(0, Ordering::Relaxed),
             last_departure: self.last_departure.load(Ordering::Relaxed),
-            latency: self.latency.load(Ordering::Relaxed),
+            latency: latency & !MOVED,
+            moved: latency & MOVED != 0,
             warm: self.last_end.load(Ordering::Relaxed) != 0,
         }
     }
@@ -271,9 +340,11 @@ impl ScopeWord {
         self.sent.load(Ordering::Relaxed)
     }
 
-    /// The latency average as the scope keeps it (0: none).
-    pub(crate) fn latency(&self) -> u64 {
-        self.latency.load(Ordering::Relaxed)
+    /// The latency average as the scope keeps it (0: none), and whether a
+    /// response moved it since the word opened.
+    pub(crate) fn latency(&self) -> (u64, bool) {
+        let latency = self.latency.load(Ordering::Relaxed);
+        (latency & !MOVED, latency & MOVED != 0)
     }
 
     /// The latest end of a request on the word (0: none).
@@ -299,39 +370,63 @@ pub(crate) fn moving_average(biased: u64, latency: Duration) -> u64 {
 /// The global count of requests in flight and whether requests wait for a
 /// permit.
 ///
-/// The waiters' protocol: a release writes the count, then, after a
+/// The free permits are split over [`SHARDS`] counts, each on lines of
+/// its own: a thread takes from its home count ([`home`]) and gives back
+/// to it, and looks at the others only when its own is empty. Two threads
+/// thus write no line of each other's on the common path. The permits
+/// move between counts (a request taken on one thread may end on
+/// another): only the sum is the limit, and every decision that needs the
+/// sum (is a permit free anywhere?) reads every count.
+///
+/// The waiters' protocol: a release writes its count, then, after a
 /// sequentially consistent fence, reads the flag; the scheduler writes the
-/// flag, then, after its fence, reads the count. A permit given back as a
-/// waiter queues is seen by one of the two.
+/// flag, then, after its fence, reads every count. A permit given back as
+/// a waiter queues is seen by one of the two.
 #[derive(Debug)]
 pub(crate) struct Permits {
-    /// Permits in use.
-    taken: AtomicU32,
+    /// Free permits, per shard.
+    free: [PermitShard; SHARDS],
     /// Whether requests wait for a permit (the scheduler's global queue is
-    /// not empty).
-    queued: AtomicBool,
+    /// not empty): read by every request, written rarely.
+    queued: Queued,
     max: u32,
 }
+
+/// One shard's free permits, on lines of its own (128 bytes: cores fetch
+/// adjacent lines in pairs).
+#[derive(Debug)]
+#[repr(align(128))]
+struct PermitShard(AtomicU32);
+
+/// [`Permits`]' flag, on lines of its own.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Queued(AtomicBool);
 
 impl Permits {
     /// `max` permits, none taken.
     pub(crate) fn new(max: u32) -> Self {
         Permits {
-            taken: AtomicU32::new(0),
-            queued: AtomicBool::new(false),
+            free: std::array::from_fn(|shard| PermitShard(AtomicU32::new(share_of(max, shard)))),
+            queued: Queued(AtomicBool::new(false)),
             max,
         }
     }
 
-    /// Requests in flight now.
-    pub(crate) fn in_flight(&self) -> u32 {
-        self.taken.load(Ordering::SeqCst)
+    /// Free permits now, over every shard.
+    fn free(&self) -> u32 {
+        self.free.iter().map(|shard| shard.0.load(Ordering::SeqCst)).sum()
     }
 
-    /// Whether a permit is free now.
+    /// Requests in flight now.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.max.saturating_sub(self.free())
+    }
+
+    /// Whether a permit is free now, in any shard.
     #[inline]
     pub(crate) fn has_room(&self) -> bool {
-        self.taken.load(Ordering::SeqCst) < self.max
+        self.free.iter().any(|shard| shard.0.load(Ordering::SeqCst) > 0)
     }
 
     /// Takes a permit under the lock, if one is free. A compare-and-swap,
@@ -340,34 +435,39 @@ impl Permits {
     /// not stop it: the scheduler orders its own waiters.
     #[inline]
     pub(crate) fn take_locked(&self) -> bool {
-        self.taken
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < self.max).then_some(n + 1)
-            })
-            .is_ok()
+        let home = home();
+        take_one(&self.free[home].0) || self.take_elsewhere(home)
+    }
+
+    /// [`take_locked`](Self::take_locked) past an empty home shard: from
+    /// the others, in turn.
+    #[cold]
+    #[inline(never)]
+    fn take_elsewhere(&self, home: usize) -> bool {
+        (1..SHARDS).any(|step| take_one(&self.free[(home + step) % SHARDS].0))
     }
 
     /// Whether [`try_take`](Self::try_take) would take a permit now (loads
     /// only: it takes nothing).
     #[inline]
     pub(crate) fn would_take(&self) -> bool {
-        !self.queued.load(Ordering::SeqCst) && self.has_room()
+        !self.queued.0.load(Ordering::SeqCst) && self.has_room()
     }
 
     /// Takes a permit without the lock, if one is free; none while
     /// requests wait for one.
     #[inline]
     pub(crate) fn try_take(&self) -> bool {
-        !self.queued.load(Ordering::SeqCst) && self.take_locked()
+        !self.queued.0.load(Ordering::SeqCst) && self.take_locked()
     }
 
-    /// Gives a permit back; whether requests wait for one (then the caller
-    /// must let the first go, under the lock).
+    /// Gives a permit back (to this thread's shard); whether requests wait
+    /// for one (then the caller must let the first go, under the lock).
     #[inline]
     pub(crate) fn release(&self) -> bool {
-        self.taken.fetch_sub(1, Ordering::SeqCst);
+        self.free[home()].0.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        self.queued.load(Ordering::SeqCst)
+        self.queued.0.load(Ordering::SeqCst)
     }
 
     /// Says, under the lock, whether requests wait for a permit; true when
@@ -375,8 +475,8 @@ impl Permits {
     /// lock as they queued): the caller lets them go then.
     #[inline(always)]
     pub(crate) fn publish_queued(&self, queued: bool) -> bool {
-        if self.queued.load(Ordering::Relaxed) != queued {
-            self.queued.store(queued, Ordering::SeqCst);
+        if self.queued.0.load(Ordering::Relaxed) != queued {
+            self.queued.0.store(queued, Ordering::SeqCst);
         }
         if !queued {
             return false;
@@ -384,4 +484,23 @@ impl Permits {
         fence(Ordering::SeqCst);
         self.has_room()
     }
+}
+
+/// Takes one from `count` if it is above 0.
+#[inline]
+fn take_one(count: &AtomicU32) -> bool {
+    count
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |free| free.checked_sub(1))
+        .is_ok()
+}
+
+/// Shard `shard`'s part of `total` split over [`SHARDS`] (the first ones
+/// take what does not divide).
+pub(crate) fn share_of<T>(total: T, shard: usize) -> T
+where
+    T: Copy + TryFrom<usize> + TryInto<usize>,
+{
+    let total: usize = total.try_into().unwrap_or(usize::MAX);
+    let share = total / SHARDS + usize::from(shard < total % SHARDS);
+    T::try_from(share).unwrap_or_else(|_| unreachable!("a share is at most its total"))
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::{Admission, FastMode, Scheduler, ScopeId};
-use crate::registry::fast_path::{log_sent, logs_sends, FastScope, WordOwner};
+use crate::registry::fast_path::{hot, log_sent, logs_sends, FastScope, WordOwner, WordShard};
 use crate::time::Stamp;
 
 impl Scheduler {
@@ -24,7 +24,7 @@ impl Scheduler {
         id: ScopeId,
         mode: FastMode,
         now: Instant,
-    ) -> Option<Arc<FastScope>> {
+    ) -> Option<Arc<WordShard>> {
         let last = std::mem::replace(&mut self.last_one_scope, id);
         // The common case, checked inline: a scope without a word, other
         // than the last one.
@@ -63,7 +63,7 @@ impl Scheduler {
         id: ScopeId,
         mode: FastMode,
         now: Instant,
-    ) -> Option<Arc<FastScope>> {
+    ) -> Option<Arc<WordShard>> {
         let fast = self.word_admission(id, mode, now);
         if fast.is_none() {
             self.close_fast(id);
@@ -72,22 +72,21 @@ impl Scheduler {
     }
 
     /// Admits on scope `id`'s word, opening it if `mode` and the scope
-    /// allow.
+    /// allow; the shard the request holds. The calling thread caches the
+    /// word (see [`hot`]).
     pub(super) fn word_admission(
         &mut self,
         id: ScopeId,
         mode: FastMode,
         now: Instant,
-    ) -> Option<Arc<FastScope>> {
+    ) -> Option<Arc<WordShard>> {
         if mode == FastMode::Never {
             return None;
         }
+        let owner = self.word_owner.as_ref()?;
         let entry = &mut self.scopes[id];
         let open = entry.open_fast().is_some();
         if !open {
-            let Some(owner) = &self.word_owner else {
-                return None;
-            };
             let openable = self.fast_allowed
                 && !entry.has_waiters()
                 && entry.state.in_flight == 0
@@ -106,16 +105,14 @@ impl Scheduler {
             self.global.note_word_opened();
         }
         let fast = entry.fast.as_ref()?;
-        if !fast.admit() {
-            return None;
-        }
-        let fast = fast.clone();
+        let shard = fast.admit()?.clone();
+        hot::remember(owner.uid, fast);
         self.metrics.sent(&fast.key);
         if logs_sends() {
             log_sent(&fast.key);
         }
         self.note_open(id, now);
-        Some(fast)
+        Some(shard)
     }
 
     /// An open scope is an eviction candidate from its first admission on
@@ -145,10 +142,12 @@ impl Scheduler {
     pub(in crate::registry) fn with_word_owner(
         mut self,
         registry: std::sync::Weak<crate::registry::RegistryShared>,
+        uid: u64,
     ) -> Self {
         self.word_owner = Some(WordOwner {
             global: self.global.clone(),
             registry,
+            uid,
             metrics: self.metrics,
         });
         self

@@ -1,0 +1,113 @@
+//! The open scopes a thread used last, per registry: see the parent
+//! module's "Finding the scope without the lock".
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use super::{FastScope, WordShard};
+use crate::scope::Scope;
+
+/// Scopes kept per thread (over every registry): an API client's few
+/// hosts, not a crawl's many, which take the lock.
+const SLOTS: usize = 4;
+
+/// A cached word: its registry, the word, and this thread's own copy
+/// of the scope's key. The copy is what a request's `Scopes` gets: a
+/// clone of the word's key would write the key's count, which every
+/// core's requests share, and the copy's count is this thread's.
+type Slot = (u64, Arc<FastScope>, Scope);
+
+#[derive(Default)]
+struct Hot {
+    slots: [Option<Slot>; SLOTS],
+    /// The slot the next scope replaces.
+    next: usize,
+}
+
+thread_local! {
+    static HOT: RefCell<Hot> = RefCell::default();
+}
+
+/// What the thread's cache said.
+pub(crate) enum Lookup {
+    /// Admitted on the scope's open word, on this shard; the thread's
+    /// copy of its key.
+    Admitted(Arc<WordShard>, Scope),
+    /// The thread has the scope's word, closed or full: the lock
+    /// decides, and may open it again.
+    Refused,
+    /// Not cached.
+    Missed,
+}
+
+/// Admits a request for the scope named `name` of registry `registry`
+/// on its open word, if this thread has it cached.
+#[inline]
+pub(crate) fn admit(registry: u64, name: &str) -> Lookup {
+    HOT.try_with(|hot| {
+        let hot = hot.borrow();
+        let cached = hot
+            .slots
+            .iter()
+            .flatten()
+            .find(|(owner, _, key)| *owner == registry && key.as_str() == name);
+        match cached {
+            Some((_, scope, key)) => match scope.admit() {
+                Some(shard) => {
+                    if super::logs_sends() {
+                        super::log_sent(key);
+                    }
+                    Lookup::Admitted(shard.clone(), key.clone())
+                }
+                None => Lookup::Refused,
+            },
+            None => Lookup::Missed,
+        }
+    })
+    .unwrap_or(Lookup::Missed)
+}
+
+/// Whether a request for the scope named `name` of registry `registry`
+/// would be admitted on its open word now (see
+/// [`FastScope::would_admit`]); false when this thread has no word of
+/// it cached, or the word is closed or full: then only the lock knows.
+#[inline]
+pub(crate) fn would_admit(registry: u64, name: &str) -> bool {
+    HOT.try_with(|hot| {
+        hot.borrow()
+            .slots
+            .iter()
+            .flatten()
+            .find(|(owner, _, key)| *owner == registry && key.as_str() == name)
+            .is_some_and(|(_, scope, _)| scope.would_admit())
+    })
+    .unwrap_or(false)
+}
+
+/// Caches `scope` of registry `registry` for this thread.
+pub(crate) fn remember(registry: u64, scope: &Arc<FastScope>) {
+    let _ = HOT.try_with(|hot| {
+        let mut hot = hot.borrow_mut();
+        // A scope of the same name replaces its stale word (closed
+        // for good, or evicted).
+        let same_name = hot.slots.iter().position(|slot| {
+            slot.as_ref()
+                .is_some_and(|(owner, _, key)| *owner == registry && *key == scope.key)
+        });
+        let slot = match same_name {
+            Some(slot) => slot,
+            None => {
+                let slot = hot.next;
+                hot.next = (slot + 1) % SLOTS;
+                slot
+            }
+        };
+        if !hot.slots[slot]
+            .as_ref()
+            .is_some_and(|(_, cached, _)| Arc::ptr_eq(cached, scope))
+        {
+            let own_key = Scope::new(scope.key.as_str());
+            hot.slots[slot] = Some((registry, scope.clone(), own_key));
+        }
+    });
+}
