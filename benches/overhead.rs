@@ -43,6 +43,7 @@
 //! ceiling on this machine.)
 //!
 //! `SCALING_WORKLOADS=bare,scopes_10k` runs only the workloads it names.
+//! `SCALING_SUBSCRIBER=debug` runs them with a DEBUG subscriber listening.
 //! `SCALING_LINES_ONLY=1` skips criterion's own samples of the `scaling`
 //! group and prints the lines alone (a minute instead of three).
 //! `SCALING_OFF=words` (or
@@ -431,6 +432,22 @@ fn group_selected(group: &str) -> bool {
             .any(|filter| group.contains(filter.as_str()) || filter.starts_with(group))
 }
 
+/// With `SCALING_SUBSCRIBER=debug`, listens to the crate's events at
+/// DEBUG (formatted, then thrown away), as a user who debugs a throughput
+/// problem does: the throttle must scale the same with a subscriber as
+/// without (its words log their sends rather than close).
+fn install_subscriber_if_asked() {
+    if std::env::var("SCALING_SUBSCRIBER").as_deref() != Ok("debug") {
+        return;
+    }
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(std::io::sink)
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).expect("no subscriber was set before");
+    println!("scaling: a DEBUG subscriber listens (SCALING_SUBSCRIBER=debug)");
+}
+
 /// The workloads `SCALING_WORKLOADS` names (a comma-separated list of
 /// names), or all of them when it is not set: a shorter run while working
 /// on one of them. With `SCALING_OFF` (a comma-separated list of
@@ -476,6 +493,7 @@ fn selected_workloads<B: Clone>(bare: impl Fn() -> B) -> Vec<Workload<B>> {
 }
 
 fn scaling(c: &mut Criterion) {
+    install_subscriber_if_asked();
     let workloads = selected_workloads(bare);
     let lines_only = std::env::var_os("SCALING_LINES_ONLY").is_some();
     let mut group = c.benchmark_group("scaling");
