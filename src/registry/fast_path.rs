@@ -76,11 +76,12 @@
 //!
 //! # When a word opens
 //!
-//! A word costs memory (about 130 bytes) and is worth it only for a scope
-//! that is busy: the scheduler opens a plain scope's word when the last
-//! one-scope request it queued asked for the same scope (a scope asked
-//! for twice in a row, by one thread or several), or when a thread had
-//! its word and found it closed. A crawl over many scopes, each visited
+//! A word costs memory (about 1.1 KB: four shards, each an allocation of
+//! 256 bytes, its `Arc`'s counts and the shard on lines of their own) and
+//! is worth it only for a scope that is busy: the scheduler opens a plain
+//! scope's word when the last one-scope request it queued asked for the
+//! same scope (a scope asked for twice in a row, by one thread or
+//! several), or when a thread had its word and found it closed. A crawl over many scopes, each visited
 //! now and then, never opens one and pays one atomic load per request.
 //!
 //! # The global limit
@@ -148,6 +149,8 @@ pub(crate) mod hot;
 pub(crate) mod places;
 #[cfg(test)]
 mod places_tests;
+#[cfg(test)]
+mod shards_tests;
 mod statuses;
 mod word;
 
@@ -566,6 +569,13 @@ pub(crate) mod shard {
             given => given,
         })
         .unwrap_or(0)
+    }
+
+    /// Makes `home` this thread's home shard (tests that take from a
+    /// given shard).
+    #[cfg(test)]
+    pub(crate) fn set_home(home: usize) {
+        HOME.with(|cell| cell.set(home % SHARDS));
     }
 }
 
