@@ -294,3 +294,36 @@ concurrency = 5
         ]
     );
 }
+
+/// A scope bounds its waits, but the throttle cannot fail requests (no
+/// `crate_errors()`): the bound cannot apply, and the registry says so
+/// once, naming the scope, however many requests wait.
+#[tokio::test(start_paused = true)]
+async fn a_bound_a_throttle_cannot_apply_is_warned_of_once_per_registry() {
+    events();
+    let registry = Registry::builder()
+        .default_scope(
+            ScopeConfig::default()
+                .delay(Duration::from_secs(3600))
+                .jitter(0.0)
+                .max_wait(Duration::from_secs(1)),
+        )
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let mut service = ThrottleLayer::new(registry.clone()).layer(recorder.service(Duration::ZERO));
+    let mut waiting = Vec::new();
+    for i in 0..5 {
+        service.ready().await.unwrap();
+        let mut future = Box::pin(service.call(get(&format!("https://unenforced.example/{i}"))));
+        assert_eq!(i == 0, futures::FutureExt::now_or_never(&mut future).is_some());
+        waiting.push(future);
+    }
+    assert_eq!(
+        registry.stats().waiting,
+        4,
+        "they wait past the bound: it does not apply"
+    );
+    let warned = warnings_with(&["crate_errors()", "unenforced.example"]);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+}

@@ -12,7 +12,6 @@
 //! if it had never come.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -33,14 +32,14 @@ pub(crate) struct Bounds {
     /// the configs last changed). Without one, a request without a bound
     /// of its own skips every check.
     configured: Option<bool>,
+    /// Whether a bound that cannot apply was warned about (once per
+    /// registry).
+    warned_unenforced: bool,
 }
 
 /// What the checks before queuing found: the bound the request waits
 /// with, if any.
 pub(crate) type BoundCheck = Result<Option<Duration>, Box<Refusal>>;
-
-/// Whether a bound that cannot apply was warned about.
-static WARNED_UNENFORCED: AtomicBool = AtomicBool::new(false);
 
 impl Scheduler {
     /// The checks before a request of `scopes` (resolved by name: a scope
@@ -134,16 +133,18 @@ impl Scheduler {
     /// cannot apply.
     #[cold]
     fn warn_unenforced(&mut self, id: TicketId) {
-        if WARNED_UNENFORCED.load(Ordering::Relaxed) || !self.bounds_configured() {
+        if self.bounds.warned_unenforced || !self.bounds_configured() {
             return;
         }
-        let bounded = self.tickets[id].seats.iter().any(|seat| {
+        let bounded = self.tickets[id].seats.iter().find(|seat| {
             let config = &self.scopes[seat.scope].state.config;
             config.max_wait.is_some() || config.max_waiting.is_some()
         });
-        if bounded && !WARNED_UNENFORCED.swap(true, Ordering::Relaxed) {
+        if let Some(seat) = bounded {
+            self.bounds.warned_unenforced = true;
             tracing::warn!(
                 target: "tower_throttle",
+                scope = %self.scopes[seat.scope].state.key,
                 "a scope with a bound on its waits (max_wait, max_waiting) is throttled by a throttle \
                  that cannot fail requests: bounds need ThrottleLayer::crate_errors(); its requests wait unbounded"
             );
