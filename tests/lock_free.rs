@@ -312,6 +312,36 @@ async fn idle_scopes_are_evicted_while_only_words_are_busy() {
     assert_eq!(registry.stats().evictions, 1);
 }
 
+/// A scope whose word is open is evicted once idle past `idle_ttl`, as
+/// any scope (its word closed on every shard, then retired), and comes
+/// back with a new word that admits and counts as before.
+#[tokio::test(start_paused = true)]
+async fn a_scope_evicted_with_its_word_open_comes_back_with_a_new_one() {
+    let registry = Registry::builder()
+        .default_scope(plain(4))
+        .idle_ttl(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let calls = Calls::default();
+    let client = support::timed_client(&registry, Instant::now(), &calls, path);
+    warm(&client, "open.test").await;
+    let before = registry.scope_stats("open.test").expect("tracked");
+    assert!(before.sent >= 2, "the word opened at the second send");
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        client.clone().oneshot(get("http://other.test/")).await.unwrap();
+    }
+    assert!(registry.scope_stats("open.test").is_none(), "open.test evicted");
+    assert_eq!(registry.stats().evictions, 1);
+    // Back, on a new word: every request admitted and ended, none left in
+    // flight, the sends counted from zero.
+    warm(&client, "open.test").await;
+    let after = registry.scope_stats("open.test").expect("tracked again");
+    assert_eq!(after.in_flight, 0);
+    assert_eq!(registry.stats().in_flight, 0);
+    assert_eq!(after.sent, before.sent, "as many sends as the first time");
+}
+
 /// A request that ends on its open word, while another scope's request
 /// waits for the global permit, takes the lock to let that one go (its
 /// word stays open: nothing else touched it).

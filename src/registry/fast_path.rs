@@ -415,12 +415,13 @@ impl FastScope {
         }
     }
 
-    /// Retires an idle scope (under the lock, for eviction): false when
-    /// requests are in flight on it. Only a closed word (nothing is
-    /// admitted on it, so its counts only fall) or an open one with
-    /// nothing in flight comes here; every shard is checked empty first,
-    /// so either all retire or none does.
+    /// Retires an idle scope's closed word (under the lock, for
+    /// eviction): false when requests are in flight on it. The word must
+    /// be closed (see `Scheduler::retire_word`): nothing is admitted on a
+    /// closed word, so its counts only fall, and with every shard empty at
+    /// the check, every shard retires.
     pub(crate) fn retire(&self) -> bool {
+        debug_assert!(!self.is_open(), "a word is closed before it retires");
         if self.in_flight() > 0 {
             return false;
         }

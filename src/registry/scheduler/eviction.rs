@@ -268,9 +268,7 @@ impl Scheduler {
         }
         let expired = saturating_add(idle_since, ttl) <= now;
         let may_go = (expired || (full && !used_since_it_joined)) && scope.state.may_be_forgotten(now, full);
-        // A word with a request in flight (admitted since the look above)
-        // stays; one retired never opens again.
-        if !may_go || scope.fast.as_ref().is_some_and(|fast| !fast.retire()) {
+        if !may_go || !self.retire_word(id) {
             return self.look_again(id, now);
         }
         self.index.remove(id, &self.scopes);
@@ -283,6 +281,22 @@ impl Scheduler {
             idle_ms = now.saturating_duration_since(idle_since).as_millis() as u64,
             "idle scope evicted"
         );
+    }
+
+    /// Retires scope `id`'s word, if it has one, before the scope is
+    /// evicted: false when a request is in flight on it (admitted since the
+    /// eviction looked), and the scope stays. The word is closed first, on
+    /// every shard at once, so a request admitted meanwhile on any shard is
+    /// adopted (the scope is busy again) rather than left on a shard that
+    /// a partial retirement kept open; a closed word's counts only fall,
+    /// so with nothing adopted every shard retires.
+    fn retire_word(&mut self, id: ScopeId) -> bool {
+        if self.scopes[id].fast.is_none() {
+            return true;
+        }
+        self.close_fast(id);
+        let scope = &self.scopes[id];
+        scope.state.in_flight == 0 && scope.fast.as_ref().is_none_or(|fast| fast.retire())
     }
 
     /// Puts scope `id` back at the end of the candidates: looked at again
