@@ -288,25 +288,43 @@ async fn the_global_limit_holds_across_words_and_frees_its_waiters() {
     );
 }
 
+/// A registry of plain scopes (4 lanes) that evicts a scope idle for 10 s.
+fn evicting_after_10_s() -> Registry {
+    Registry::builder()
+        .default_scope(plain(4))
+        .idle_ttl(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// One request to `host` a second, for 12 s: past the eviction's 10.
+async fn once_a_second_for_12_s<S, B>(client: &S, host: &str)
+where
+    S: Service<http::Request<()>, Response = http::Response<B>, Error = Infallible> + Clone,
+    B: Send + 'static,
+{
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        client
+            .clone()
+            .oneshot(get(&format!("http://{host}/")))
+            .await
+            .unwrap();
+    }
+}
+
 /// Idle scopes are evicted after `idle_ttl` although the only traffic
 /// left ends on a word, without the lock: the end that finds eviction due
 /// does the work that arriving requests do under the lock.
 #[tokio::test(start_paused = true)]
 async fn idle_scopes_are_evicted_while_only_words_are_busy() {
-    let registry = Registry::builder()
-        .default_scope(plain(4))
-        .idle_ttl(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let registry = evicting_after_10_s();
     let calls = Calls::default();
     let client = support::timed_client(&registry, Instant::now(), &calls, path);
     client.clone().oneshot(get("http://idle.test/")).await.unwrap();
     warm(&client, "busy.test").await;
     assert_eq!(registry.stats().scopes_tracked, 2);
-    for _ in 0..12 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        client.clone().oneshot(get("http://busy.test/")).await.unwrap();
-    }
+    once_a_second_for_12_s(&client, "busy.test").await;
     assert!(registry.scope_stats("idle.test").is_none(), "idle.test evicted");
     assert!(registry.scope_stats("busy.test").is_some(), "busy.test kept");
     assert_eq!(registry.stats().evictions, 1);
@@ -317,20 +335,13 @@ async fn idle_scopes_are_evicted_while_only_words_are_busy() {
 /// back with a new word that admits and counts as before.
 #[tokio::test(start_paused = true)]
 async fn a_scope_evicted_with_its_word_open_comes_back_with_a_new_one() {
-    let registry = Registry::builder()
-        .default_scope(plain(4))
-        .idle_ttl(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let registry = evicting_after_10_s();
     let calls = Calls::default();
     let client = support::timed_client(&registry, Instant::now(), &calls, path);
     warm(&client, "open.test").await;
     let before = registry.scope_stats("open.test").expect("tracked");
     assert!(before.sent >= 2, "the word opened at the second send");
-    for _ in 0..12 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        client.clone().oneshot(get("http://other.test/")).await.unwrap();
-    }
+    once_a_second_for_12_s(&client, "other.test").await;
     assert!(registry.scope_stats("open.test").is_none(), "open.test evicted");
     assert_eq!(registry.stats().evictions, 1);
     // Back, on a new word: every request admitted and ended, none left in
