@@ -81,8 +81,9 @@
 //! is worth it only for a scope that is busy: the scheduler opens a plain
 //! scope's word when the last one-scope request it queued asked for the
 //! same scope (a scope asked for twice in a row, by one thread or
-//! several), or when a thread had its word and found it closed. A crawl over many scopes, each visited
-//! now and then, never opens one and pays one atomic load per request.
+//! several), or when a thread had its word and found it closed. A crawl
+//! over many scopes, each visited now and then, never opens one and pays
+//! one atomic load per request.
 //!
 //! # The global limit
 //!
@@ -109,26 +110,27 @@
 //! counts and their flag. The queue places' counts with their waiters bit
 //! and wait list are in [`places`]. The models run with two shards and
 //! give each thread its home, so that they take on one shard and give
-//! back on the other (`closing_every_shard_adopts_each_request_on_any_of_them_exactly_once`,
-//! and the permits' and places' models). Both files stand apart from everything
-//! else, their atomics (and the places' mutex) taken from this module:
-//! `loom/` includes them with loom's and checks them under every
-//! interleaving its model allows (`loom/tests/word.rs`,
-//! `loom/tests/places.rs`; see the README's Development section).
+//! back on the other (the permits' and places' models, and
+//! `closing_every_shard_adopts_each_request_on_any_of_them_exactly_once`).
+//! Both files stand apart from everything else, their atomics (and the
+//! places' mutex) taken from this module: `loom/` includes them with
+//! loom's and checks them under every interleaving its model allows
+//! (`loom/tests/word.rs`, `loom/tests/places.rs`; see the README's
+//! Development section).
 //!
-//! Three atomics here are not protocols, and loom does not model them. The
-//! next home a thread gets ([`shard::home`]) is a hint of where to look
-//! first: any value is correct. The other two
-//! are each written under the lock and read without it, and a stale read only
-//! sends a request to the lock: whether a word was ever opened
-//! ([`GlobalFlight::words_exist`]: until then a request does not look
-//! for one), and the instant the scheduler's eviction work is next due
-//! ([`GlobalFlight`]), which a request ending on a word reads to decide
-//! whether to take the lock (a stale read moves that work to the next
-//! request that takes the lock: every admission under the lock evicts as
-//! it comes). No interleaving can make either wrong. A third, the instant
-//! a word last opened ([`FastScope::opened_at`]), is written and read
-//! under the lock only (an atomic because the `FastScope` is shared).
+//! Four atomics here are not protocols, and loom does not model them.
+//! The next home a thread gets ([`shard::home`]) is a hint of where to
+//! look first: any value is correct. Two are written under the lock and
+//! read without it, and a stale read only sends a request to the lock:
+//! whether a word was ever opened ([`GlobalFlight::words_exist`]: until
+//! then a request does not look for one), and the instant the scheduler's
+//! eviction work is next due ([`GlobalFlight`]), which a request ending on
+//! a word reads to decide whether to take the lock (a stale read moves
+//! that work to the next request that takes the lock: every admission
+//! under the lock evicts as it comes). No interleaving can make either
+//! wrong. The fourth, the instant a word last opened
+//! ([`FastScope::opened_at`]), is written and read under the lock only
+//! (an atomic because the `FastScope` is shared).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -369,7 +371,8 @@ impl FastScope {
         self.shards.iter().any(|own| std::ptr::eq(&**own, shard))
     }
 
-    /// Whether requests may be admitted on the word now.
+    /// Whether requests may be admitted on the word now (its shards open
+    /// and close together, under the lock: the first says for all).
     pub(crate) fn is_open(&self) -> bool {
         self.shards[0].state.is_open()
     }
@@ -485,9 +488,7 @@ impl FastScope {
         }
         shard
     }
-}
 
-impl FastScope {
     /// [`admit`](Self::admit)'s lane past a full home shard: from the
     /// others, in turn.
     #[cold]
