@@ -203,13 +203,13 @@ fn a_waiter_queued_as_the_last_permit_comes_back_is_always_let_go() {
     loom::model(|| {
         let permits = Arc::new(Permits::new(1));
         // A request on a word holds the only permit.
-        assert!(permits.take_locked());
+        assert!(permits.take_at(shard::home()));
         // The permit comes back on the other thread's shard.
         let release = {
             let permits = permits.clone();
             thread::spawn(move || {
                 shard::set_home(1);
-                permits.release()
+                permits.release_to(shard::home())
             })
         };
         // The scheduler, under its lock: a request finds no permit and
@@ -236,10 +236,10 @@ fn a_permit_taken_without_the_lock_never_passes_the_maximum() {
             let permits = permits.clone();
             thread::spawn(move || {
                 shard::set_home(1);
-                permits.try_take()
+                permits.try_take_at(shard::home())
             })
         };
-        let scheduler_took = permits.has_room() && permits.take_locked();
+        let scheduler_took = permits.has_room() && permits.take_at(shard::home());
         let took = taker.join().unwrap();
         assert!(!(took && scheduler_took), "one permit, taken twice");
         assert_eq!(permits.in_flight(), u32::from(took) + u32::from(scheduler_took));

@@ -171,6 +171,13 @@ mod sync {
 /// A due instant that never comes.
 const NEVER: u64 = u64::MAX;
 
+/// The permits' shard the scheduler takes from and gives back to, under
+/// its lock, first: its line travels with the lock's, and the lock's
+/// holder needs no lookup of its thread's home. The last one, since homes
+/// are given from the first (any shard is right: only the sum is the
+/// limit).
+const LOCK_SHARD: usize = SHARDS - 1;
+
 /// The requests in flight over all scopes, shared by the scheduler and the
 /// open scopes; see the [module docs](self).
 ///
@@ -269,17 +276,19 @@ impl GlobalFlight {
     }
 
     /// Takes a permit under the lock, if one is free (see
-    /// [`Permits::take_locked`]).
+    /// [`Permits::take_at`]), from the lock's own shard first
+    /// ([`LOCK_SHARD`]).
     #[must_use]
     #[inline]
     pub(crate) fn take_locked(&self) -> bool {
-        self.counts.permits.take_locked()
+        self.counts.permits.take_at(LOCK_SHARD)
     }
 
-    /// Gives a permit back; whether requests wait for one (then the caller
-    /// must let the first go, under the lock).
+    /// Gives back a permit taken under the lock (to the lock's shard);
+    /// whether requests wait for one (then the caller must let the first
+    /// go, under the lock).
     pub(crate) fn release(&self) -> bool {
-        self.counts.permits.release()
+        self.counts.permits.release_to(LOCK_SHARD)
     }
 
     /// Says, under the lock, whether requests wait for a permit; true when
@@ -327,6 +336,10 @@ pub(crate) struct WordShard {
     state: ScopeWord,
     /// The scope's id in the scheduler.
     id: ScopeId,
+    /// Which shard of the word this is: the home of the threads that admit
+    /// on it first, whose permits' shard its requests give their permit
+    /// back to.
+    index: usize,
     /// The registry's global count.
     global: Arc<GlobalFlight>,
     /// The registry, for what needs its lock: a request admitted on the
@@ -350,10 +363,11 @@ pub(crate) struct WordOwner {
 impl FastScope {
     /// A closed scope for scope `id`, `key`, of `owner`'s registry.
     pub(crate) fn new(id: ScopeId, key: Scope, owner: &WordOwner) -> Arc<Self> {
-        let shard = |_| {
+        let shard = |index| {
             Arc::new(WordShard {
                 state: ScopeWord::new(),
                 id,
+                index,
                 global: owner.global.clone(),
                 registry: owner.registry.clone(),
                 metrics: owner.metrics,
@@ -472,10 +486,10 @@ impl FastScope {
     #[inline]
     pub(crate) fn admit(&self) -> Option<&Arc<WordShard>> {
         let global = &self.shards[0].global;
-        if !global.counts.permits.try_take() {
+        let home = shard::home();
+        if !global.counts.permits.try_take_at(home) {
             return None;
         }
-        let home = shard::home();
         let shard = match &self.shards[home] {
             shard if shard.state.try_admit() => Some(shard),
             _ => self.admit_elsewhere(home),
@@ -484,7 +498,7 @@ impl FastScope {
             // The permit goes back; requests that started waiting for one
             // meanwhile are the caller's lock path's business (it closes
             // the scope or queues, and the scheduler rechecks the count).
-            let _ = global.release();
+            let _ = global.counts.permits.release_to(home);
         }
         shard
     }
@@ -526,7 +540,16 @@ impl WordShard {
     /// nobody is left to wait for them.
     pub(crate) fn end_orphaned(&self) {
         let _ = self.state.end(None, 0, None);
-        let _ = self.global.release();
+        let _ = self.release_permit();
+    }
+
+    /// Gives the request's global permit back, to the permits' shard of
+    /// this word shard's number (its thread's home, for a request admitted
+    /// on its home shard: no lookup of the home); whether requests wait for
+    /// one (then the caller must let the first go, under the lock).
+    #[inline]
+    pub(crate) fn release_permit(&self) -> bool {
+        self.global.counts.permits.release_to(self.index)
     }
 
     /// Ends a request admitted on this shard: its departure (if it left),

@@ -157,7 +157,11 @@ impl Registry {
         request.uri().authority()
     }
 
-    /// The prediction for `request` under the scheduler's lock.
+    /// The prediction for `request` under the scheduler's lock (out of
+    /// the way of [`predict_queued`](Self::predict_queued)'s answer on a
+    /// word, which the frontier asks of every request it hands over).
+    #[cold]
+    #[inline(never)]
     fn predict_on_lock<B>(&self, request: &http::Request<B>) -> Prediction {
         let priority = request
             .extensions()

@@ -285,7 +285,7 @@ impl Registry {
         let global = fast.global();
         match fast.end(departed_at, stamp, latency(outcome, departed_at, stamp)) {
             Ended::Open => {
-                let waiters = global.release();
+                let waiters = fast.release_permit();
                 fast.metrics.in_flight(|| global.in_flight());
                 let due = global.eviction_due(stamp);
                 if !(waiters || due) {

@@ -138,28 +138,41 @@ impl QueuePlaces {
             .any(|shard| shard.0.load(Ordering::SeqCst) & WAITERS != 0)
     }
 
-    /// Takes a place, if one is free: from this thread's shard first.
+    /// Takes a place, if one is free: from this thread's shard first. The
+    /// shard it came from, the caller's home unless that was empty.
     #[inline]
-    fn try_take(&self) -> bool {
+    fn try_take(&self) -> Option<usize> {
         let home = home();
-        self.free[home].take() || self.take_elsewhere(home)
+        if self.free[home].take() {
+            return Some(home);
+        }
+        self.take_elsewhere(home)
     }
 
     /// [`try_take`](Self::try_take) past an empty home shard: from the
     /// others, in turn.
     #[cold]
     #[inline(never)]
-    fn take_elsewhere(&self, home: usize) -> bool {
-        (1..SHARDS).any(|step| self.free[(home + step) % SHARDS].take())
+    fn take_elsewhere(&self, home: usize) -> Option<usize> {
+        (1..SHARDS)
+            .map(|step| (home + step) % SHARDS)
+            .find(|&shard| self.free[shard].take())
     }
 
     /// Gives a place back to this thread's shard, and wakes the first
     /// waiter if any may wait.
     #[inline]
     fn give_back(&self) {
+        self.give_back_to(home());
+    }
+
+    /// [`give_back`](Self::give_back) to shard `shard` (any shard is
+    /// right: only the sum is the limit).
+    #[inline]
+    fn give_back_to(&self, shard: usize) {
         // The add reads the bit a caller that lines up sets on every
         // shard, in the same word: see `poll_reserve`.
-        if self.free[home()].0.fetch_add(1, Ordering::AcqRel) & WAITERS != 0 {
+        if self.free[shard % SHARDS].0.fetch_add(1, Ordering::AcqRel) & WAITERS != 0 {
             self.wake_first();
         }
     }
@@ -245,7 +258,9 @@ impl Reserved<'_> {
 impl Drop for Reserved<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.handle.places.give_back();
+        // Back where it came from: the home of the thread that took it,
+        // most often this one (no lookup of the home).
+        self.handle.places.give_back_to(self.handle.shard);
     }
 }
 
@@ -260,6 +275,8 @@ pub(crate) struct PlaceHandle {
     waiting: Option<u64>,
     /// Whether it holds a place its request has not taken yet.
     reserved: bool,
+    /// The shard of the place it took last.
+    shard: usize,
 }
 
 impl PlaceHandle {
@@ -268,6 +285,7 @@ impl PlaceHandle {
             places,
             waiting: None,
             reserved: false,
+            shard: 0,
         }
     }
 
@@ -277,19 +295,25 @@ impl PlaceHandle {
         if self.reserved {
             return Poll::Ready(());
         }
-        if self.places.try_take() {
-            self.took();
+        if let Some(shard) = self.places.try_take() {
+            self.took(shard);
             return Poll::Ready(());
         }
         let mut list = self.places.list();
         // Announce the wait and look again in one step, so that a place
         // given back in between is either seen here or wakes someone.
-        if self.places.announce_waiter(&list) && self.places.try_take() {
+        if let Some(shard) = self
+            .places
+            .announce_waiter(&list)
+            .then(|| self.places.try_take())
+            .flatten()
+        {
             self.leave_line(&mut list);
             self.places.clear_waiters_if_none(&list);
             drop(list);
             self.waiting = None;
             self.reserved = true;
+            self.shard = shard;
             return Poll::Ready(());
         }
         match self.waiting.and_then(|ticket| list.spot_of(ticket)) {
@@ -308,8 +332,9 @@ impl PlaceHandle {
         Some(Reserved { handle: self })
     }
 
-    /// A place just taken on the fast path: leaves the line if it was in it.
-    fn took(&mut self) {
+    /// A place just taken (from `shard`) on the fast path: leaves the line
+    /// if it was in it.
+    fn took(&mut self, shard: usize) {
         if self.waiting.is_some() {
             let mut list = self.places.list();
             self.leave_line(&mut list);
@@ -318,6 +343,7 @@ impl PlaceHandle {
             self.waiting = None;
         }
         self.reserved = true;
+        self.shard = shard;
     }
 
     /// Takes this handle out of the line; whether it was still in it (if
@@ -339,7 +365,7 @@ impl PlaceHandle {
 impl Drop for PlaceHandle {
     fn drop(&mut self) {
         if self.reserved {
-            self.places.give_back();
+            self.places.give_back_to(self.shard);
         }
         if self.waiting.is_none() {
             return;

@@ -35,7 +35,7 @@
 use std::time::Duration;
 
 use super::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
-use super::shard::{home, SHARDS};
+use super::shard::SHARDS;
 
 /// The open bit of a word.
 const OPEN: u64 = 1 << 63;
@@ -371,10 +371,11 @@ pub(crate) fn moving_average(biased: u64, latency: Duration) -> u64 {
 /// permit.
 ///
 /// The free permits are split over [`SHARDS`] counts, each on lines of
-/// its own: a thread takes from its home count ([`home`]) and gives back
-/// to it, and looks at the others only when its own is empty. Two threads
-/// thus write no line of each other's on the common path. The permits
-/// move between counts (a request taken on one thread may end on
+/// its own: a thread takes from its home count (the caller says which)
+/// and gives back to it, and looks at the others only when its own is
+/// empty. Two threads thus write no line of each other's on the common
+/// path; the scheduler, under its lock, has a count of its own. The
+/// permits move between counts (a request taken on one thread may end on
 /// another): only the sum is the limit, and every decision that needs the
 /// sum (is a permit free anywhere?) reads every count.
 ///
@@ -429,17 +430,18 @@ impl Permits {
         self.free.iter().any(|shard| shard.0.load(Ordering::SeqCst) > 0)
     }
 
-    /// Takes a permit under the lock, if one is free. A compare-and-swap,
-    /// as on a word, since a request on a word may take the last permit
-    /// between the scheduler's check and its take. The queued flag does
-    /// not stop it: the scheduler orders its own waiters.
+    /// Takes a permit, if one is free, from shard `home` first, then from
+    /// the others: under the lock (the lock's shard first), or for
+    /// [`try_take_at`](Self::try_take_at). A compare-and-swap, as on a
+    /// word, since a request on a word may take the last permit between
+    /// the scheduler's check and its take. The queued flag does not stop
+    /// it: the scheduler orders its own waiters.
     #[inline]
-    pub(crate) fn take_locked(&self) -> bool {
-        let home = home();
+    pub(crate) fn take_at(&self, home: usize) -> bool {
         take_one(&self.free[home].0) || self.take_elsewhere(home)
     }
 
-    /// [`take_locked`](Self::take_locked) past an empty home shard: from
+    /// [`take_at`](Self::take_at) past an empty home shard: from
     /// the others, in turn.
     #[cold]
     #[inline(never)]
@@ -447,25 +449,27 @@ impl Permits {
         (1..SHARDS).any(|step| take_one(&self.free[(home + step) % SHARDS].0))
     }
 
-    /// Whether [`try_take`](Self::try_take) would take a permit now (loads
+    /// Whether [`try_take_at`](Self::try_take_at) would take a permit now (loads
     /// only: it takes nothing).
     #[inline]
     pub(crate) fn would_take(&self) -> bool {
         !self.queued.0.load(Ordering::SeqCst) && self.has_room()
     }
 
-    /// Takes a permit without the lock, if one is free; none while
-    /// requests wait for one.
+    /// Takes a permit without the lock, if one is free, for a thread
+    /// whose home shard is `home`; none while requests wait for one.
     #[inline]
-    pub(crate) fn try_take(&self) -> bool {
-        !self.queued.0.load(Ordering::SeqCst) && self.take_locked()
+    pub(crate) fn try_take_at(&self, home: usize) -> bool {
+        !self.queued.0.load(Ordering::SeqCst) && self.take_at(home)
     }
 
-    /// Gives a permit back (to this thread's shard); whether requests wait
-    /// for one (then the caller must let the first go, under the lock).
+    /// Gives a permit back, to shard `shard` (any shard is right: only the
+    /// sum is the limit; the caller's own keeps the line its); whether
+    /// requests wait for one (then the caller must let the first go, under
+    /// the lock).
     #[inline]
-    pub(crate) fn release(&self) -> bool {
-        self.free[home()].0.fetch_add(1, Ordering::SeqCst);
+    pub(crate) fn release_to(&self, shard: usize) -> bool {
+        self.free[shard % SHARDS].0.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         self.queued.0.load(Ordering::SeqCst)
     }
