@@ -168,3 +168,18 @@ fn a_shard_fills_one_pair_of_lines() {
     assert_eq!(std::mem::size_of::<super::WordShard>(), 128);
     assert_eq!(std::mem::align_of::<super::WordShard>(), 128);
 }
+
+/// A registry without a real limit (`max_concurrency(u32::MAX)`): the
+/// shards' counts add up to the maximum, and counting what is in flight
+/// neither overflows nor says anything but the truth.
+#[test]
+fn the_largest_maximum_splits_and_counts_without_overflow() {
+    let (_word, global) = word(u32::MAX);
+    assert_eq!(global.in_flight(), 0);
+    shard::set_home(2);
+    assert!(global.take_locked());
+    assert_eq!(global.in_flight(), 1);
+    let _ = global.release();
+    assert_eq!(global.in_flight(), 0);
+    assert!(global.has_room());
+}

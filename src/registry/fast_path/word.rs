@@ -414,14 +414,21 @@ impl Permits {
         }
     }
 
-    /// Free permits now, over every shard.
-    fn free(&self) -> u32 {
-        self.free.iter().map(|shard| shard.0.load(Ordering::SeqCst)).sum()
+    /// Free permits now, over every shard, in a `u64`: read one after the
+    /// other while permits move, the counts can add up to more than the
+    /// maximum, which may be `u32::MAX`.
+    fn free(&self) -> u64 {
+        self.free
+            .iter()
+            .map(|shard| u64::from(shard.0.load(Ordering::SeqCst)))
+            .sum()
     }
 
-    /// Requests in flight now.
+    /// Requests in flight now (a permit moving between shards as they are
+    /// read may be missed: exact once traffic stops).
     pub(crate) fn in_flight(&self) -> u32 {
-        self.max.saturating_sub(self.free())
+        let in_flight = u64::from(self.max).saturating_sub(self.free());
+        u32::try_from(in_flight).unwrap_or(self.max)
     }
 
     /// Whether a permit is free now, in any shard.
