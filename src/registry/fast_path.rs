@@ -403,6 +403,13 @@ impl FastScope {
             .iter()
             .enumerate()
             .all(|(index, shard)| shard.state.open(word::share_of(lanes, index), latency));
+        // The scheduler opens a word only with nothing of the scope in
+        // flight (an adopted request leaves its shard before the lock
+        // counts it ended): a shard refuses only when all were retired.
+        debug_assert!(
+            opened || self.shards.iter().all(|shard| !shard.state.is_open()),
+            "a word's shards open together"
+        );
         if opened {
             self.opened_at.store(now.value(), Ordering::Relaxed);
         }
