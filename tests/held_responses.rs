@@ -474,3 +474,57 @@ mod whole_transfers {
         assert!(warnings_about("reader.test").is_empty());
     }
 }
+
+/// The lock-free word's shards, used as users use a client: a plain scope
+/// (2 lanes, no delay) on a runtime of two worker threads, 40 requests
+/// spawned at once (more than the lanes), each holding a response whose
+/// body streams on unread, and every other one dropped while it waits.
+/// None hangs, the held ones all come, and once the tasks are done
+/// nothing is left in flight or waiting: the next request goes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_scope_on_two_threads_with_held_bodies_and_dropped_waits_releases_everything() {
+    let registry = registry(
+        ScopeConfig::default()
+            .concurrency(2)
+            .delay(Duration::ZERO)
+            .jitter(0.0),
+    );
+    let client = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(registry.clone()))
+        .service(tower::service_fn(|_request: http::Request<()>| async {
+            tokio::time::sleep(ms(2)).await;
+            Ok::<_, Infallible>(http::Response::new(endless()))
+        }));
+    let tasks: Vec<_> = (0..40)
+        .map(|page| {
+            let call = client
+                .clone()
+                .oneshot(support::get(&format!("https://plain.test/{page}")));
+            tokio::spawn(async move {
+                if page % 2 == 1 {
+                    // Gone before it could be sent, or while it is.
+                    return tokio::time::timeout(ms(1), call).await.ok().map(Result::unwrap);
+                }
+                Some(call.await.unwrap())
+            })
+        })
+        .collect();
+    let done = tokio::time::timeout(Duration::from_secs(10), join_all(tasks))
+        .await
+        .expect("no request hangs");
+    // Every response kept, bodies unread, until the end of the test.
+    let held: Vec<_> = done.into_iter().map(Result::unwrap).collect();
+    let answered = held
+        .iter()
+        .step_by(2)
+        .filter(|response| response.is_some())
+        .count();
+    assert_eq!(answered, 20, "every request that was not dropped was answered");
+    let stats = registry.stats();
+    assert_eq!((stats.in_flight, stats.waiting), (0, 0));
+    let next = tokio::time::timeout(ms(500), client.oneshot(support::get("https://plain.test/next")))
+        .await
+        .expect("the next request goes at once");
+    drop(next.unwrap());
+    drop(held);
+}
