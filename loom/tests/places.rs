@@ -25,6 +25,7 @@ mod sync {
 
 /// What `places.rs` takes from its parent module's `shard`.
 #[path = "support/shard.rs"]
+#[allow(dead_code)]
 mod shard;
 
 #[path = "../../src/registry/fast_path/places.rs"]

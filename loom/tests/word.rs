@@ -18,6 +18,7 @@ mod atomic {
 
 /// What `word.rs` takes from its parent module's `shard`.
 #[path = "support/shard.rs"]
+#[allow(dead_code)]
 mod shard;
 
 #[path = "../../src/registry/fast_path/word.rs"]

@@ -402,7 +402,7 @@ impl FastScope {
             .shards
             .iter()
             .enumerate()
-            .all(|(index, shard)| shard.state.open(word::share_of(lanes, index), latency));
+            .all(|(index, shard)| shard.state.open(shard::share_of_u32(lanes, index), latency));
         // The scheduler opens a word only with nothing of the scope in
         // flight (an adopted request leaves its shard before the lock
         // counts it ended): a shard refuses only when all were retired.
@@ -578,6 +578,18 @@ pub(crate) mod shard {
     /// the threads of a small machine each have one (on a big one, a
     /// shard's threads share its lines, as all of them did before).
     pub(crate) const SHARDS: usize = 4;
+
+    /// Shard `shard`'s part of `total` split over [`SHARDS`] (the first
+    /// ones take what does not divide).
+    pub(crate) fn share_of(total: usize, shard: usize) -> usize {
+        total / SHARDS + usize::from(shard < total % SHARDS)
+    }
+
+    /// [`share_of`] for a count of `u32`s (lanes, permits).
+    pub(crate) fn share_of_u32(total: u32, shard: usize) -> u32 {
+        let share = share_of(usize::try_from(total).unwrap_or(usize::MAX), shard);
+        u32::try_from(share).unwrap_or(total)
+    }
 
     /// The home the next thread gets. Not a protocol: a home is a hint of
     /// where to look first, and any value is correct.

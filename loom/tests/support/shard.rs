@@ -14,6 +14,16 @@ pub fn home() -> usize {
     HOME.with(Cell::get)
 }
 
+/// As the crate's: shard `shard`'s part of `total`.
+pub fn share_of(total: usize, shard: usize) -> usize {
+    total / SHARDS + usize::from(shard < total % SHARDS)
+}
+
+/// As the crate's, for a count of `u32`s.
+pub fn share_of_u32(total: u32, shard: usize) -> u32 {
+    u32::try_from(share_of(total as usize, shard)).unwrap_or(total)
+}
+
 /// Makes `home` this thread's home shard.
 pub fn set_home(home: usize) {
     HOME.with(|cell| cell.set(home));

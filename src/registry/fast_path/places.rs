@@ -43,7 +43,7 @@ use std::sync::PoisonError;
 use std::task::{Context, Poll, Waker};
 
 use super::atomic::{AtomicUsize, Ordering};
-use super::shard::{home, SHARDS};
+use super::shard::{home, share_of, SHARDS};
 use super::sync::{Arc, Mutex, MutexGuard};
 
 /// The places, shared by every `Throttle` of a registry.
@@ -114,10 +114,7 @@ impl QueuePlaces {
     pub(crate) fn new(max: usize) -> Arc<Self> {
         let max = max & !WAITERS;
         Arc::new(QueuePlaces {
-            free: std::array::from_fn(|shard| {
-                let share = max / SHARDS + usize::from(shard < max % SHARDS);
-                FreePlaces(AtomicUsize::new(share))
-            }),
+            free: std::array::from_fn(|shard| FreePlaces(AtomicUsize::new(share_of(max, shard)))),
             waiters: Mutex::new(WaitList::default()),
         })
     }

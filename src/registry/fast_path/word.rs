@@ -35,7 +35,7 @@
 use std::time::Duration;
 
 use super::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
-use super::shard::SHARDS;
+use super::shard::{share_of_u32, SHARDS};
 
 /// The open bit of a word.
 const OPEN: u64 = 1 << 63;
@@ -408,7 +408,7 @@ impl Permits {
     /// `max` permits, none taken.
     pub(crate) fn new(max: u32) -> Self {
         Permits {
-            free: std::array::from_fn(|shard| PermitShard(AtomicU32::new(share_of(max, shard)))),
+            free: std::array::from_fn(|shard| PermitShard(AtomicU32::new(share_of_u32(max, shard)))),
             queued: Queued(AtomicBool::new(false)),
             max,
         }
@@ -503,15 +503,4 @@ fn take_one(count: &AtomicU32) -> bool {
     count
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |free| free.checked_sub(1))
         .is_ok()
-}
-
-/// Shard `shard`'s part of `total` split over [`SHARDS`] (the first ones
-/// take what does not divide).
-pub(crate) fn share_of<T>(total: T, shard: usize) -> T
-where
-    T: Copy + TryFrom<usize> + TryInto<usize>,
-{
-    let total: usize = total.try_into().unwrap_or(usize::MAX);
-    let share = total / SHARDS + usize::from(shard < total % SHARDS);
-    T::try_from(share).unwrap_or_else(|_| unreachable!("a share is at most its total"))
 }
