@@ -94,8 +94,9 @@ pub enum WaitCause {
     /// The delay of pacing to a rate-limit policy the server announced.
     Pacing,
     /// The scope's next gap runs from an instant still to come: an earlier
-    /// request admitted but not yet handed over, or a cold scope's first
-    /// answer.
+    /// request admitted but not yet handed over, or the answer to a request
+    /// that opened a connection (a cold scope's first, or a name's first in
+    /// the scope of the server it shares).
     Departure,
     /// Its scopes were ready, but the request waited behind (or for)
     /// another request another of its scopes held back: all-or-nothing

@@ -12,7 +12,7 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::ip::{FixedResolver, IpScopeLayer};
 use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
 
-use support::{get, instants_by, Recorder, Sent};
+use support::{get, instants_by, one_lane_every, Recorder, Sent};
 
 fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
@@ -249,4 +249,78 @@ async fn a_held_name_does_not_stall_its_server_and_goes_when_its_hold_ends() {
         .collect();
     let expected: Vec<u128> = (0..20).map(|page| 60_000 + page * 250).collect();
     assert_eq!(held_at, expected);
+}
+
+/// A name's first request opens a connection of its own after it leaves
+/// (hyper-util and reqwest keep one per name), so it reaches the server
+/// later than its hand-over by the connection's setup, and a request of
+/// another name on a kept connection could arrive closer than the server's
+/// delay. The server's next gap therefore runs from that first request's
+/// answer, as a cold scope's does; a request of a name already warm is
+/// timed from its departure as before. Names: one lane, no delay; the
+/// server: one lane, 100 ms; 30 ms answers.
+#[tokio::test(start_paused = true)]
+async fn a_names_first_request_times_its_servers_next_gap_from_its_answer() {
+    let registry = Registry::builder()
+        .default_scope(one_lane_every(Duration::ZERO))
+        .ip_scopes(one_lane_every(ms(100)))
+        .build()
+        .unwrap();
+    let resolver = FixedResolver::new();
+    for name in ["a.example", "b.example", "c.example"] {
+        resolver.set(name, [[10, 0, 0, 1]]);
+    }
+    let recorder = Recorder::new();
+    let client = ServiceBuilder::new()
+        .layer(
+            IpScopeLayer::builder(registry.clone())
+                .resolver(resolver)
+                .build()
+                .unwrap(),
+        )
+        .layer(ThrottleLayer::new(registry.clone()))
+        .service(recorder.service(ms(30)));
+    let pages = [
+        "a.example/1",
+        "b.example/1",
+        "c.example/1",
+        "a.example/2",
+        "b.example/2",
+    ];
+    let tasks: Vec<_> = pages
+        .iter()
+        .map(|page| {
+            let client = client.clone();
+            let uri = format!("http://{page}");
+            tokio::spawn(async move { drop(client.oneshot(get(&uri)).await.unwrap()) })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let sent: Vec<(String, u128)> = recorder
+        .sent()
+        .into_iter()
+        .map(|one| (format!("{}{}", one.host, one.path), one.at.as_millis()))
+        .collect();
+    let expected = [
+        // Cold: the server's first request; its next gap runs from the
+        // answer at 30 ms.
+        ("a.example/1", 0),
+        // b's first: it opens a connection, the next gap runs from its
+        // answer at 160 ms.
+        ("b.example/1", 130),
+        // c's first, the same: answered at 290 ms.
+        ("c.example/1", 260),
+        // a is warm: its send at 390 ms times the next gap from itself.
+        ("a.example/2", 390),
+        ("b.example/2", 490),
+    ];
+    let expected: Vec<(String, u128)> = expected
+        .iter()
+        .map(|(page, at)| (page.to_string(), *at))
+        .collect();
+    assert_eq!(sent, expected);
+    let stats = registry.stats();
+    assert_eq!((stats.in_flight, stats.waiting), (0, 0));
 }

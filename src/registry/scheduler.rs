@@ -397,6 +397,7 @@ impl Scheduler {
             in_global_queue: false,
             bounds_woken: false,
             waiting: false,
+            opens_connection: false,
             enqueued_at: now,
         });
         if plain_lane.is_some() {
@@ -534,7 +535,7 @@ impl Scheduler {
                 };
                 self.release_seats(
                     ticket.seats.as_slice(),
-                    outcome,
+                    (outcome, ticket.opens_connection),
                     departure,
                     (now, now_stamp),
                     wake,
@@ -589,7 +590,7 @@ impl Scheduler {
         let scope = seat.scope;
         self.release_seats(
             &[seat],
-            outcome,
+            (outcome, false),
             (departed_at, departed_at),
             (now, now_stamp),
             wake,
@@ -599,6 +600,8 @@ impl Scheduler {
 
     /// Frees the `seats` of an admitted request that ended with `outcome`
     /// at `now`, and its global permit, and lets the next waiters go.
+    /// `opened`: whether it counted as opening a connection in its scopes
+    /// (see `ScopeState::start_opening`).
     /// `departure`: when it departed, if it did, and the departure the
     /// scheduler has yet to apply (an admitted request never handed over
     /// leaves its scopes' undeparted count as its lanes are released). A
@@ -607,7 +610,7 @@ impl Scheduler {
     fn release_seats(
         &mut self,
         seats: &[Seat],
-        outcome: Outcome,
+        (outcome, opened): (Outcome, bool),
         (departed_at, to_apply): (Option<Stamp>, Option<Stamp>),
         (now, now_stamp): (Instant, Stamp),
         wake: &mut WakeList,
@@ -647,6 +650,9 @@ impl Scheduler {
             scope
                 .state
                 .release_lane(seat.lane, departed_at.is_some(), answered_at);
+            if opened {
+                scope.state.end_opening(departed_at.is_some(), answered_at);
+            }
             if scope.has_waiters() {
                 self.dirty.push(seat.scope);
             }

@@ -118,6 +118,14 @@ pub(crate) struct ScopeState {
     /// Whether a request of the scope has ended (answered or failed). Until
     /// then the scope is cold: its first connection is still being set up.
     pub(crate) warm: bool,
+    /// Requests in flight that also belong to a cold scope (a name's first
+    /// request, in its server's scope): each opens a connection of its own
+    /// after it leaves, so this scope's next gap runs from its answer, as a
+    /// cold scope's does (see [`first_answer_pending`](Self::first_answer_pending)).
+    /// One byte, in padding: in a scope with a gap there is at most one
+    /// (its next send waits for that answer); a scope without one, where
+    /// nothing waits on the count, stops counting at 255.
+    opening: u8,
     /// Whether the config makes lanes the only limit
     /// ([`ScopeConfig::is_plain`], kept with the config).
     plain: bool,
@@ -175,7 +183,8 @@ pub(crate) enum ScopeCheck {
     /// Every usable lane is in flight: a completion must come first.
     Full,
     /// The next gap runs from an instant still to come: the departure of an
-    /// admitted request, or a cold scope's first answer.
+    /// admitted request, or the answer to a request that opened a
+    /// connection (see [`ScopeState::first_answer_pending`]).
     AwaitingEarlier,
 }
 
@@ -201,6 +210,7 @@ impl ScopeState {
             in_flight: 0,
             undeparted: 0,
             warm: false,
+            opening: 0,
             plain,
             evictable: false,
             referenced: false,
@@ -375,7 +385,37 @@ impl ScopeState {
         if effective.delay.is_zero() && effective.delay_floor.is_zero() {
             return false;
         }
-        self.undeparted > 0 || (!self.warm && self.in_flight > 0)
+        self.undeparted > 0 || self.first_answer_pending()
+    }
+
+    /// Whether a request in flight opens a connection after it leaves, so
+    /// that the server sees it later than its departure says: the scope's
+    /// first (cold start), or one that also belongs to a cold scope (a
+    /// name's first request, in the scope of the server it shares with
+    /// other names: hyper-util and reqwest keep a connection per name).
+    /// The next gap then runs from its answer.
+    #[inline]
+    pub(crate) fn first_answer_pending(&self) -> bool {
+        (!self.warm && self.in_flight > 0) || self.opening > 0
+    }
+
+    /// Counts a request of this scope in flight that opens a connection
+    /// (it also belongs to a cold scope): see [`opening`](Self::opening).
+    pub(crate) fn start_opening(&mut self) {
+        self.opening = self.opening.saturating_add(1);
+    }
+
+    /// The end of a request counted by [`start_opening`](Self::start_opening):
+    /// if it left, the scope's next gap runs from its answer (`answered_at`:
+    /// its response head, or its end when it had none), as after a cold
+    /// start; a gap already longer stays.
+    pub(crate) fn end_opening(&mut self, departed: bool, answered_at: Stamp) {
+        self.opening = self.opening.saturating_sub(1);
+        if departed {
+            if let Some(last_send) = &mut self.last_send {
+                last_send.departed_at(answered_at);
+            }
+        }
     }
 
     /// The free lane whose per-slot delay ends soonest. Lanes are created

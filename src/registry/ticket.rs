@@ -145,6 +145,10 @@ pub(crate) struct TicketState {
     pub(crate) bounds_woken: bool,
     /// Whether it is in its scopes' queues (counted among the waiting).
     pub(crate) waiting: bool,
+    /// Whether it was sent while one of its several scopes was cold: it
+    /// then opens a connection, and counts as opening in each of its
+    /// scopes until it ends (see `ScopeState::first_answer_pending`).
+    pub(crate) opens_connection: bool,
     pub(crate) enqueued_at: Instant,
 }
 

@@ -473,8 +473,9 @@ impl std::io::Write for CaptureWriter {
 }
 
 /// One lane, `delay` between sends, no per-lane delay, no jitter: the
-/// scope of the fleet tests (`fleet_memory.rs`, `redis_store.rs`), whose
-/// gaps are then exactly the delay.
+/// scope of the fleet tests (`fleet_memory.rs`, `redis_store.rs`) and of
+/// the names and servers of the connection tests (`ip_scopes.rs`,
+/// `shared_server.rs`), whose gaps are then exactly the delay.
 pub fn one_lane_every(delay: Duration) -> tower_throttle::ScopeConfig {
     tower_throttle::ScopeConfig::default()
         .concurrency(1)

@@ -385,6 +385,15 @@ impl Scheduler {
         }
         let ticket = &mut self.tickets[id];
         let mut report_departure = false;
+        // A request of several scopes, one of them cold, opens a
+        // connection of its own after it leaves: its other scopes' next
+        // gaps run from its answer too.
+        let opens = matches!(ticket.seats, Seats::Many(_))
+            && ticket
+                .seats
+                .iter()
+                .any(|seat| !self.scopes[seat.scope].state.warm);
+        ticket.opens_connection = opens;
         for seat in ticket.seats.iter_mut() {
             let scope = &mut self.scopes[seat.scope];
             let taken = scope.state.take_lane(
@@ -399,6 +408,10 @@ impl Scheduler {
             );
             seat.lane = taken.lane;
             seat.before = taken.before;
+            if opens {
+                // After the send: the send itself was allowed.
+                scope.state.start_opening();
+            }
             report_departure |= taken.others_may_follow;
             self.metrics.sent(&scope.state.key);
         }

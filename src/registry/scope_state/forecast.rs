@@ -112,7 +112,7 @@ impl ScopeState {
             _ => WaitCause::Delay,
         };
         let has_gap = !effective.delay.is_zero() || !effective.delay_floor.is_zero();
-        if has_gap && (self.undeparted > 0 || (!self.warm && self.in_flight > 0)) {
+        if has_gap && (self.undeparted > 0 || self.first_answer_pending()) {
             // The next gap runs from a departure (or a first answer) still
             // to come: what is known is a lower bound.
             exact = false;
@@ -123,7 +123,7 @@ impl ScopeState {
                 last.next_allowed_at_least(effective.delay, &effective.jitter, effective.delay_floor)
             })
             .map(Stamp::instant);
-        if !self.warm && self.in_flight > 0 && has_gap {
+        if self.first_answer_pending() && has_gap {
             gap_ends = gap_ends.map(|at| saturating_add(at, latency));
         }
         if ahead > 0 && self.config.get_quota().is_some() {
