@@ -248,30 +248,6 @@ fn a_permit_taken_without_the_lock_never_passes_the_maximum() {
 }
 
 
-/// The scheduler gives a permit back under its lock, without a fence (its
-/// holder serves its own waiters before it unlocks), as a request on a word
-/// takes one without the lock: the taker gets it or does not, never one
-/// that is not free, and the count is exact either way.
-#[test]
-fn a_permit_given_back_under_the_lock_is_taken_at_most_once() {
-    loom::model(|| {
-        let permits = Arc::new(Permits::new(1));
-        // The scheduler's request holds the only permit.
-        assert!(permits.take_at(shard::home()));
-        let taker = {
-            let permits = permits.clone();
-            thread::spawn(move || {
-                shard::set_home(1);
-                permits.try_take_at(shard::home())
-            })
-        };
-        permits.release_locked(shard::home());
-        let took = taker.join().unwrap();
-        assert_eq!(permits.in_flight(), u32::from(took));
-        assert_eq!(permits.has_room(), !took);
-    });
-}
-
 /// A scope's word in two shards, one request on each, closed (both
 /// shards, as the scheduler does) while both requests end: what the close
 /// adopts is exactly the requests that end adopted, over both shards, and

@@ -284,11 +284,11 @@ impl GlobalFlight {
         self.counts.permits.take_at(LOCK_SHARD)
     }
 
-    /// Gives back a permit, under the lock (to the lock's shard), or once
-    /// the registry is gone: the lock's holder lets the first waiter for
-    /// one go before it unlocks (see [`publish_queued`](Self::publish_queued)).
-    pub(crate) fn release(&self) {
-        self.counts.permits.release_locked(LOCK_SHARD)
+    /// Gives back a permit taken under the lock (to the lock's shard);
+    /// whether requests wait for one (then the caller must let the first
+    /// go, under the lock).
+    pub(crate) fn release(&self) -> bool {
+        self.counts.permits.release_to(LOCK_SHARD)
     }
 
     /// Says, under the lock, whether requests wait for a permit; true when

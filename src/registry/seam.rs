@@ -309,7 +309,7 @@ impl Registry {
                     scheduler.finish_adopted(fast, outcome, departed_at, (now, Some(stamp)), wake)
                 }),
                 None => {
-                    global.release();
+                    let _ = global.release();
                 }
             },
         }
@@ -331,7 +331,7 @@ impl Registry {
             let stamp = Stamp::of(now);
             match fast.end(departed_at, stamp, latency(outcome, departed_at, stamp)) {
                 Ended::Open => {
-                    self.shared.global.release();
+                    let _ = self.shared.global.release();
                 }
                 Ended::Adopted => {
                     scheduler.finish_adopted(fast, outcome, departed_at, (now, Some(stamp)), wake)

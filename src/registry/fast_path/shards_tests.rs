@@ -51,7 +51,7 @@ fn a_thread_whose_shard_has_no_lane_takes_the_others_and_never_more_than_the_lan
     );
     // One ends, on its own shard: its lane is free again, for anyone.
     assert_eq!(admitted[1].end(Some(stamp(2)), stamp(3), None), Ended::Open);
-    global.release();
+    let _ = global.release();
     shard::set_home(0);
     let again = word.admit().expect("the lane that came back");
     assert!(Arc::ptr_eq(again, &admitted[1]), "taken where it came back");
@@ -151,8 +151,8 @@ fn permits_taken_on_one_shard_come_back_on_another() {
     assert!(!global.take_locked(), "two permits, two taken");
     assert!(!global.has_room());
     // Both come back on shard 3, and are taken from there.
-    global.release();
-    global.release();
+    let _ = global.release();
+    let _ = global.release();
     assert_eq!(global.in_flight(), 0);
     shard::set_home(1);
     assert!(global.take_locked() && global.take_locked());
@@ -179,7 +179,7 @@ fn the_largest_maximum_splits_and_counts_without_overflow() {
     shard::set_home(2);
     assert!(global.take_locked());
     assert_eq!(global.in_flight(), 1);
-    global.release();
+    let _ = global.release();
     assert_eq!(global.in_flight(), 0);
     assert!(global.has_room());
 }

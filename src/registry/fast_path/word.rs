@@ -470,15 +470,6 @@ impl Permits {
         !self.queued.0.load(Ordering::SeqCst) && self.take_at(home)
     }
 
-    /// Gives a permit back under the scheduler's lock, to shard `shard`: no
-    /// fence and no look at the flag, since the lock's holder serves its
-    /// own waiters before it unlocks (`Scheduler::settle_global`, through
-    /// [`publish_queued`](Self::publish_queued)).
-    #[inline]
-    pub(crate) fn release_locked(&self, shard: usize) {
-        self.free[shard % SHARDS].0.fetch_add(1, Ordering::SeqCst);
-    }
-
     /// Gives a permit back, to shard `shard` (any shard is right: only the
     /// sum is the limit; the caller's own keeps the line its); whether
     /// requests wait for one (then the caller must let the first go, under
