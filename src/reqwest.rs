@@ -46,6 +46,26 @@
 //! The full stack (robots.txt, Retry-After, backoff and retries) goes
 //! between the same two adapters; `examples/reqwest.rs` shows it.
 //!
+//! # Departures
+//!
+//! A scope's gaps run from each request's departure (see
+//! [`departure`](crate::departure)). Called by a throttle, [`HttpClient`]
+//! times it when hyper, under reqwest, takes the request to write its head
+//! (it asks the body whether it is empty then, in the connection's task),
+//! not when reqwest got it: a request that waits for a connection to be
+//! made (a second lane's first request, on a long round trip) or for the
+//! client's runtime to run the connection's task reaches the site that
+//! much later, and the next gap runs from then. Before, a site could see
+//! two requests closer than the delay: `tests/reqwest.rs` has three lanes
+//! 100 ms apart, with new connections 40 ms to set up, arrive 59 ms apart
+//! by the site's kernel stamps, and 101 ms apart now.
+//!
+//! For that the request's body goes to reqwest as a stream
+//! (`reqwest::Body::wrap`, one allocation more beside the stamp's), so
+//! reqwest's own redirects and retries cannot replay a body that is not
+//! empty: follow redirects and retry with this crate's layers, as above
+//! and below. A request no throttle calls goes as it is.
+//!
 //! # Transfers and redirects
 //!
 //! A request keeps its lanes until the `reqwest::Response`'s body has been
@@ -111,6 +131,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::backoff::TryCloneBody;
+use crate::departure::stamp;
+use crate::departure::{StampedBody, StampedBy};
 use crate::throttle::ThrottledBody;
 
 /// A `reqwest::Client` as a `Service<http::Request<B>>`, the inner service
@@ -119,7 +141,9 @@ use crate::throttle::ThrottledBody;
 /// response body is a `reqwest::Body`. See the [module docs](self).
 ///
 /// The response carries the URL it came from, so a `reqwest::Response`
-/// made from it (by [`ReqwestLayer`]) has the right `url()`.
+/// made from it (by [`ReqwestLayer`]) has the right `url()`. A request a
+/// throttle calls departs when hyper, under reqwest, writes it (see
+/// [Departures](self#departures)).
 ///
 /// # Redirects
 ///
@@ -180,10 +204,27 @@ impl<B: Into<Body>> Service<http::Request<B>> for HttpClient {
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        match ::reqwest::Request::try_from(request) {
+        match ::reqwest::Request::try_from(stamped_at_the_write(request)) {
             Ok(request) => ResponseFuture::calling(self.client.call(request), into_http_response),
             Err(error) => ResponseFuture::failed(error),
         }
+    }
+}
+
+/// The request with its body as reqwest takes it. Called by a throttle,
+/// the body is a [`StampedBody`]: hyper, under reqwest, asks it whether it
+/// is empty in the connection's task, right before it writes the request's
+/// head, and that instant is the departure (see [`departure`](crate::departure)),
+/// rather than the hand-over, which comes before the connection is made
+/// or free and before the client's runtime runs its task. Without a
+/// throttle calling (or with a [`DepartureStampLayer`](crate::departure::DepartureStampLayer)
+/// between, which stamps it first), the body goes as it is.
+fn stamped_at_the_write<B: Into<Body>>(request: http::Request<B>) -> http::Request<Body> {
+    match stamp::claim() {
+        Some(stamp) => {
+            request.map(|body| Body::wrap(StampedBody::new(body.into(), Some(stamp), StampedBy::NotItsSize)))
+        }
+        None => request.map(Into::into),
     }
 }
 

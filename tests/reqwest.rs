@@ -517,3 +517,97 @@ async fn errors_that_are_not_overload_are_no_backoff_feedback() {
     assert_eq!(stats.sent, 1);
     assert_eq!(stats.backoff_feedbacks, 0);
 }
+
+/// A connector that answers 40 ms late, as a handshake over a long round
+/// trip would: the connection is up, and the request written, that long
+/// after the client had the request.
+#[derive(Clone)]
+struct SlowConnect<S>(S);
+
+/// How long [`SlowConnect`] takes to make a connection.
+const CONNECTION_SETUP: Duration = Duration::from_millis(40);
+
+impl<S, R> Service<R> for SlowConnect<S>
+where
+    S: Service<R>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let connecting = self.0.call(request);
+        Box::pin(async move {
+            tokio::time::sleep(CONNECTION_SETUP).await;
+            connecting.await
+        })
+    }
+}
+
+/// A scope of three lanes, 100 ms apart, on a site that answers in 300 ms:
+/// once a second and a third request are in flight, reqwest's pool has no
+/// idle connection and opens a new one, 40 ms to set up. Timed from the
+/// hand-over, such a request reaches the site 40 ms after its departure,
+/// and the next one, on a connection already up, 60 ms after it. Through
+/// `HttpClient`, the departure is when hyper, under reqwest, asks the body
+/// right before it writes the head, after the connection is made: by the
+/// site's kernel stamps, every gap is the delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_http_client_a_request_departs_when_its_new_connection_writes_it() {
+    let arrivals: Arc<Mutex<Vec<std::time::Instant>>> = Arc::default();
+    let site = arrivals.clone();
+    let addr = support::serve(move |request: http::Request<hyper::body::Incoming>| {
+        let site = site.clone();
+        async move {
+            site.lock().unwrap().push(support::KernelArrival::of(&request));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            support::text("ok")
+        }
+    })
+    .await;
+    let registry = Registry::builder()
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(3)
+                .delay(Duration::from_millis(100))
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap();
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .connector_layer(tower::layer::layer_fn(SlowConnect))
+        .build()
+        .unwrap();
+    let client = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(registry.clone()))
+        .service(HttpClient::new(http));
+    let requests = (0..6).map(|page| {
+        let client = client.clone();
+        let uri = format!("http://127.0.0.1:{}/{page}", addr.port());
+        async move {
+            let request = http::Request::get(uri).body(reqwest::Body::default()).unwrap();
+            let response = client.oneshot(request).await.unwrap();
+            assert_eq!(response.status(), 200);
+        }
+    });
+    futures::future::join_all(requests).await;
+    let mut arrivals = arrivals.lock().unwrap().clone();
+    assert_eq!(arrivals.len(), 6);
+    arrivals.sort();
+    let closest = arrivals.windows(2).map(|pair| pair[1] - pair[0]).min().unwrap();
+    eprintln!("reqwest, new connections 40 ms to set up: closest arrivals {closest:?} apart (100 ms asked)");
+    assert!(
+        closest >= Duration::from_millis(98),
+        "two arrivals {closest:?} apart"
+    );
+    let stats = registry.stats();
+    assert_eq!((stats.in_flight, stats.waiting), (0, 0));
+}

@@ -23,19 +23,30 @@ pin_project! {
         #[pin]
         inner: B,
         stamp: Option<Arc<WriteStamp>>,
-        // The stamp is the socket write's (a `StampedIo` makes it), not
-        // the first question's.
-        on_socket_write: bool,
+        by: StampedBy,
     }
 }
 
+/// Which of the client's questions stamps a [`StampedBody`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StampedBy {
+    /// The first question, whatever it is (hyper and hyper-util ask first
+    /// in the connection's task).
+    FirstQuestion,
+    /// The first question arms the stamp, and the socket write that
+    /// carries the head stamps it (a `StampedIo` makes it).
+    SocketWrite,
+    /// Whether it is empty, or its first frame; not its size. reqwest's
+    /// client (its redirect layer) asks the size when the request is
+    /// handed over, before any connection; hyper asks whether it is empty
+    /// in the connection's task, right before it writes the head.
+    #[cfg_attr(not(any(feature = "reqwest", test)), allow(dead_code))]
+    NotItsSize,
+}
+
 impl<B> StampedBody<B> {
-    pub(crate) fn new(inner: B, stamp: Option<Arc<WriteStamp>>, on_socket_write: bool) -> Self {
-        StampedBody {
-            inner,
-            stamp,
-            on_socket_write,
-        }
+    pub(crate) fn new(inner: B, stamp: Option<Arc<WriteStamp>>, by: StampedBy) -> Self {
+        StampedBody { inner, stamp, by }
     }
 
     /// A body that stamps nothing (for a request no throttle handed over).
@@ -43,7 +54,7 @@ impl<B> StampedBody<B> {
         StampedBody {
             inner,
             stamp: None,
-            on_socket_write: false,
+            by: StampedBy::FirstQuestion,
         }
     }
 
@@ -52,11 +63,15 @@ impl<B> StampedBody<B> {
         self.inner
     }
 
-    fn stamp(&self) {
-        match &self.stamp {
-            Some(stamp) if self.on_socket_write => stamp.arm_once(),
-            Some(stamp) => stamp.stamp(),
-            None => {}
+    /// The client asked a question: `size`, whether it asked the size.
+    fn stamp(&self, size: bool) {
+        let Some(stamp) = &self.stamp else {
+            return;
+        };
+        match self.by {
+            StampedBy::NotItsSize if size => {}
+            StampedBy::SocketWrite => stamp.arm_once(),
+            StampedBy::FirstQuestion | StampedBy::NotItsSize => stamp.stamp(),
         }
     }
 }
@@ -69,17 +84,17 @@ impl<B: Body> Body for StampedBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        self.stamp();
+        self.stamp(false);
         self.project().inner.poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.stamp();
+        self.stamp(false);
         self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.stamp();
+        self.stamp(true);
         self.inner.size_hint()
     }
 }
@@ -94,7 +109,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_first_question_stamps_and_the_body_is_unchanged() {
         let stamp = Arc::new(WriteStamp::default());
-        let body = StampedBody::new(Full::new(Bytes::from_static(b"abc")), Some(stamp.clone()), false);
+        let body = StampedBody::new(
+            Full::new(Bytes::from_static(b"abc")),
+            Some(stamp.clone()),
+            StampedBy::FirstQuestion,
+        );
         assert_eq!(stamp.get(), None, "nothing asked yet");
         tokio::time::advance(std::time::Duration::from_millis(7)).await;
         let asked_at = tokio::time::Instant::now();
@@ -104,5 +123,25 @@ mod tests {
         assert_eq!(body.size_hint().exact(), Some(3));
         assert_eq!(body.collect().await.unwrap().to_bytes(), "abc");
         assert_eq!(stamp.get(), Some(asked_at), "the first question's instant stays");
+    }
+
+    /// reqwest's redirect layer asks the size when the request is handed
+    /// over, before the connection: for reqwest the size does not stamp,
+    /// hyper's question in the connection's task does.
+    #[tokio::test(start_paused = true)]
+    async fn not_its_size_stamps_at_the_emptiness_question_after_the_size() {
+        let stamp = Arc::new(WriteStamp::default());
+        let body = StampedBody::new(
+            Full::new(Bytes::from_static(b"abc")),
+            Some(stamp.clone()),
+            StampedBy::NotItsSize,
+        );
+        assert_eq!(body.size_hint().exact(), Some(3));
+        assert_eq!(stamp.get(), None, "the size does not stamp");
+        tokio::time::advance(std::time::Duration::from_millis(40)).await;
+        let asked_at = tokio::time::Instant::now();
+        assert!(!body.is_end_stream());
+        assert_eq!(stamp.get(), Some(asked_at));
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "abc");
     }
 }

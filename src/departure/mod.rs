@@ -54,6 +54,11 @@
 //! the next request is armed on that thread, or else departs at its
 //! hand-over when its response comes.
 //!
+//! With reqwest there is nothing to add: the crate's `reqwest::HttpClient`
+//! (feature `reqwest`) stamps a throttled request's body itself, when hyper under reqwest asks
+//! whether it is empty (reqwest asks its size earlier, which does not
+//! stamp).
+//!
 //! It only helps between a `Throttle` and a client that asks the body when
 //! it writes (hyper's and hyper-util's HTTP/1 and HTTP/2 clients do). Put
 //! nothing between it and the client that reads the body early, and keep
@@ -98,6 +103,8 @@ mod service;
 pub(crate) mod stamp;
 
 pub use body::StampedBody;
+#[cfg(feature = "reqwest")]
+pub(crate) use body::StampedBy;
 #[cfg(feature = "hyper-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hyper-util")))]
 pub use io::{Connecting, StampedIo, StampingConnector};

@@ -2,7 +2,7 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 
-use super::body::StampedBody;
+use super::body::{StampedBody, StampedBy};
 use super::stamp;
 
 /// Hands the client each request with a [`StampedBody`], so that the
@@ -43,8 +43,11 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         // The throttle calling this on this thread, if any, takes the stamp.
         let stamp = stamp::claim();
-        let on_socket_write = self.on_socket_write;
+        let by = match self.on_socket_write {
+            true => StampedBy::SocketWrite,
+            false => StampedBy::FirstQuestion,
+        };
         self.inner
-            .call(request.map(|body| StampedBody::new(body, stamp, on_socket_write)))
+            .call(request.map(|body| StampedBody::new(body, stamp, by)))
     }
 }
