@@ -120,8 +120,13 @@
 //! with a delay sends nothing else, and its next gap runs from that end:
 //! with delay `d`, the second send comes `d` after the first answer. From
 //! then on gaps run from sends as usual. Scopes without a delay are not
-//! affected. (A mid-crawl connection opened by a second lane is not
-//! covered: the scheduler cannot see the client's pool.)
+//! affected. The same holds, in each of its scopes, for a request of
+//! several scopes one of which is cold: a name's first request opens a
+//! connection of its own, so its server's scope (shared with other names)
+//! waits for its answer too. (A mid-crawl connection opened by a second
+//! lane is not covered: the scheduler cannot see the client's pool. A
+//! departure stamped at the client's write covers it: see
+//! [`departure`](crate::departure).)
 //!
 //! # Eviction
 //!
