@@ -243,6 +243,44 @@ async fn each_workers_first_request_holds_the_fleet_until_it_is_answered() {
     );
 }
 
+/// A name's first request opens a connection of its own, so its server's
+/// scope (shared with the other names) waits for its answer, fleet-wide
+/// too: worker one sends `a` (cold everywhere), then `b`, a name new to it
+/// on a server it knows; worker two's `c` goes the delay after `b`'s
+/// answer, not after `b`'s departure. Names: one lane, no delay; the
+/// server: one lane, 100 ms; 30 ms answers.
+#[tokio::test(start_paused = true)]
+async fn a_names_first_request_holds_its_servers_scope_fleet_wide_until_answered() {
+    let store = MemoryStore::new();
+    let worker = || {
+        Registry::builder()
+            .default_scope(one_lane_every(Duration::ZERO))
+            .scope("server", one_lane_every(DELAY))
+            .resolver(|head: &tower_throttle::scope::RequestHead<'_>| {
+                Scopes::from([head.host().unwrap_or_default().to_string(), "server".to_string()])
+            })
+            .store(store.clone())
+            .build()
+            .unwrap()
+    };
+    let (one, two) = (worker(), worker());
+    let sends = Sends::default();
+    let start = Instant::now();
+    let latency = Duration::from_millis(30);
+    let on = |host: &str| http::Request::get(format!("http://{host}/")).body(()).unwrap();
+    let one = answering_after(&one, "one", latency, &sends, start);
+    let two = answering_after(&two, "two", latency, &sends, start);
+    at_head(one.clone().oneshot(on("a.test"))).await.unwrap();
+    let b = tokio::spawn(at_head(one.oneshot(on("b.test"))));
+    tokio::time::sleep_until(start + Duration::from_millis(140)).await;
+    at_head(two.oneshot(on("c.test"))).await.unwrap();
+    b.await.unwrap().unwrap();
+    // `a` at 0 (answered at 30): the server's next send 100 ms after that
+    // answer; `b` at 130, a name's first (answered at 160): `c` at 260,
+    // where `b`'s departure alone would have let it go at 230.
+    assert_eq!(*sends.lock().unwrap(), [(0, "one"), (130, "one"), (260, "two")]);
+}
+
 /// A long hold (a server's "come back in an hour") is in the store, so a
 /// worker started after it, with nothing of its own, still waits it out;
 /// the store keeps it whole, capped only by `max_hold` (1 h), not by the

@@ -15,7 +15,9 @@ impl Scheduler {
     /// The store terms of admitted ticket `id`, one per scope in its
     /// order: the effective concurrency, the gap after this send (the
     /// effective delay with this send's jitter drawn, never below the
-    /// scope's floor), and whether the scope is still cold in this worker.
+    /// scope's floor), and whether the scope is still cold in this worker
+    /// (or the request opens a connection, as a name's first does in its
+    /// server's scope: see `ScopeState::first_answer_pending`).
     pub(crate) fn fleet_terms(&mut self, id: TicketId, now: Instant) -> Vec<ScopeTerms> {
         let ticket = &self.tickets[id];
         ticket
@@ -38,7 +40,7 @@ impl Scheduler {
                     quota,
                     // Cold here, whatever the other workers know: this
                     // worker's connection to the site is not set up yet.
-                    first: !state.warm && !delay.is_zero(),
+                    first: (!state.warm || ticket.opens_connection) && !delay.is_zero(),
                 }
             })
             .collect()
