@@ -55,10 +55,11 @@
 //! not when reqwest got it: a request that waits for a connection to be
 //! made (a second lane's first request, on a long round trip) or for the
 //! client's runtime to run the connection's task reaches the site that
-//! much later, and the next gap runs from then. Before, a site could see
-//! two requests closer than the delay: `tests/reqwest.rs` has three lanes
-//! 100 ms apart, with new connections 40 ms to set up, arrive 59 ms apart
-//! by the site's kernel stamps, and 101 ms apart now.
+//! much later, and the next gap runs from then. Timed from the hand-over,
+//! a site would see two requests closer than the delay:
+//! `tests/reqwest.rs` has three lanes 100 ms apart, with new connections
+//! 40 ms to set up, arrive 101 ms apart by the site's kernel stamps, where
+//! the hand-over gave 59 ms.
 //!
 //! For that the request's body goes to reqwest as a stream
 //! (`reqwest::Body::wrap`, one allocation more beside the stamp's), so

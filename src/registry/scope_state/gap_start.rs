@@ -19,10 +19,11 @@ impl ScopeState {
 
     /// Whether the scope's next gap cannot be measured yet, because it runs
     /// from an instant still to come: the departure of a request admitted
-    /// but not yet handed to the inner service, or, while the scope is cold,
-    /// the first answer (the first request pays for the connection's setup
-    /// after its send, so the server would see the second one early).
-    /// Scopes without a delay have no gap to protect.
+    /// but not yet handed to the inner service, or the answer to a request
+    /// that opens a connection (it pays for the connection's setup after
+    /// its send, so the server would see the next one early: see
+    /// [`first_answer_pending`](Self::first_answer_pending)). Scopes without
+    /// a delay have no gap to protect.
     pub(super) fn waits_for_an_earlier_request(&self, effective: &Effective) -> bool {
         if effective.delay.is_zero() && effective.delay_floor.is_zero() {
             return false;
