@@ -246,10 +246,12 @@ async fn a_names_first_request_on_a_slow_new_connection_keeps_its_servers_gap_at
         .min()
         .unwrap();
     eprintln!("five names on one slow-to-connect server: closest arrivals {closest:?}");
-    // Loopback adds well under a millisecond; the connection's setup, 40 ms,
-    // would show whole.
+    // The connection's setup, 40 ms, would show whole (about 60 ms). The
+    // slack is for the client's own lag: a warm name's request departs at
+    // its hand-over, and on a loaded test machine its write can come a few
+    // milliseconds later (101.4 ms measured quiet).
     assert!(
-        closest.0 >= ms(98),
+        closest.0 >= ms(90),
         "two arrivals at the server {closest:?} apart"
     );
 }

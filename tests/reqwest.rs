@@ -604,8 +604,11 @@ async fn through_http_client_a_request_departs_when_its_new_connection_writes_it
     arrivals.sort();
     let closest = arrivals.windows(2).map(|pair| pair[1] - pair[0]).min().unwrap();
     eprintln!("reqwest, new connections 40 ms to set up: closest arrivals {closest:?} apart (100 ms asked)");
+    // Without the stamp, about 60 ms (the setup shows whole). The slack is
+    // for the connection's task, preempted between hyper's question and the
+    // write on a loaded test machine (101.4 ms measured quiet).
     assert!(
-        closest >= Duration::from_millis(98),
+        closest >= Duration::from_millis(100) - SOCKET_SLACK,
         "two arrivals {closest:?} apart"
     );
     let stats = registry.stats();
