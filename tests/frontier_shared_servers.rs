@@ -269,8 +269,10 @@ async fn a_name_that_asks_after_the_departure_stamp_still_goes_first_by_its_pend
     );
     // `first` was its name's first request, which opens a connection of
     // its own: the server's next gap runs from its answer (26 ms after it
-    // left, as the throttle saw it end), not from its departure, and the
-    // next send comes as soon as that gap is over.
+    // left, as the throttle saw it end), not from its departure. The next
+    // send comes once that gap is over: 83.4 ms here, 2.3 ms after its
+    // earliest instant, since the frontier looks again at the instant it
+    // forecast, not when the answer comes.
     let first_answered = on_server_0[1].at + ms(26);
     assert!(
         on_server_0[2].at >= first_answered + ms(25) && on_server_0[2].at < first_answered + ms(28),
