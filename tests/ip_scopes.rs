@@ -23,7 +23,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tower_throttle::connect::{PinServerLayer, PinnedConnector};
 use tower_throttle::departure::{DepartureStampLayer, StampedBody, StampingConnector};
 
-use support::{full_request, get, serve, text, Recorder};
+use support::{full_request, get, resolving, serve, text, throttled_through, Recorder};
 
 fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
@@ -62,33 +62,8 @@ fn pinned_stamping_client() -> hyper_util::client::legacy::Client<
         .build(PinnedConnector::new(StampingConnector::new(connector)))
 }
 
-/// `service` behind an `IpScopeLayer` with `resolver` and a throttle.
-fn throttled_through<S>(
-    registry: &Registry,
-    resolver: impl Resolve,
-    service: S,
-) -> tower_throttle::ip::IpScope<tower_throttle::Throttle<S>> {
-    ServiceBuilder::new()
-        .layer(
-            IpScopeLayer::builder(registry.clone())
-                .resolver(resolver)
-                .build()
-                .unwrap(),
-        )
-        .layer(ThrottleLayer::new(registry.clone()))
-        .service(service)
-}
-
 fn names(count: usize, site: &str) -> Vec<String> {
     (0..count).map(|index| format!("{site}{index}.example")).collect()
-}
-
-fn resolving(names: &[String], address: [u8; 4]) -> FixedResolver {
-    let resolver = FixedResolver::new();
-    for name in names {
-        resolver.set(name, [address]);
-    }
-    resolver
 }
 
 /// 200 names on one server: the server's scope spaces them all, as one

@@ -8,11 +8,11 @@ mod support;
 
 use std::time::Duration;
 
-use tower::{ServiceBuilder, ServiceExt};
-use tower_throttle::ip::{FixedResolver, IpScopeLayer};
-use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+use tower::ServiceExt;
+use tower_throttle::ip::FixedResolver;
+use tower_throttle::{Registry, ScopeConfig};
 
-use support::{get, instants_by, one_lane_every, Recorder, Sent};
+use support::{get, instants_by, one_lane_every, resolving, throttled_through, Recorder, Sent};
 
 fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
@@ -114,15 +114,7 @@ impl Crawl {
     /// inner service saw.
     async fn run(&self, registry: &Registry, orders: &[Order]) -> Vec<Sent> {
         let recorder = Recorder::new();
-        let client = ServiceBuilder::new()
-            .layer(
-                IpScopeLayer::builder(registry.clone())
-                    .resolver(self.resolver())
-                    .build()
-                    .unwrap(),
-            )
-            .layer(ThrottleLayer::new(registry.clone()))
-            .service(recorder.service(Duration::ZERO));
+        let client = throttled_through(registry, self.resolver(), recorder.service(Duration::ZERO));
         let tasks: Vec<_> = self
             .uris(orders)
             .into_iter()
@@ -266,20 +258,9 @@ async fn a_names_first_request_times_its_servers_next_gap_from_its_answer() {
         .ip_scopes(one_lane_every(ms(100)))
         .build()
         .unwrap();
-    let resolver = FixedResolver::new();
-    for name in ["a.example", "b.example", "c.example"] {
-        resolver.set(name, [[10, 0, 0, 1]]);
-    }
+    let resolver = resolving(&["a.example", "b.example", "c.example"], [10, 0, 0, 1]);
     let recorder = Recorder::new();
-    let client = ServiceBuilder::new()
-        .layer(
-            IpScopeLayer::builder(registry.clone())
-                .resolver(resolver)
-                .build()
-                .unwrap(),
-        )
-        .layer(ThrottleLayer::new(registry.clone()))
-        .service(recorder.service(ms(30)));
+    let client = throttled_through(&registry, resolver, recorder.service(ms(30)));
     let pages = [
         "a.example/1",
         "b.example/1",

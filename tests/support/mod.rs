@@ -596,3 +596,30 @@ pub fn timed_client(
     });
     tower::Layer::layer(&tower_throttle::ThrottleLayer::new(registry.clone()), inner)
 }
+
+/// `service` behind an `IpScopeLayer` with `resolver` and a throttle, all
+/// on `registry`: the stack of the IP scope tests.
+pub fn throttled_through<S>(
+    registry: &tower_throttle::Registry,
+    resolver: impl tower_throttle::ip::Resolve,
+    service: S,
+) -> tower_throttle::ip::IpScope<tower_throttle::Throttle<S>> {
+    tower::ServiceBuilder::new()
+        .layer(
+            tower_throttle::ip::IpScopeLayer::builder(registry.clone())
+                .resolver(resolver)
+                .build()
+                .unwrap(),
+        )
+        .layer(tower_throttle::ThrottleLayer::new(registry.clone()))
+        .service(service)
+}
+
+/// A fixed resolver that gives every one of `names` the one `address`.
+pub fn resolving(names: &[impl AsRef<str>], address: [u8; 4]) -> tower_throttle::ip::FixedResolver {
+    let resolver = tower_throttle::ip::FixedResolver::new();
+    for name in names {
+        resolver.set(name.as_ref(), [address]);
+    }
+    resolver
+}
