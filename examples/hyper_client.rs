@@ -29,10 +29,17 @@ use tokio::time::Instant;
 use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_throttle::connect::{PinServerLayer, PinnedConnector};
+use tower_throttle::departure::{DepartureStampLayer, StampedBody, StampingConnector};
 use tower_throttle::ip::{FixedResolver, IpScopeLayer};
 use tower_throttle::{BackoffLayer, Registry, RetryAfterLayer, RobotsDelayLayer, ScopeConfig, ThrottleLayer};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The client of this example: rustls over stamping, pinned connections.
+type HttpsClient = Client<
+    hyper_rustls::HttpsConnector<StampingConnector<PinnedConnector<HttpConnector>>>,
+    StampedBody<Full<Bytes>>,
+>;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
@@ -73,6 +80,9 @@ async fn main() -> Result<(), BoxError> {
         .layer(RetryAfterLayer::new(registry.clone()))
         .layer(backoff)
         .layer(PinServerLayer::new())
+        // Innermost: a send departs when the socket write of its head
+        // returns (the encrypted bytes), not when the client takes it.
+        .layer(DepartureStampLayer::new().at_socket_write())
         .service(https_client(certified.cert.der().clone())?);
 
     let start = Instant::now();
@@ -108,11 +118,10 @@ async fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
-/// An https (and http) client that trusts `certificate` and connects to
-/// each request's pinned server address.
-fn https_client(
-    certificate: rustls_pki_types::CertificateDer<'static>,
-) -> Result<Client<hyper_rustls::HttpsConnector<PinnedConnector<HttpConnector>>, Full<Bytes>>, BoxError> {
+/// An https (and http) client that trusts `certificate`, connects to
+/// each request's pinned server address, and stamps each request's
+/// departure when the socket write of its head returns (under TLS).
+fn https_client(certificate: rustls_pki_types::CertificateDer<'static>) -> Result<HttpsClient, BoxError> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(certificate)?;
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
@@ -125,7 +134,7 @@ fn https_client(
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .wrap_connector(PinnedConnector::new(http));
+        .wrap_connector(StampingConnector::new(PinnedConnector::new(http)));
     Ok(Client::builder(TokioExecutor::new()).build(connector))
 }
 

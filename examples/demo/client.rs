@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tower::retry::RetryLayer;
 use tower::{Service, ServiceBuilder};
 use tower_throttle::connect::{PinServerLayer, PinnedConnector};
+use tower_throttle::departure::{DepartureStampLayer, StampedBody, StampingConnector};
 use tower_throttle::ip::{FixedResolver, IpScopeLayer};
 use tower_throttle::redirect::{FailOnLoops, FollowRedirectLayer};
 use tower_throttle::throttle::ThrottledBody;
@@ -67,6 +68,9 @@ pub fn full_stack(
         })
         // The connection goes to the address the IP scope throttled.
         .layer(PinServerLayer::new())
+        // Innermost: a send departs when the socket write of its head
+        // returns, so a busy machine cannot shorten a gap at the site.
+        .layer(DepartureStampLayer::new().at_socket_write())
         .service(site_client(sites, addresses))
 }
 
@@ -156,11 +160,12 @@ impl Service<Name> for SiteResolver {
 
 /// A client that connects to the address a request's IP scope throttled
 /// (`PinnedConnector`), and reaches each of `sites` at its address in
-/// `addresses` when a request has none.
+/// `addresses` when a request has none; its connections stamp each
+/// request's departure at the socket write (`StampingConnector`).
 fn site_client(
     sites: &[Site],
     addresses: &[SocketAddr],
-) -> Client<PinnedConnector<HttpConnector<SiteResolver>>, Full<Bytes>> {
+) -> Client<StampingConnector<PinnedConnector<HttpConnector<SiteResolver>>>, StampedBody<Full<Bytes>>> {
     let addresses = sites
         .iter()
         .zip(addresses)
@@ -168,5 +173,5 @@ fn site_client(
         .collect();
     let mut connector = HttpConnector::new_with_resolver(SiteResolver(Arc::new(addresses)));
     connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).build(PinnedConnector::new(connector))
+    Client::builder(TokioExecutor::new()).build(StampingConnector::new(PinnedConnector::new(connector)))
 }
