@@ -280,6 +280,55 @@ async fn a_name_that_asks_after_the_departure_stamp_still_goes_first_by_its_pend
     );
 }
 
+/// Pages under `/slow` take 100 ms; the others are answered at once.
+fn slow_pages_in_100_ms(request: &http::Request<()>) -> Duration {
+    match request.uri().path().starts_with("/slow") {
+        true => ms(100),
+        false => Duration::ZERO,
+    }
+}
+
+/// A name's first request on a server opens a connection of its own, so
+/// the server's next gap runs from its answer. Here the server is new (no
+/// latency known) and the answer takes 100 ms: the server's other name
+/// waits for it in the frontier, not in the throttle, and the frontier's
+/// second slot goes meanwhile to another server's page, at once. Before,
+/// the prediction said *now* once the gap from the send was over (25 ms):
+/// the frontier handed the other name over, it waited 100 ms in the
+/// throttle for the answer, and the other server's page waited for a slot
+/// until 100 ms.
+#[tokio::test(start_paused = true)]
+async fn a_servers_other_names_wait_for_its_first_answer_in_the_frontier_not_in_a_slot() {
+    let registry = names_on_shared_servers(ms(1_000), ScopeConfig::default().jitter(0.0));
+    let recorder = Recorder::new();
+    let (ip_scopes, client) = stack(&registry, resolver(), &recorder, slow_pages_in_100_ms);
+    let (frontier, pages) = FrontierBuilder::new(registry.clone())
+        .in_flight(2)
+        .ip_scopes(ip_scopes)
+        .build(client)
+        .unwrap();
+    let crawl = tokio::spawn(frontier.for_each(|(uri, response)| {
+        let response = response.unwrap();
+        let waited = response.extensions().get::<tower_throttle::Waited>();
+        assert!(waited.is_none(), "{uri} waited in the throttle: {waited:?}");
+        std::future::ready(())
+    }));
+    let (opens, other_name, other_server) = (name(0, 0), name(0, 1), name(1, 0));
+    pages.push(get(&format!("http://{opens}/slow"))).await.unwrap();
+    pages.push(get(&format!("http://{other_name}/"))).await.unwrap();
+    tokio::time::sleep(ms(30)).await;
+    pages.push(get(&format!("http://{other_server}/"))).await.unwrap();
+    drop(pages);
+    crawl.await.unwrap();
+    let sent = recorder.sent();
+    let at = |host: &str| sent.iter().find(|one| one.host == host).unwrap().at - sent[0].at;
+    assert_eq!(
+        (at(&opens), at(&other_server), at(&other_name)),
+        (ms(0), ms(30), ms(125)),
+        "{sent:?}"
+    );
+}
+
 /// Polls the stack's future for the first time `hand_over` after the call
 /// (the clock moved on by as much, as a real client's work moves it): the
 /// departure is stamped then.

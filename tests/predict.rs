@@ -104,6 +104,44 @@ async fn a_busy_lane_is_an_estimate_from_the_latency_average() {
     busy.await.unwrap().unwrap();
 }
 
+/// A new scope's first request opens its connection, so the next gap runs
+/// from its answer. Before the answer, the prediction is the gap from the
+/// send plus the latency average (none yet here), and once that instant
+/// is past, the gap from now: an answer not come yet comes now at the
+/// earliest. It never says *now* while the scope admits nothing.
+#[tokio::test(start_paused = true)]
+async fn before_a_late_first_answer_the_prediction_is_at_least_the_gap_from_now() {
+    let registry = Registry::builder()
+        .default_scope(
+            ScopeConfig::default()
+                .concurrency(2)
+                .delay(ms(100))
+                .delay_per_slot(Duration::ZERO)
+                .jitter(0.0),
+        )
+        .build()
+        .unwrap();
+    let recorder = Recorder::new();
+    let service = ThrottleLayer::new(registry.clone()).layer(recorder.service(ms(300)));
+    let first = tokio::spawn(at_head(service.clone().oneshot(get("http://a.example/0"))));
+    settle().await;
+    let scopes = Scopes::from(["a.example"]);
+    // What the wait is for: the answer (as the waiter's `Waited` says).
+    let prediction = registry.predict(&scopes);
+    assert_eq!((prediction.wait, prediction.exact), (ms(100), false));
+    assert_eq!(prediction.cause, Some(WaitCause::Departure));
+    tokio::time::sleep(ms(150)).await;
+    let prediction = registry.predict(&scopes);
+    assert_eq!((prediction.wait, prediction.exact), (ms(100), false));
+    assert_eq!(prediction.cause, Some(WaitCause::Departure));
+    // The answer comes at 300 ms: the next send at 400 ms, as predicted
+    // from then on.
+    let second = tokio::spawn(at_head(service.clone().oneshot(get("http://a.example/1"))));
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    assert_eq!(recorder.millis(), [0, 400]);
+}
+
 /// Generated schedules of one scope where lanes never bind (lanes to
 /// spare, answers at once, no jitter), with holds set now and then while
 /// nothing waits, and requests coming at random instants: each

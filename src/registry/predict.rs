@@ -24,7 +24,11 @@ use crate::waited::WaitCause;
 /// scope's latency average since each busy request left), and so it does
 /// when a gap runs from a departure still to come, when a global permit
 /// must free first, or when a limit may relax on its own before then:
-/// [`exact`](Self::exact) is false.
+/// [`exact`](Self::exact) is false. A gap that runs from the answer to a
+/// request that opened a connection (see the registry's "Cold start")
+/// ends a latency average after that request left, and never sooner than
+/// the same gap from now while the answer has not come: a prediction
+/// does not say *now* while the scope would admit nothing.
 ///
 /// ```
 /// use std::time::Duration;

@@ -123,8 +123,13 @@ impl ScopeState {
                 last.next_allowed_at_least(effective.delay, &effective.jitter, effective.delay_floor)
             })
             .map(Stamp::instant);
+        // What the first gap waits for: the answer still pending, when
+        // it runs from one (as a waiter's `Waited` then says), else the
+        // delay.
+        let mut gap_key = (delay_cause, Some(effective.delay_source));
         if self.first_answer_pending() && has_gap {
-            gap_ends = gap_ends.map(|at| saturating_add(at, latency));
+            gap_ends = gap_ends.map(|at| self.after_the_first_answer(at, latency, now));
+            gap_key = (WaitCause::Departure, None);
         }
         if ahead > 0 && self.config.get_quota().is_some() {
             // The waiters ahead spend from the window too.
@@ -158,7 +163,7 @@ impl ScopeState {
                 (quota, (WaitCause::Quota, Some(LimitSource::Quota))),
                 (hold, (WaitCause::Hold, Some(LimitSource::Hold))),
                 (manager_hold, (WaitCause::Hold, Some(LimitSource::Manager))),
-                (gap_ends, (delay_cause, Some(effective.delay_source))),
+                (gap_ends, gap_key),
                 (Some(slot.free_at), lane_cause),
             ];
             let mut binding: Option<(Instant, CauseKey)> = None;
@@ -177,6 +182,7 @@ impl ScopeState {
                 estimated: true,
             };
             gap_ends = has_gap.then(|| saturating_add(at, shortest_gap));
+            gap_key = (delay_cause, Some(effective.delay_source));
         }
         if at > now && self.relaxes_before(effective, now, at) {
             exact = false;
@@ -190,6 +196,18 @@ impl ScopeState {
             .filter(|(_, time)| !time.is_zero())
             .map(|(key, _)| key);
         ScopeForecast { at, cause, exact }
+    }
+
+    /// When the gap that ends at `gap_ends` (counted from the last send)
+    /// ends once it runs from the answer still pending instead: a
+    /// `latency` after it, as the estimate goes, and never sooner than the
+    /// same gap from `now`, since an answer not come yet comes at `now` at
+    /// the earliest. (Without that floor, a late answer would make the
+    /// forecast say *now* while the scope admits nothing until it comes.)
+    fn after_the_first_answer(&self, gap_ends: Instant, latency: Duration, now: Instant) -> Instant {
+        let sent = self.last_send.map_or(gap_ends, |last| last.at.instant());
+        let gap = gap_ends.saturating_duration_since(sent);
+        saturating_add(gap_ends, latency).max(saturating_add(now, gap))
     }
 
     /// The `wanted` lanes that free soonest: the lanes of the requests in
