@@ -281,11 +281,16 @@ async fn a_request_ending_on_an_open_word_takes_the_lock_once_to_evict_an_idle_s
     if let (Some(start_locks), Some(first_locks), Some(before), Some(after)) =
         (start_locks, first_locks, before, after)
     {
-        // The first requests open the word; the rest take no lock.
-        assert!(first_locks - start_locks < 10, "{}", first_locks - start_locks);
+        // The first requests open the word; the rest take no lock but
+        // the word's looks (is it idle yet?), at most one a second: 59 in
+        // 58.9 s.
+        let first = first_locks - start_locks;
+        assert!(first < 10 + 59, "{first}");
         // The first request to end once the idle scope is due takes the
-        // lock, and evicts it there.
-        assert_eq!(after - before, 1);
+        // lock, and evicts it there; the word's looks take at most one a
+        // second more, over these 2 s.
+        let last = after - before;
+        assert!((1..=1 + 2).contains(&last), "{last}");
     }
 }
 

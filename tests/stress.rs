@@ -120,6 +120,21 @@ async fn plain_scopes_on_their_lock_free_words_keep_every_limit_while_closed_at_
     stress(SMALL, Duration::ZERO, true).await;
 }
 
+/// [`plain_scopes_on_their_lock_free_words_keep_every_limit_while_closed_at_random`]
+/// over forty sites, more than a thread's cache of words holds: requests
+/// find their words in the registry's directory, while the disturber
+/// closes them at random and the scheduler makes, opens and retires them.
+/// The invariants as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn words_found_in_the_directory_keep_every_limit_while_closed_at_random() {
+    let shape = Shape {
+        sites: 40,
+        max_concurrency: 64,
+        ..SMALL
+    };
+    stress(shape, Duration::ZERO, true).await;
+}
+
 /// Two busy plain sites on their words under a large global limit,
 /// smaller than the sites' lanes: requests on four worker threads take
 /// permits without the lock, the limit fills, requests wait for it in the

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::checks;
 use super::config::{self, ScopeConfig};
-use super::fast_path::places;
+use super::fast_path::{self, places};
 use super::manager::{ManagerFactory, ScopeManager};
 use super::metrics;
 use super::report::BackoffStatuses;
@@ -446,13 +446,15 @@ impl RegistryBuilder {
         let shared = Arc::new_cyclic(|registry| {
             // Its words reach the registry weakly: they live in it.
             let uid = next_registry_uid();
-            let scheduler = scheduler.with_word_owner(registry.clone(), uid);
+            let words = Arc::new(fast_path::Directory::default());
+            let scheduler = scheduler.with_word_owner(registry.clone(), uid, words.clone());
             let global = scheduler.global().clone();
             let configs = scheduler.config_table();
             let queue_places = places::QueuePlaces::new(self.max_queued);
             RegistryShared {
                 uid,
                 global,
+                words,
                 managers_hear_successes: AtomicBool::new(managers_hear_successes),
                 whole_transfers_somewhere: AtomicBool::new(whole_transfers_somewhere),
                 unread: Default::default(),

@@ -67,23 +67,46 @@
 //!
 //! # Finding the scope without the lock
 //!
-//! Each thread keeps the last few open scopes it used ([`hot`]), keyed by
-//! the registry and the scope's name: a hit costs a string comparison. A
-//! miss takes the lock, whose plain admission hands the scope back for the
-//! cache. A cached word that was closed, retired or full meanwhile sends
-//! the request to the lock, which may open the word again. Until the
-//! registry opened a word, a request does not look.
+//! Two places, looked at in turn; until the registry opened a word, a
+//! request looks at neither.
 //!
-//! # When a word opens
+//! - Each thread keeps the last few words it used ([`hot`]), keyed by the
+//!   registry and the scope's name: a hit costs a string comparison, and
+//!   writes nothing another thread reads (the thread keeps its own copy of
+//!   the key). An API client's few hosts live here.
+//! - Each registry lists its words by name in a [`Directory`]: 64 tables,
+//!   each behind a read-write lock of its own. A lookup holds its table's
+//!   read lock for one probe and the admission; only the scheduler writes,
+//!   under its own lock, when it makes a word or its scope goes. A crawl
+//!   going round many busy hosts finds its words here, so two threads on
+//!   different hosts meet on no lock at all (before the directory, they
+//!   took turns on the scheduler's, and two threads sent fewer requests a
+//!   second than one: issue 53). A word found here twice in a row by one
+//!   thread joins that thread's cache.
 //!
-//! A word costs memory (about 1.1 KB: four shards, each an allocation of
-//! 256 bytes, its `Arc`'s counts and the shard on lines of their own) and
-//! is worth it only for a scope that is busy: the scheduler opens a plain
-//! scope's word when the last one-scope request it queued asked for the
-//! same scope (a scope asked for twice in a row, by one thread or
-//! several), or when a thread had its word and found it closed. A crawl
-//! over many scopes, each visited now and then, never opens one and pays
-//! one atomic load per request.
+//! A miss in both takes the lock, which may make or open the word. A word
+//! found closed, retired or full also sends the request to the lock.
+//!
+//! # When a word opens, and when it goes
+//!
+//! A word costs memory (about 1.2 KB: four shards, each an allocation of
+//! 256 bytes, its `Arc`'s counts and the shard on lines of their own, and
+//! its place in the directory) and is worth it only for a scope that is
+//! busy: the scheduler makes a plain scope's word when the scope is asked
+//! for again while a request of it is in flight, or within 250 ms of the
+//! last one's end (`scheduler/plain.rs`, `WORD_GAP`; the scheduler's clock
+//! there is the latest instant a scope went idle, so the request path
+//! reads none). A scope asked for the first time gets none, nor one asked
+//! for now and then: a crawl that goes round its hosts slower than that
+//! pays one atomic load per request for the words. A registry keeps at
+//! most 16 384 words (`MAX_WORDS`, about 20 MB).
+//!
+//! A word idle for a second (nothing in flight on it, nothing admitted or
+//! ended since) is retired and leaves the directory; its scope stays, with
+//! what the word took in. The scheduler looks at each word about once a
+//! second, as eviction looks at idle scopes: a few per operation under
+//! its lock, and a request ending on a word takes the lock once that work
+//! is due (`scheduler/eviction.rs`). An evicted scope's word goes with it.
 //!
 //! # The global limit
 //!
@@ -118,6 +141,11 @@
 //! (`loom/tests/word.rs`, `loom/tests/places.rs`; see the README's
 //! Development section).
 //!
+//! The directory ([`Directory`]) has no atomics of its own: its tables are
+//! behind `std`'s read-write locks, and what it holds are words, whose
+//! protocol is the one above (a word found there after it was closed or
+//! retired refuses, as a cached one does).
+//!
 //! Four atomics here are not protocols, and loom does not model them.
 //! The next home a thread gets ([`shard::home`]) is a hint of where to
 //! look first: any value is correct. Two are written under the lock and
@@ -136,6 +164,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use self::atomic::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use directory::Directory;
 use shard::SHARDS;
 pub(crate) use statuses::StatusSet;
 pub(crate) use word::Ended;
@@ -147,6 +176,7 @@ use super::{Registry, RegistryShared};
 use crate::scope::Scope;
 use crate::time::Stamp;
 
+mod directory;
 pub(crate) mod hot;
 pub(crate) mod places;
 #[cfg(test)]
@@ -357,6 +387,9 @@ pub(crate) struct WordOwner {
     pub(super) registry: Weak<RegistryShared>,
     /// The registry's number, for the threads' caches ([`hot`]).
     pub(crate) uid: u64,
+    /// The registry's words by name, which the scheduler lists each word
+    /// in as it makes it.
+    pub(crate) directory: Arc<Directory>,
     pub(crate) metrics: Metrics,
 }
 

@@ -293,6 +293,8 @@ struct RegistryShared {
     uid: u64,
     /// The requests in flight over all scopes, shared with the scheduler.
     global: Arc<fast_path::GlobalFlight>,
+    /// The words of plain scopes by name, found without the lock.
+    words: Arc<fast_path::Directory>,
     resolver: Box<dyn ScopeResolver>,
     max_queued: usize,
     /// What the builder was given, for reading the config back.

@@ -126,13 +126,15 @@ impl Registry {
     }
 
     /// A prediction of *now* (at `now`, the clock read only then) when
-    /// `name`'s open lock-free word, cached by this thread, would admit a
+    /// `name`'s open lock-free word (cached by this thread, or in the
+    /// registry's directory) would admit a
     /// request now (a lane and a global permit free, nobody waiting): the
     /// answer the lock would give, without the lock. `None` says nothing:
     /// the lock decides.
     #[inline]
     fn prediction_on_word(&self, name: &str, now: impl FnOnce() -> Instant) -> Option<Prediction> {
-        hot::would_admit(self.shared.uid, name).then(|| Prediction::now(now()))
+        (hot::would_admit(self.shared.uid, name) || self.shared.words.would_admit(name))
+            .then(|| Prediction::now(now()))
     }
 
     /// The authority of `request` when its one scope is its host's, which

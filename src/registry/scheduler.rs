@@ -42,12 +42,10 @@ pub(crate) enum FastMode {
     /// request of several scopes; tests of tickets).
     Never,
     /// On the word of a scope already open (another thread uses it); also
-    /// opens the word of a plain scope that the last one-scope request
-    /// queued under the lock asked for too (a scope asked for twice in a
-    /// row, by one thread or several, is busy).
+    /// opens the word of a plain scope asked for before (a scope asked for
+    /// again is worth a word; one asked for once, as a crawl asks for most
+    /// hosts, is not).
     Join,
-    /// Also opens a plain scope: the caller's thread had its word.
-    Open,
 }
 
 /// What queuing a request gave.
@@ -101,9 +99,16 @@ pub(crate) struct Scheduler {
     fast_allowed: bool,
     /// What a scope's word is made with (set once the registry exists).
     word_owner: Option<WordOwner>,
-    /// The scope of the last one-scope request queued (see
-    /// [`FastMode::Join`]).
-    last_one_scope: ScopeId,
+    /// The scope the last lookup by name made, until a one-scope
+    /// admission reads it: a scope asked for the first time gets no word
+    /// (see `fast_admission`).
+    fresh_scope: ScopeId,
+    /// The latest instant a scope was seen to go idle: the scheduler's
+    /// clock for telling busy scopes from quiet ones without reading one
+    /// (see `fast_admission`).
+    latest_idle: Stamp,
+    /// Words made and not yet retired (at most [`MAX_WORDS`]).
+    words_live: usize,
     /// Waiters whose scopes all allow them but the global limit does not.
     global_queue: BTreeMap<OrderKey, TicketId>,
     rng: fastrand::Rng,
@@ -156,7 +161,9 @@ impl Scheduler {
             global: Arc::new(GlobalFlight::new(max_concurrency)),
             fast_allowed: true,
             word_owner: None,
-            last_one_scope: ScopeId::MAX,
+            fresh_scope: ScopeId::MAX,
+            latest_idle: Stamp::EARLIEST,
+            words_live: 0,
             global_queue: BTreeMap::new(),
             rng,
             dirty: Vec::new(),
@@ -212,6 +219,7 @@ impl Scheduler {
             .scopes
             .insert(ScopeEntry::new(ScopeState::new(key(), config, explicit, now)));
         self.index.insert(id, &self.scopes);
+        self.fresh_scope = id;
         id
     }
 

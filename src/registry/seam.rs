@@ -90,8 +90,8 @@ impl Registry {
     }
 
     /// Admits a request of the scope named `name` on its open word, if
-    /// this thread has the word cached and a lane is free; else how the
-    /// lock may use the word.
+    /// this thread has the word cached, or the registry's directory lists
+    /// it, and a lane is free; else how the lock may use the word.
     #[inline(always)]
     fn admit_unlocked(&self, name: &str) -> Result<(Arc<WordShard>, Scope), FastMode> {
         // No word yet (never, without words): the lock decides whether to
@@ -99,14 +99,17 @@ impl Registry {
         if !self.shared.global.words_exist() {
             return Err(FastMode::Join);
         }
-        match hot::admit(self.shared.uid, name) {
+        let found = match hot::admit(self.shared.uid, name) {
+            hot::Lookup::Missed => self.shared.words.admit(self.shared.uid, name),
+            cached => cached,
+        };
+        match found {
             hot::Lookup::Admitted(fast, key) => {
                 fast.metrics.sent(&key);
                 fast.metrics.in_flight(|| self.shared.global.in_flight());
                 Ok((fast, key))
             }
-            hot::Lookup::Refused => Err(FastMode::Open),
-            hot::Lookup::Missed => Err(FastMode::Join),
+            hot::Lookup::Refused | hot::Lookup::Missed => Err(FastMode::Join),
         }
     }
 

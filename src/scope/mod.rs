@@ -28,6 +28,7 @@
 
 pub(crate) mod handover;
 mod key_check;
+pub(crate) mod names;
 mod ready_made;
 mod resolver;
 

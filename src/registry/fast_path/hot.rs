@@ -1,7 +1,7 @@
 //! The open scopes a thread used last, per registry: see the parent
 //! module's "Finding the scope without the lock".
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use super::{FastScope, WordShard};
@@ -26,17 +26,19 @@ struct Hot {
 
 thread_local! {
     static HOT: RefCell<Hot> = RefCell::default();
+    /// The address of the word this thread last found in a directory.
+    static LAST_FOUND: Cell<usize> = const { Cell::new(0) };
 }
 
-/// What the thread's cache said.
+/// What the thread's cache, or the registry's directory, said.
 pub(crate) enum Lookup {
     /// Admitted on the scope's open word, on this shard; the thread's
     /// copy of its key.
     Admitted(Arc<WordShard>, Scope),
-    /// The thread has the scope's word, closed or full: the lock
-    /// decides, and may open it again.
+    /// The scope has a word, closed or full: the lock decides, and may
+    /// open it again.
     Refused,
-    /// Not cached.
+    /// No word found.
     Missed,
 }
 
@@ -52,19 +54,26 @@ pub(crate) fn admit(registry: u64, name: &str) -> Lookup {
             .flatten()
             .find(|(owner, _, key)| *owner == registry && key.as_str() == name);
         match cached {
-            Some((_, scope, key)) => match scope.admit() {
-                Some(shard) => {
-                    if super::logs_sends() {
-                        super::log_sent(key);
-                    }
-                    Lookup::Admitted(shard.clone(), key.clone())
-                }
-                None => Lookup::Refused,
-            },
+            Some((_, scope, key)) => admitted(scope, key),
             None => Lookup::Missed,
         }
     })
     .unwrap_or(Lookup::Missed)
+}
+
+/// Admits a request on `scope`'s word, found by the thread's cache or
+/// the registry's directory; `key` the copy of its key the request gets.
+#[inline(always)]
+pub(super) fn admitted(scope: &FastScope, key: &Scope) -> Lookup {
+    match scope.admit() {
+        Some(shard) => {
+            if super::logs_sends() {
+                super::log_sent(key);
+            }
+            Lookup::Admitted(shard.clone(), key.clone())
+        }
+        None => Lookup::Refused,
+    }
 }
 
 /// Whether a request for the scope named `name` of registry `registry`
@@ -82,6 +91,20 @@ pub(crate) fn would_admit(registry: u64, name: &str) -> bool {
             .is_some_and(|(_, scope, _)| scope.would_admit())
     })
     .unwrap_or(false)
+}
+
+/// Notes that this thread found `scope`, of registry `registry`, in the
+/// registry's directory: a word found twice in a row joins the thread's
+/// cache, where the next requests find it without touching the
+/// directory's lock or the word's shared key. A crawl going round many
+/// scopes never finds one twice in a row, and leaves the cache alone.
+#[inline(always)]
+pub(super) fn found_in_directory(registry: u64, scope: &Arc<FastScope>) {
+    let address = Arc::as_ptr(scope) as usize;
+    let again = LAST_FOUND.try_with(|last| last.replace(address) == address);
+    if again.unwrap_or(false) {
+        remember(registry, scope);
+    }
 }
 
 /// Caches `scope` of registry `registry` for this thread.

@@ -20,6 +20,7 @@ fn word(max: u32) -> (Arc<FastScope>, Arc<GlobalFlight>) {
         global: global.clone(),
         registry: Weak::new(),
         uid: 0,
+        directory: Default::default(),
         metrics: Metrics::default(),
     };
     (FastScope::new(0, Scope::new("example.com"), &owner), global)

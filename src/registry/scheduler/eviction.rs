@@ -16,12 +16,20 @@
 //! A candidate costs 8 bytes: the scope's slab id and the whole second at
 //! which it joined (seconds are enough to know when the front of the queue
 //! may have expired; the exact check uses the scope's own idle instant).
+//!
+//! A plain scope's lock-free word (see
+//! [`fast_path`](crate::registry::fast_path)) goes sooner than its scope:
+//! each word joins a second queue when it is made, and one idle for
+//! [`WORD_IDLE`] is retired, the scope kept. A word costs about 1.2 KB, so
+//! only scopes busy now keep one; a scope that gets busy again gets a new
+//! one (see `fast_admission`).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::{Scheduler, ScopeId};
+use crate::registry::fast_path::FastScope;
 use crate::time::{saturating_add, Stamp};
 
 /// Default time an idle scope is kept.
@@ -32,6 +40,11 @@ pub const DEFAULT_MAX_SCOPES: usize = 100_000;
 /// How many candidates one arriving request looks at, at most.
 const MAX_LOOKS: usize = 8;
 
+/// How long a word may stay idle (nothing in flight on it, nothing ended
+/// or admitted) before it is retired: 1 to 2 s in effect, as candidates
+/// count in whole seconds.
+pub(super) const WORD_IDLE: Duration = Duration::from_secs(1);
+
 /// The eviction settings and candidates of a scheduler.
 #[derive(Debug)]
 pub(crate) struct Eviction {
@@ -39,17 +52,26 @@ pub(crate) struct Eviction {
     pub(crate) max_scopes: usize,
     /// Idle scopes, each with the second it joined (so in that order); a
     /// scope is here at most once.
-    candidates: std::collections::VecDeque<Candidate>,
-    /// When the front candidate's `idle_ttl` may have passed, once
-    /// computed: every request asks, and the front rarely changes.
-    front_expires: Option<Instant>,
+    candidates: Queue,
+    /// Scopes with a word, each with the second it was made or last found
+    /// busy (so in that order), looked at after [`WORD_IDLE`].
+    words: Queue,
     /// Scopes evicted since the registry was built.
     pub(crate) evicted: u64,
     /// The due instant last told to the open words.
     published_due: Option<Instant>,
-    /// The front candidate when the due instant was last told (see
-    /// [`Scheduler::publish_eviction_due`]).
-    published_front: Option<Candidate>,
+    /// The front candidates (of scopes, of words) when the due instant was
+    /// last told (see [`Scheduler::publish_eviction_due`]).
+    published_fronts: (Option<Candidate>, Option<Candidate>),
+}
+
+/// A queue of candidates, oldest first.
+#[derive(Debug, Default)]
+struct Queue {
+    candidates: std::collections::VecDeque<Candidate>,
+    /// When the front candidate's time may have passed, once computed:
+    /// every request asks, and the front rarely changes.
+    front_expires: Option<Instant>,
 }
 
 /// An idle scope waiting for eviction: its id and the whole second (of a
@@ -78,7 +100,7 @@ impl Candidate {
     }
 }
 
-impl Eviction {
+impl Queue {
     fn push(&mut self, candidate: Candidate) {
         if self.candidates.is_empty() {
             self.front_expires = None;
@@ -91,23 +113,54 @@ impl Eviction {
         self.candidates.pop_front()
     }
 
-    /// When the front candidate's `idle_ttl` may have passed (`None`
-    /// without candidates).
-    fn front_due(&mut self) -> Option<Instant> {
+    fn len(&self) -> usize {
+        self.candidates.len()
+    }
+
+    fn front(&self) -> Option<Candidate> {
+        self.candidates.front().copied()
+    }
+
+    /// When the front candidate's `ttl` may have passed (`None` without
+    /// candidates).
+    fn front_due(&mut self, ttl: Duration) -> Option<Instant> {
         let front = self.candidates.front()?;
-        let ttl = self.idle_ttl;
         Some(*self.front_expires.get_or_insert_with(|| front.expires(ttl)))
+    }
+
+    /// Whether the front candidate (if any) surely joined less than `ttl`
+    /// before `now`.
+    #[inline]
+    fn front_is_fresh(&mut self, now: Instant, ttl: Duration) -> bool {
+        let Some(front) = self.candidates.front() else {
+            return true;
+        };
+        *self.front_expires.get_or_insert_with(|| front.expires(ttl)) > now
+    }
+}
+
+impl Eviction {
+    fn push(&mut self, candidate: Candidate) {
+        self.candidates.push(candidate);
+    }
+
+    fn pop(&mut self) -> Option<Candidate> {
+        self.candidates.pop()
     }
 
     /// Whether the front candidate (if any) surely joined less than
     /// `idle_ttl` before `now`.
     #[inline]
     fn front_is_fresh(&mut self, now: Instant) -> bool {
-        let Some(front) = self.candidates.front() else {
-            return true;
-        };
-        let ttl = self.idle_ttl;
-        *self.front_expires.get_or_insert_with(|| front.expires(ttl)) > now
+        self.candidates.front_is_fresh(now, self.idle_ttl)
+    }
+
+    /// When eviction work is next due: the earlier of the fronts' (`None`
+    /// without candidates).
+    fn due(&mut self) -> Option<Instant> {
+        let scopes = self.candidates.front_due(self.idle_ttl);
+        let words = self.words.front_due(WORD_IDLE);
+        scopes.into_iter().chain(words).min()
     }
 }
 
@@ -116,11 +169,11 @@ impl Eviction {
         Eviction {
             idle_ttl,
             max_scopes,
-            candidates: std::collections::VecDeque::new(),
-            front_expires: None,
+            candidates: Queue::default(),
+            words: Queue::default(),
             evicted: 0,
             published_due: None,
-            published_front: None,
+            published_fronts: (None, None),
         }
     }
 }
@@ -129,6 +182,7 @@ impl Scheduler {
     /// Notes that scope `id` may have become idle at `now`.
     #[inline]
     pub(super) fn note_if_idle(&mut self, id: ScopeId, now: Stamp) {
+        self.latest_idle = self.latest_idle.max(now);
         let Some(scope) = self.scopes.get_mut(id) else {
             return;
         };
@@ -169,10 +223,68 @@ impl Scheduler {
     pub(crate) fn evict_expired(&mut self, now: Instant) {
         debug_assert!(self.dirty.is_empty(), "eviction runs between operations");
         // The common case, checked inline: nothing has had its time.
-        if self.eviction.front_is_fresh(now) {
+        if self.eviction.front_is_fresh(now) && self.eviction.words.front_is_fresh(now, WORD_IDLE) {
             return;
         }
         self.evict_expired_candidates(now);
+        self.retire_idle_words(now);
+    }
+
+    /// Notes that scope `id` has a new word, at `now`: it is looked at
+    /// after [`WORD_IDLE`], and retired if idle by then.
+    pub(super) fn note_word_made(&mut self, id: ScopeId, now: Stamp) {
+        if let Some(candidate) = Candidate::new(id, now) {
+            self.eviction.words.push(candidate);
+        }
+    }
+
+    /// Retires the words idle for [`WORD_IDLE`], looking at a few
+    /// candidates at most; a busy one goes back to the end.
+    #[inline(never)]
+    fn retire_idle_words(&mut self, now: Instant) {
+        // Requests on words leave the scheduler's clock behind (see
+        // `fast_admission`): this work reads it.
+        self.latest_idle = self.latest_idle.max(Stamp::of(now));
+        for _ in 0..MAX_LOOKS {
+            if self.eviction.words.front_is_fresh(now, WORD_IDLE) {
+                return;
+            }
+            let Some(candidate) = self.eviction.words.pop() else {
+                return;
+            };
+            self.look_at_word(candidate.id as ScopeId, now);
+        }
+    }
+
+    /// Retires scope `id`'s word if nothing used it for [`WORD_IDLE`]
+    /// (the scope stays); else looks at it again later. A scope evicted
+    /// meanwhile, or whose word went, is forgotten here.
+    fn look_at_word(&mut self, id: ScopeId, now: Instant) {
+        let Some(scope) = self.scopes.get(id) else {
+            return;
+        };
+        let Some(word) = &scope.fast else {
+            return;
+        };
+        let last_used = word.last_end().max(word.opened_at());
+        let busy = word.in_flight() > 0
+            || scope.state.in_flight > 0
+            || last_used.is_some_and(|at| saturating_add(at.instant(), WORD_IDLE) > now);
+        if busy || !self.retire_word(id) {
+            self.note_word_made(id, Stamp::of(now));
+            return;
+        }
+        if let Some(word) = self.scopes[id].fast.take() {
+            self.forget_word(&word);
+        }
+    }
+
+    /// Takes retired `word` out of the directory and the count of words.
+    pub(super) fn forget_word(&mut self, word: &FastScope) {
+        self.words_live -= 1;
+        if let Some(owner) = &self.word_owner {
+            owner.directory.remove(word);
+        }
     }
 
     fn evict_expired_candidates(&mut self, now: Instant) {
@@ -194,18 +306,18 @@ impl Scheduler {
     /// compare while it stays.
     #[inline(always)]
     pub(super) fn publish_eviction_due(&mut self) {
-        let front = self.eviction.candidates.front().copied();
-        if front != self.eviction.published_front {
-            self.publish_front(front);
+        let fronts = (self.eviction.candidates.front(), self.eviction.words.front());
+        if fronts != self.eviction.published_fronts {
+            self.publish_fronts(fronts);
         }
     }
 
-    /// [`publish_eviction_due`](Self::publish_eviction_due) once the front
+    /// [`publish_eviction_due`](Self::publish_eviction_due) once a front
     /// candidate changed.
     #[inline(never)]
-    fn publish_front(&mut self, front: Option<Candidate>) {
-        self.eviction.published_front = front;
-        let due = self.eviction.front_due();
+    fn publish_fronts(&mut self, fronts: (Option<Candidate>, Option<Candidate>)) {
+        self.eviction.published_fronts = fronts;
+        let due = self.eviction.due();
         // Converted and written only when it moved.
         if due != self.eviction.published_due {
             self.eviction.published_due = due;
@@ -273,6 +385,9 @@ impl Scheduler {
         }
         self.index.remove(id, &self.scopes);
         let scope = self.scopes.remove(id);
+        if let Some(word) = &scope.fast {
+            self.forget_word(word);
+        }
         self.eviction.evicted += 1;
         self.metrics.evicted(&scope.state.key);
         tracing::trace!(

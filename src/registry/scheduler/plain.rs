@@ -4,20 +4,47 @@
 //! closes and adopts the requests of, or on a plain lane without a ticket.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::{Admission, FastMode, Scheduler, ScopeId};
-use crate::registry::fast_path::{hot, log_sent, logs_sends, FastScope, WordOwner, WordShard};
+use crate::registry::fast_path::{hot, log_sent, logs_sends, Directory, FastScope, WordOwner, WordShard};
 use crate::time::Stamp;
+
+/// The longest a plain scope may go without a request (from the last
+/// one's end) and still count as busy: asked for again within it, it gets
+/// a lock-free word (see [`Scheduler::fast_admission`]).
+pub(crate) const WORD_GAP: Duration = Duration::from_millis(250);
+
+/// Words a registry keeps at most: about 20 MB (a word is about 1.2 KB),
+/// reached only when that many plain scopes are each asked for again
+/// within [`WORD_GAP`]. Past it, busy scopes go through the lock.
+pub(crate) const MAX_WORDS: usize = 16_384;
+
+/// Whether a scope idle since `idle_since` (`None`: something in flight)
+/// has been so longer than [`WORD_GAP`] at `latest`, the latest instant a
+/// scope went idle.
+#[inline]
+fn is_quiet(idle_since: Option<Stamp>, latest: Stamp) -> bool {
+    idle_since.is_some_and(|since| since.after(WORD_GAP) < latest)
+}
 
 impl Scheduler {
     /// Admits a one-scope request of scope `id` on its lock-free word
-    /// when `mode` allows: an open word with a lane free, or a plain
+    /// when `mode` allows: an open word with a lane free, or a busy plain
     /// scope the scheduler holds nothing of, opened now. Otherwise the
     /// word is closed (the scheduler adopts what is in flight on it): the
-    /// request goes through the scheduler. Either way the scope is noted
-    /// as the last one asked for.
+    /// request goes through the scheduler.
+    ///
+    /// A scope is busy, and worth a word, when it is asked for again while
+    /// a request of it is in flight or before [`WORD_GAP`] passed since
+    /// the last one's end. A scope this request made gets no word, nor one
+    /// asked for now and then: a crawl that goes round its hosts slower
+    /// than that pays for none. (Time here is the latest instant a scope
+    /// went idle, so the request path reads no clock for it: a lone
+    /// client's scope, which nothing else moves past, stays busy.) Past
+    /// [`MAX_WORDS`] words, no scope gets one.
     #[inline(always)]
     pub(super) fn fast_admission(
         &mut self,
@@ -25,10 +52,14 @@ impl Scheduler {
         mode: FastMode,
         now: Instant,
     ) -> Option<Arc<WordShard>> {
-        let last = std::mem::replace(&mut self.last_one_scope, id);
-        // The common case, checked inline: a scope without a word, other
-        // than the last one.
-        if last != id && self.scopes[id].fast.is_none() {
+        let fresh = std::mem::replace(&mut self.fresh_scope, ScopeId::MAX) == id;
+        // The common cases, checked inline: a scope without a word that
+        // this request made, or that may not have one.
+        let entry = &self.scopes[id];
+        if entry.fast.is_none() && (fresh || !self.fast_allowed || !entry.state.is_plain_now()) {
+            return None;
+        }
+        if entry.fast.is_none() && is_quiet(entry.idle_since, self.latest_idle) {
             return None;
         }
         self.word_admission_or_close(id, mode, now)
@@ -87,7 +118,9 @@ impl Scheduler {
         let entry = &mut self.scopes[id];
         let open = entry.open_fast().is_some();
         if !open {
+            let made = entry.fast.is_none();
             let openable = self.fast_allowed
+                && !(made && self.words_live >= MAX_WORDS)
                 && !entry.has_waiters()
                 && entry.state.in_flight == 0
                 && entry.state.is_plain_now();
@@ -96,14 +129,24 @@ impl Scheduler {
             }
             let lanes = entry.state.config.concurrency.min(self.max_concurrency);
             let latency = entry.state.latency_value();
-            let fast = entry
-                .fast
-                .get_or_insert_with(|| FastScope::new(id, entry.state.key.clone(), owner));
-            if !fast.open(lanes, latency, Stamp::of(now)) {
+            let fast = entry.fast.get_or_insert_with(|| {
+                let word = FastScope::new(id, entry.state.key.clone(), owner);
+                owner.directory.insert(&word);
+                word
+            });
+            let stamp = Stamp::of(now);
+            let opened = fast.open(lanes, latency, stamp);
+            if made {
+                self.words_live += 1;
+                self.note_word_made(id, stamp);
+            }
+            if !opened {
                 return None;
             }
             self.global.note_word_opened();
         }
+        let entry = &self.scopes[id];
+        let owner = self.word_owner.as_ref()?;
         let fast = entry.fast.as_ref()?;
         let shard = fast.admit()?.clone();
         hot::remember(owner.uid, fast);
@@ -139,15 +182,19 @@ impl Scheduler {
 
     /// Lets plain scopes open words that reach `registry` (the registry
     /// that holds this scheduler) when they need its lock.
+    /// Lists them in `directory`, where requests find them without the
+    /// lock.
     pub(in crate::registry) fn with_word_owner(
         mut self,
         registry: std::sync::Weak<crate::registry::RegistryShared>,
         uid: u64,
+        directory: Arc<Directory>,
     ) -> Self {
         self.word_owner = Some(WordOwner {
             global: self.global.clone(),
             registry,
             uid,
+            directory,
             metrics: self.metrics,
         });
         self
