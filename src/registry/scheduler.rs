@@ -310,37 +310,6 @@ impl Scheduler {
         Admission::Ticket(id, admitted)
     }
 
-    /// Ends a request admitted on `fast`'s word after the word was closed
-    /// (the scheduler adopted it): as [`finish`](Self::finish) ends a
-    /// ticket on no lane.
-    pub(crate) fn finish_adopted(
-        &mut self,
-        fast: &WordShard,
-        outcome: Outcome,
-        departed_at: Option<Stamp>,
-        now: (Instant, Option<Stamp>),
-        wake: &mut WakeList,
-    ) {
-        let ours = self
-            .scopes
-            .get(fast.scope_id())
-            .and_then(|entry| entry.fast.as_deref())
-            .is_some_and(|word| word.owns(fast));
-        if !ours {
-            // Never: an adopted request keeps its scope from eviction. Its
-            // permit still goes back.
-            self.global.release();
-            return;
-        }
-        let seat = Seat {
-            scope: fast.scope_id(),
-            lane: usize::MAX,
-            cost: DEFAULT_COST,
-            before: SendsBefore::KEEP,
-        };
-        self.finish_unticketed(seat, outcome, departed_at, now, wake);
-    }
-
     /// After each operation: tells the open scopes whether requests wait
     /// for a global permit, lets them go if one was given back on an open
     /// word meanwhile (see [`GlobalFlight::publish_queued`]), and tells

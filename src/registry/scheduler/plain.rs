@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Admission, FastMode, Scheduler, ScopeId};
+use super::{Admission, FastMode, Outcome, Scheduler, ScopeId, WakeList};
 use crate::registry::fast_path::{hot, log_sent, logs_sends, Directory, FastScope, WordOwner, WordShard};
+use crate::registry::ticket::{Seat, SendsBefore};
+use crate::scope::DEFAULT_COST;
 use crate::time::Stamp;
 
 /// The longest a plain scope may go without a request (from the last
@@ -156,6 +158,37 @@ impl Scheduler {
         }
         self.note_open(id, now);
         Some(shard)
+    }
+
+    /// Ends a request admitted on `fast`'s word after the word was closed
+    /// (the scheduler adopted it): as [`finish`](Self::finish) ends a
+    /// ticket on no lane.
+    pub(crate) fn finish_adopted(
+        &mut self,
+        fast: &WordShard,
+        outcome: Outcome,
+        departed_at: Option<Stamp>,
+        now: (Instant, Option<Stamp>),
+        wake: &mut WakeList,
+    ) {
+        let ours = self
+            .scopes
+            .get(fast.scope_id())
+            .and_then(|entry| entry.fast.as_deref())
+            .is_some_and(|word| word.owns(fast));
+        if !ours {
+            // Never: an adopted request keeps its scope from eviction. Its
+            // permit still goes back.
+            self.global.release();
+            return;
+        }
+        let seat = Seat {
+            scope: fast.scope_id(),
+            lane: usize::MAX,
+            cost: DEFAULT_COST,
+            before: SendsBefore::KEEP,
+        };
+        self.finish_unticketed(seat, outcome, departed_at, now, wake);
     }
 
     /// An open scope is an eviction candidate from its first admission on
