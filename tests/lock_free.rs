@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tower::{Service, ServiceExt};
-use tower_throttle::{Registry, ScopeConfig, ThrottleLayer};
+use tower_throttle::{Registry, ScopeConfig, Scopes, ThrottleLayer};
 
 mod support;
 use support::Calls;
@@ -51,11 +51,37 @@ where
     B: Send + 'static,
     S::Future: Send,
 {
+    spawn_request(client, get(uri))
+}
+
+/// Sends `request` through `client` in a task of its own.
+fn spawn_request<S, B>(client: &S, request: http::Request<()>) -> tokio::task::JoinHandle<()>
+where
+    S: Service<http::Request<()>, Response = http::Response<B>, Error = Infallible> + Clone + Send + 'static,
+    B: Send + 'static,
+    S::Future: Send,
+{
     let client = client.clone();
-    let request = get(uri);
     tokio::spawn(async move {
         client.oneshot(request).await.unwrap();
     })
+}
+
+/// A request for `uri` of two scopes: its host's, and one beside it
+/// (`api.<host>`), as a resolver that gives each request two scopes does.
+fn of_two(uri: &str) -> http::Request<()> {
+    let mut request = get(uri);
+    let host = request.uri().host().unwrap().to_owned();
+    let scopes = Scopes::from([host.clone(), format!("api.{host}")]);
+    request.extensions_mut().insert(scopes);
+    request
+}
+
+/// A request for `uri` of the one scope `scope`.
+fn of_one(uri: &str, scope: &str) -> http::Request<()> {
+    let mut request = get(uri);
+    request.extensions_mut().insert(Scopes::from(scope));
+    request
 }
 
 /// Two requests one after the other: the second opens the scope's word
@@ -65,12 +91,19 @@ where
     S: Service<http::Request<()>, Response = http::Response<B>, Error = Infallible> + Clone,
     B: Send + 'static,
 {
+    warm_by(client, || get(&format!("http://{host}/warm"))).await;
+}
+
+/// Two requests that `request` makes, one after the other: the second
+/// opens (or makes) its scopes' words, each asked for again, so later
+/// ones go on them.
+async fn warm_by<S, B>(client: &S, request: impl Fn() -> http::Request<()>)
+where
+    S: Service<http::Request<()>, Response = http::Response<B>, Error = Infallible> + Clone,
+    B: Send + 'static,
+{
     for _ in 0..2 {
-        client
-            .clone()
-            .oneshot(get(&format!("http://{host}/warm")))
-            .await
-            .unwrap();
+        client.clone().oneshot(request()).await.unwrap();
     }
 }
 
@@ -428,4 +461,122 @@ async fn the_feedback_layers_keep_the_word_open_for_successes_and_close_it_on_a_
         "a backoff delay after the 503's send: {gap:?} for {delay:?}"
     );
     assert_eq!(registry.scope_stats("a.test").unwrap().sent, 9);
+}
+
+/// The locks requests of two scopes took after the warm-up, the in-flight
+/// counts (each scope's, the registry's) while two were in flight, and the
+/// scopes' stats at the end.
+async fn requests_of_two(lock_free: bool) -> (Option<u64>, [u32; 3], [tower_throttle::ScopeStats; 2]) {
+    // Lanes enough that both requests in flight at once are on this
+    // thread's shard of each word, whose latency average is then the
+    // scope's, exactly as under the lock.
+    let registry = registry(lock_free, 32, 16);
+    let calls = Calls::default();
+    let client = support::timed_client(&registry, Instant::now(), &calls, path);
+    warm_by(&client, || of_two("http://a.test/warm")).await;
+    let before = registry.debug_lock_count();
+    let tasks = [
+        spawn_request(&client, of_two("http://a.test/1?ms=100")),
+        spawn_request(&client, of_two("http://a.test/2?ms=100")),
+    ];
+    tokio::time::sleep(10 * MS).await;
+    let in_flight = |scope| registry.scope_stats(scope).unwrap().in_flight;
+    let during = [
+        in_flight("a.test"),
+        in_flight("api.a.test"),
+        registry.stats().in_flight,
+    ];
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for i in 0..8 {
+        let request = of_two(&format!("http://a.test/{i}?ms={}", 5 + i));
+        client.clone().oneshot(request).await.unwrap();
+    }
+    // The three reads of the stats above took the lock.
+    let locks = before.map(|before| registry.debug_lock_count().unwrap() - before - 3);
+    let stats = ["a.test", "api.a.test"].map(|scope| registry.scope_stats(scope).unwrap());
+    (locks, during, stats)
+}
+
+/// Requests of two busy plain scopes admit and end on both scopes' words
+/// without the lock, and count in both scopes' stats as they do under it.
+#[tokio::test(start_paused = true)]
+async fn requests_of_two_busy_plain_scopes_admit_and_end_without_the_lock() {
+    let (locks, during, stats) = requests_of_two(true).await;
+    let (locks_before, during_before, stats_before) = requests_of_two(false).await;
+    match (locks, locks_before) {
+        // Without the words each request takes the lock twice.
+        (Some(locks), Some(before)) => assert_eq!((locks, before), (0, 20)),
+        _ => eprintln!("lock counts skipped: the registry counts its locks in debug builds only"),
+    }
+    assert_eq!(during, [2, 2, 2]);
+    assert_eq!(during_before, during);
+    for (stats, before) in stats.iter().zip(&stats_before) {
+        assert_eq!((stats.sent, stats.in_flight), (12, 0));
+        assert_eq!((before.sent, before.in_flight), (12, 0));
+        assert_eq!(stats.latency, before.latency);
+        assert!(stats.latency.is_some());
+    }
+}
+
+/// A request of two scopes whose second scope has no lane free gives the
+/// lane it took on the first back, and waits under the lock like any
+/// other: the first scope counts nothing of it while it waits.
+#[tokio::test(start_paused = true)]
+async fn a_request_of_two_scopes_refused_by_the_second_gives_the_first_lane_back() {
+    let run = |lock_free| {
+        scenario(lock_free, 16, 4, |registry, start, calls| async move {
+            registry.set_scope("api.a.test", plain(1)).unwrap();
+            let client = support::timed_client(&registry, start, &calls, path);
+            warm_by(&client, || of_two("http://a.test/warm")).await;
+            let api = spawn_request(&client, of_one("http://a.test/api?ms=1000", "api.a.test"));
+            tokio::time::sleep(10 * MS).await;
+            let both = spawn_request(&client, of_two("http://a.test/both"));
+            tokio::time::sleep(10 * MS).await;
+            let in_flight = |scope| registry.scope_stats(scope).unwrap().in_flight;
+            assert_eq!((in_flight("a.test"), in_flight("api.a.test")), (0, 1));
+            assert_eq!(registry.stats().in_flight, 1);
+            for task in [api, both] {
+                task.await.unwrap();
+            }
+            assert_eq!(registry.stats().in_flight, 0);
+        })
+    };
+    let at = both_ways(run).await;
+    assert_eq!((at["/api"], at["/both"]), (Duration::ZERO, 1000 * MS));
+}
+
+/// A new delay on one of two scopes closes its word with requests of both
+/// in flight: that scope's word adopts them (they end there under the
+/// lock), the other's stays open (they end there on its word), and the
+/// next request waits for them as it would without the words.
+#[tokio::test(start_paused = true)]
+async fn a_new_delay_on_one_of_two_scopes_adopts_its_requests_there_only() {
+    let run = |lock_free| {
+        scenario(lock_free, 16, 4, |registry, start, calls| async move {
+            let client = support::timed_client(&registry, start, &calls, path);
+            warm_by(&client, || of_two("http://a.test/warm")).await;
+            let a = spawn_request(&client, of_two("http://a.test/a?ms=1000"));
+            let b = spawn_request(&client, of_two("http://a.test/b?ms=1000"));
+            tokio::time::sleep(100 * MS).await;
+            registry
+                .set_scope("api.a.test", plain(4).delay(Duration::from_millis(300)))
+                .unwrap();
+            tokio::time::sleep(100 * MS).await;
+            let c = spawn_request(&client, of_two("http://a.test/c"));
+            for task in [a, b, c] {
+                task.await.unwrap();
+            }
+            for scope in ["a.test", "api.a.test"] {
+                let stats = registry.scope_stats(scope).unwrap();
+                assert_eq!((stats.sent, stats.in_flight), (5, 0), "{scope}");
+            }
+            assert_eq!(registry.stats().in_flight, 0);
+        })
+    };
+    let at = both_ways(run).await;
+    assert_eq!((at["/a"], at["/b"]), (Duration::ZERO, Duration::ZERO));
+    // c goes as a and b end (the new delay runs from their sends).
+    assert_eq!(at["/c"], 1000 * MS);
 }

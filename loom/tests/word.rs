@@ -27,7 +27,7 @@ mod word;
 
 use std::time::Duration;
 
-use word::{moving_average, Closed, Ended, Permits, ScopeWord, Word};
+use word::{moving_average, take_two_lanes, Closed, Ended, Permits, ScopeWord, TwoLanes, Word};
 
 /// A close while requests end and are admitted on the word: every request
 /// admitted is ended on the open word or adopted by the close, exactly
@@ -277,5 +277,55 @@ fn closing_every_shard_adopts_each_request_on_any_of_them_exactly_once() {
             assert!(closed.moved, "the second shard's sample moved its average");
             assert_eq!(closed.latency, moving_average(0, Duration::from_nanos(40)));
         }
+    });
+}
+
+/// A request of two scopes takes a lane on the first scope's word, then
+/// on the second's, whose one lane is taken by a request that may end
+/// meanwhile; the scheduler closes the first word meanwhile. Every lane
+/// taken on the first word is given back once: on the open word, or by
+/// the scheduler, which adopted it (then the caller hears it as
+/// `FirstAdopted`, or, admitted, ends it as adopted), and a send counts
+/// on each word only for a request admitted on both.
+#[test]
+fn a_lane_taken_for_a_request_of_two_scopes_goes_back_once_open_or_adopted() {
+    loom::model(|| {
+        let words = Arc::new([ScopeWord::new(), ScopeWord::new()]);
+        assert!(words[0].open(2, 0));
+        assert!(words[1].open(1, 0));
+        // The second word's one lane, taken by a request in flight.
+        assert!(words[1].try_admit());
+        let ender = {
+            let words = words.clone();
+            thread::spawn(move || words[1].end(None, 1, None))
+        };
+        let request = {
+            let words = words.clone();
+            thread::spawn(move || {
+                let taken = take_two_lanes(&[&words[0]], &[&words[1]]);
+                // Admitted: the request ends on both words at once.
+                let ends = matches!(taken, TwoLanes::Taken(..))
+                    .then(|| (words[0].end(None, 2, None), words[1].end(None, 2, None)));
+                (taken, ends)
+            })
+        };
+        let closed = words[0].close();
+        let (taken, ends) = request.join().unwrap();
+        assert_eq!(ender.join().unwrap(), Ended::Open, "nobody closes the second word");
+        let ended_adopted = match (taken, ends) {
+            (TwoLanes::Taken(0, 0), Some((first, second))) => {
+                assert_eq!(second, Ended::Open);
+                first == Ended::Adopted
+            }
+            (TwoLanes::FirstAdopted(0), None) => true,
+            (TwoLanes::Refused, None) => false,
+            other => panic!("not a result of two one-word lists: {other:?}"),
+        };
+        assert_eq!(closed.in_flight == 1, ended_adopted, "adopted by the close = given back as adopted");
+        assert_eq!(words[0].in_flight(), 0);
+        assert_eq!(words[1].in_flight(), 0);
+        let admitted = u64::from(matches!(taken, TwoLanes::Taken(..)));
+        assert_eq!(closed.sent + words[0].sent(), admitted, "the first word's send: once, if admitted");
+        assert_eq!(words[1].sent(), 1 + admitted, "the second word's: the request in flight's, and this one's");
     });
 }

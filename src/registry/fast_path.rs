@@ -37,9 +37,24 @@
 //!
 //! The scheduler closes a scope whenever anything but a plain admission
 //! touches it: a waiter (lanes or the global limit full), a request with
-//! several scopes, feedback, a hold, a config change, the robots.txt
-//! delay, pacing. It opens it again at a plain admission once nothing of
-//! the scheduler's own is in flight there and nobody waits.
+//! more than two scopes (or two it could not admit on their words),
+//! feedback, a hold, a config change, the robots.txt delay, pacing. It
+//! opens it again at a plain admission once nothing of the scheduler's
+//! own is in flight there and nobody waits.
+//!
+//! # Requests of two scopes
+//!
+//! A request of two plain scopes (a host and its server's IP scope, a host
+//! and a scope of its own beside it) is admitted on both words at once
+//! ([`admit_two`]): one global permit, then a lane on the first scope's
+//! word, then one on the second's; if the second has none, the first lane
+//! goes back as a request that never left ends ([`word::take_two_lanes`]).
+//! A close of the first word in between adopts that lane, and the caller
+//! then finishes it under the lock, never sent. The request holds a shard
+//! of each word (a [`WordPair`], boxed so that a request's size does not
+//! grow) and ends on both: where a word was closed meanwhile, that word
+//! adopted it, and the lock finishes it in that scope only, giving its one
+//! global permit back once.
 //!
 //! # Shards: no line two threads write
 //!
@@ -165,6 +180,7 @@ use std::time::Duration;
 
 use self::atomic::{AtomicBool, AtomicU64, Ordering};
 pub(crate) use directory::Directory;
+pub(crate) use held::{admit_two, Held, TwoAdmission, WordPair};
 use shard::SHARDS;
 pub(crate) use statuses::StatusSet;
 pub(crate) use word::Ended;
@@ -177,6 +193,7 @@ use crate::scope::Scope;
 use crate::time::Stamp;
 
 mod directory;
+mod held;
 pub(crate) mod hot;
 pub(crate) mod places;
 #[cfg(test)]
@@ -544,6 +561,12 @@ impl FastScope {
         shard
     }
 
+    /// The shards' words, from the `home` shard on, in turn (the order
+    /// [`admit`](Self::admit) tries them in).
+    fn words_from(&self, home: usize) -> [&ScopeWord; SHARDS] {
+        std::array::from_fn(|step| &self.shards[(home + step) % SHARDS].state)
+    }
+
     /// [`admit`](Self::admit)'s lane past a full home shard: from the
     /// others, in turn.
     #[cold]
@@ -575,13 +598,6 @@ impl WordShard {
     /// The registry, unless it is gone (then nothing waits in it either).
     pub(crate) fn registry(&self) -> Option<Registry> {
         self.registry.upgrade().map(|shared| Registry { shared })
-    }
-
-    /// Ends a request whose registry is gone: its counts go back, and
-    /// nobody is left to wait for them.
-    pub(crate) fn end_orphaned(&self) {
-        let _ = self.state.end(None, 0, None);
-        let _ = self.release_permit();
     }
 
     /// Gives the request's global permit back, to the permits' shard of

@@ -239,7 +239,7 @@ use crate::scope::{handover, RequestHead, Scope, ScopeResolver, Scopes};
 use crate::store::StoreHandle;
 use crate::time::saturating_add;
 pub(crate) use fast_path::places::{PlaceHandle, QueuePlace, Reserved};
-pub(crate) use fast_path::WordShard;
+pub(crate) use fast_path::{Held, WordShard};
 pub(crate) use report::collect;
 pub(crate) use report::Collected;
 pub(crate) use scheduler::{Admission, Finishing, Outcome, Refusal, TicketId, TicketPoll};

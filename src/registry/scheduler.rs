@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::config::ScopeConfig;
 use super::configs::ConfigTable;
-use super::fast_path::{GlobalFlight, WordOwner, WordShard};
+use super::fast_path::{GlobalFlight, WordOwner, WordPair, WordShard};
 use super::metrics::Metrics;
 use super::scope_state::{Effective, ScopeCheck, ScopeState};
 use super::ticket::{HeldBy, OrderKey, Seat, Seats, SendsBefore, Status, TicketState, WaitedInScheduler};
@@ -51,8 +51,11 @@ pub(crate) enum FastMode {
 /// What queuing a request gave.
 #[derive(Debug)]
 pub(crate) enum Admission {
-    /// Admitted on the scope's open word: it ends there too.
+    /// Admitted on its scope's open word, or its two scopes': it ends
+    /// there too.
     Fast(Arc<WordShard>),
+    /// Admitted on its two scopes' open words: it ends there too.
+    FastTwo(WordPair),
     /// A ticket of the scheduler; admitted at once or not, as
     /// [`Scheduler::enqueue`] says.
     Ticket(TicketId, Option<bool>),
@@ -99,15 +102,11 @@ pub(crate) struct Scheduler {
     fast_allowed: bool,
     /// What a scope's word is made with (set once the registry exists).
     word_owner: Option<WordOwner>,
-    /// The scope the last lookup by name made, until a one-scope
-    /// admission reads it: a scope asked for the first time gets no word
-    /// (see `fast_admission`).
-    fresh_scope: ScopeId,
     /// The latest instant a scope was seen to go idle: the scheduler's
     /// clock for telling busy scopes from quiet ones without reading one
     /// (see `fast_admission`).
     latest_idle: Stamp,
-    /// Words made and not yet retired (at most [`MAX_WORDS`]).
+    /// Words made and not yet retired (at most [`MAX_WORDS`](plain::MAX_WORDS)).
     words_live: usize,
     /// Waiters whose scopes all allow them but the global limit does not.
     global_queue: BTreeMap<OrderKey, TicketId>,
@@ -161,7 +160,6 @@ impl Scheduler {
             global: Arc::new(GlobalFlight::new(max_concurrency)),
             fast_allowed: true,
             word_owner: None,
-            fresh_scope: ScopeId::MAX,
             latest_idle: Stamp::EARLIEST,
             words_live: 0,
             global_queue: BTreeMap::new(),
@@ -194,12 +192,6 @@ impl Scheduler {
     /// The scope `key`, created if the scheduler has not seen it, and
     /// marked busy at once, so that making room for another scope of the
     /// same request cannot evict it.
-    fn busy_scope_id(&mut self, key: &Scope, now: Instant) -> ScopeId {
-        let id = self.scope_id(key, now);
-        self.note_busy(id);
-        id
-    }
-
     fn scope_id(&mut self, key: &Scope, now: Instant) -> ScopeId {
         let id = self.scope_id_named(key.as_str(), || key.clone(), now);
         self.close_fast(id);
@@ -219,7 +211,6 @@ impl Scheduler {
             .scopes
             .insert(ScopeEntry::new(ScopeState::new(key(), config, explicit, now)));
         self.index.insert(id, &self.scopes);
-        self.fresh_scope = id;
         id
     }
 
@@ -266,10 +257,24 @@ impl Scheduler {
             let scope = self.scope_id_named(key.as_str(), || key.clone(), now);
             return self.enqueue_one(scope, cost, priority, mode, now, wake);
         }
-        let ids: Vec<(ScopeId, f64)> = scopes
-            .iter()
-            .map(|(scope, cost)| (self.busy_scope_id(scope, now), cost))
-            .collect();
+        // Each scope is marked busy as it is found, so that making the
+        // next cannot evict it; whether it is worth a word is read first.
+        let mut on_words = scopes.len() == 2 && mode == FastMode::Join;
+        let mut ids: Vec<(ScopeId, f64)> = Vec::with_capacity(scopes.len());
+        for (scope, cost) in scopes.iter() {
+            let id = self.scope_id_named(scope.as_str(), || scope.clone(), now);
+            on_words &= self.worth_a_word(id);
+            self.note_busy(id);
+            ids.push((id, cost));
+        }
+        if on_words {
+            if let Some(pair) = self.two_word_admission([ids[0].0, ids[1].0], now, wake) {
+                return Admission::FastTwo(pair);
+            }
+        }
+        for &(id, _) in &ids {
+            self.close_fast(id);
+        }
         let seats = Seats::from_iter(ids.iter().map(|&(scope, cost)| Seat {
             scope,
             lane: usize::MAX,

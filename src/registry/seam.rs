@@ -8,7 +8,7 @@ use std::task::Waker;
 
 use tokio::time::Instant;
 
-use super::fast_path::{hot, Ended, WordShard};
+use super::fast_path::{self, hot, Ended, FastScope, Held, TwoAdmission, WordPair, WordShard};
 use super::report::Collected;
 use super::scheduler::{Admission, FastMode, Finishing, Outcome, Scheduler, TicketId, TicketPoll};
 use super::ticket::WaitedInScheduler;
@@ -23,7 +23,7 @@ impl Registry {
     /// admission (its ticket, and whether it was admitted: then, whether
     /// its departure must be reported at once) and the request's scopes.
     /// A request of one busy plain scope may be admitted on the scope's
-    /// lock-free word instead (see [`fast_path`](super::fast_path)). With
+    /// lock-free word instead (see [`fast_path`]). With
     /// the built-in host resolver and a URI that names a host, the host's
     /// scope is found by name under the lock, and a scope already known
     /// costs no new key. A request that would wait is failed at once for
@@ -75,6 +75,10 @@ impl Registry {
                 Ok((fast, _)) => return Admission::Fast(fast),
                 Err(mode) => mode,
             },
+            2 => match self.admit_two_unlocked(scopes) {
+                Some(pair) => return Admission::FastTwo(pair),
+                None => FastMode::Join,
+            },
             _ => FastMode::Never,
         };
         let admission = self.with_scheduler(|scheduler, now, wake| {
@@ -111,6 +115,54 @@ impl Registry {
             }
             hot::Lookup::Refused | hot::Lookup::Missed => Err(FastMode::Join),
         }
+    }
+
+    /// Admits a request of two scopes on their open words, found as
+    /// [`admit_unlocked`](Self::admit_unlocked) finds one, if both have a
+    /// lane free (see [`fast_path::admit_two`]); else the lock decides.
+    fn admit_two_unlocked(&self, scopes: &Scopes) -> Option<WordPair> {
+        if !self.shared.global.words_exist() {
+            return None;
+        }
+        let mut keys = scopes.iter().map(|(key, _)| key);
+        let (a, b) = (keys.next()?, keys.next()?);
+        let words = (self.word_named(a.as_str())?, self.word_named(b.as_str())?);
+        if Arc::ptr_eq(&words.0, &words.1) {
+            return None;
+        }
+        match fast_path::admit_two(&words.0, &words.1) {
+            TwoAdmission::Admitted(held) => {
+                let metrics = held[0].metrics;
+                metrics.sent(a);
+                metrics.sent(b);
+                metrics.in_flight(|| self.shared.global.in_flight());
+                if fast_path::logs_sends() {
+                    fast_path::log_sent(a);
+                    fast_path::log_sent(b);
+                }
+                Some(held)
+            }
+            TwoAdmission::Refused => None,
+            TwoAdmission::FirstAdopted(shard) => {
+                // Never sent: it gives back what the scheduler counts.
+                self.with_scheduler(|scheduler, now, wake| {
+                    scheduler.finish_adopted(
+                        [Some(&shard), None],
+                        Outcome::NoResponse,
+                        None,
+                        (now, None),
+                        wake,
+                    )
+                });
+                None
+            }
+        }
+    }
+
+    /// The word of the scope named `name`: in this thread's cache, or the
+    /// registry's directory.
+    fn word_named(&self, name: &str) -> Option<Arc<FastScope>> {
+        hot::find(self.shared.uid, name).or_else(|| self.shared.words.find(name))
     }
 
     /// Polls waiting ticket `id`: admitted (and whether its departure must
@@ -152,7 +204,7 @@ impl Registry {
             collected,
         } = end;
         match (owner, timing) {
-            (EndOwner::Word(fast), timing) => {
+            (EndOwner::Word(held), timing) => {
                 // A transfer's end counts from its head, as the
                 // scheduler's lanes do: the word needs only its stamp.
                 let ended = match timing {
@@ -160,7 +212,7 @@ impl Registry {
                     EndTiming::FromHead(_, head) => (None, Some(head)),
                     EndTiming::Unread => (None, None),
                 };
-                Self::end_on_word(fast, outcome, departed_at, ended, collected)
+                Self::end_on_words(held, outcome, departed_at, ended, collected)
             }
             (EndOwner::Scheduler(registry, which), EndTiming::FromHead(head, stamp))
                 if collected.is_empty() =>
@@ -257,72 +309,141 @@ impl Registry {
         self.write_shared(writes);
     }
 
-    /// [`end`](Self::end) for a request admitted on `fast`'s word: on the
-    /// word alone while it is open and no feedback came; under the lock
-    /// (the word reaches its registry) when the scope was closed meanwhile
-    /// (the scheduler adopted the request), when requests wait for a
+    /// [`end`](Self::end) for a request admitted on words (`held`): on the
+    /// words alone while they are open and no feedback came; under the
+    /// lock (a word reaches its registry) when a word was closed meanwhile
+    /// (the scheduler adopted the request there), when requests wait for a
     /// global permit or eviction work is due, or to apply the feedback
     /// layers' reports first.
+    #[inline(always)]
+    fn end_on_words(
+        held: Held<'_>,
+        outcome: Outcome,
+        departed_at: Option<Stamp>,
+        ended: (Option<Instant>, Option<Stamp>),
+        collected: &[Collected],
+    ) {
+        if !collected.is_empty() {
+            return Self::end_on_words_with_reports(held, outcome, departed_at, ended.0, collected);
+        }
+        match held {
+            // A request of one scope, the common case, on its own path.
+            Held::One(fast) => Self::end_on_word(fast, outcome, departed_at, ended),
+            Held::Two(_) => Self::end_on_two_words(held, outcome, departed_at, ended),
+        }
+    }
+
+    /// [`end_on_words`](Self::end_on_words) for a request of one scope,
+    /// admitted on `fast`, without reports.
     fn end_on_word(
         fast: &WordShard,
         outcome: Outcome,
         departed_at: Option<Stamp>,
         (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
-        collected: &[Collected],
     ) {
-        if !collected.is_empty() {
-            match fast.registry() {
-                Some(registry) => registry.end_on_word_reported(fast, outcome, departed_at, ended, collected),
-                None => fast.end_orphaned(),
-            }
-            return;
-        }
-        // A transfer that ended after its head (no reading of the end, the
-        // head's stamp) reads the clock only if the lock is needed.
-        let stamp = match (ended_stamp, ended) {
-            (Some(stamp), _) => stamp,
-            (None, Some(ended)) => Stamp::of(ended),
-            (None, None) => Stamp::of(Instant::now()),
-        };
-        let now = || ended.unwrap_or_else(Instant::now);
-        let global = fast.global();
+        let stamp = end_stamp(ended, ended_stamp);
         match fast.end(departed_at, stamp, latency(outcome, departed_at, stamp)) {
-            Ended::Open => {
-                let waiters = fast.release_permit();
-                fast.metrics.in_flight(|| global.in_flight());
-                let due = global.eviction_due(stamp);
-                if !(waiters || due) {
-                    return;
-                }
-                if let Some(registry) = fast.registry() {
-                    // Every lock ends by serving the global queue: the
-                    // first waiter goes.
-                    registry.with_scheduler_at(Some(now()), |scheduler, now, _| {
-                        if due {
-                            // Requests on words take no lock, so the
-                            // eviction work arriving requests do under it
-                            // is theirs once it is due.
-                            scheduler.evict_expired(now);
-                        }
-                    });
-                }
+            Ended::Open => Self::ended_open(fast, stamp, ended),
+            Ended::Adopted => {
+                Self::finish_adopted_on(fast, [Some(fast), None], (outcome, departed_at), (stamp, ended))
             }
-            Ended::Adopted => match fast.registry() {
-                Some(registry) => registry.with_scheduler_at(Some(now()), |scheduler, now, wake| {
-                    scheduler.finish_adopted(fast, outcome, departed_at, (now, Some(stamp)), wake)
-                }),
-                None => {
-                    let _ = global.release();
-                }
-            },
         }
     }
 
-    /// [`end_on_word`](Self::end_on_word) with reports to apply first,
+    /// [`end_on_words`](Self::end_on_words) for a request of two scopes,
+    /// without reports.
+    #[inline(never)]
+    fn end_on_two_words(
+        held: Held<'_>,
+        outcome: Outcome,
+        departed_at: Option<Stamp>,
+        (ended, ended_stamp): (Option<Instant>, Option<Stamp>),
+    ) {
+        let stamp = end_stamp(ended, ended_stamp);
+        let adopted = held.end(departed_at, stamp, latency(outcome, departed_at, stamp));
+        match adopted.is_empty() {
+            true => Self::ended_open(held.first(), stamp, ended),
+            false => Self::finish_adopted_on(
+                held.first(),
+                adopted.shards(),
+                (outcome, departed_at),
+                (stamp, ended),
+            ),
+        }
+    }
+
+    /// After a request ended open on every word it held (`first` its first
+    /// scope's), at `stamp` (`ended`, if the caller read the clock): its
+    /// global permit goes back, and the lock is taken only to let a waiter
+    /// for one go, or once eviction work is due.
+    #[inline(always)]
+    fn ended_open(first: &WordShard, stamp: Stamp, ended: Option<Instant>) {
+        let global = first.global();
+        let waiters = first.release_permit();
+        first.metrics.in_flight(|| global.in_flight());
+        let due = global.eviction_due(stamp);
+        if !(waiters || due) {
+            return;
+        }
+        if let Some(registry) = first.registry() {
+            // Every lock ends by serving the global queue: the first
+            // waiter goes.
+            registry.with_scheduler_at(Some(ended.unwrap_or_else(Instant::now)), |scheduler, now, _| {
+                if due {
+                    // Requests on words take no lock, so the eviction
+                    // work arriving requests do under it is theirs once
+                    // it is due.
+                    scheduler.evict_expired(now);
+                }
+            });
+        }
+    }
+
+    /// Finishes under the lock a request that words closed meanwhile
+    /// adopted (`adopted`: its shards there; `first` its first scope's),
+    /// which gives back its global permit too.
+    #[cold]
+    fn finish_adopted_on(
+        first: &WordShard,
+        adopted: [Option<&WordShard>; 2],
+        (outcome, departed_at): (Outcome, Option<Stamp>),
+        (stamp, ended): (Stamp, Option<Instant>),
+    ) {
+        match first.registry() {
+            Some(registry) => registry.with_scheduler_at(
+                Some(ended.unwrap_or_else(Instant::now)),
+                |scheduler, now, wake| {
+                    scheduler.finish_adopted(adopted, outcome, departed_at, (now, Some(stamp)), wake)
+                },
+            ),
+            None => {
+                let _ = first.global().release();
+            }
+        }
+    }
+
+    /// [`end_on_words`](Self::end_on_words) with the feedback layers'
+    /// reports to apply first, under the lock (or, with the registry gone,
+    /// nothing to apply them to).
+    #[cold]
+    fn end_on_words_with_reports(
+        held: Held<'_>,
+        outcome: Outcome,
+        departed_at: Option<Stamp>,
+        ended: Option<Instant>,
+        collected: &[Collected],
+    ) {
+        match held.first().registry() {
+            Some(registry) => registry.end_on_words_reported(held, outcome, departed_at, ended, collected),
+            None => held.end_orphaned(),
+        }
+    }
+
+    /// [`end_on_words`](Self::end_on_words) with reports to apply first,
     /// under the lock.
-    fn end_on_word_reported(
+    fn end_on_words_reported(
         &self,
-        fast: &WordShard,
+        held: Held<'_>,
         outcome: Outcome,
         departed_at: Option<Stamp>,
         ended: Option<Instant>,
@@ -332,13 +453,11 @@ impl Registry {
         self.with_scheduler_at(ended, |scheduler, now, wake| {
             self.apply_collected(scheduler, collected, (now, wake), &mut writes);
             let stamp = Stamp::of(now);
-            match fast.end(departed_at, stamp, latency(outcome, departed_at, stamp)) {
-                Ended::Open => {
-                    let _ = self.shared.global.release();
-                }
-                Ended::Adopted => {
-                    scheduler.finish_adopted(fast, outcome, departed_at, (now, Some(stamp)), wake)
-                }
+            let adopted = held.end(departed_at, stamp, latency(outcome, departed_at, stamp));
+            if adopted.is_empty() {
+                let _ = self.shared.global.release();
+            } else {
+                scheduler.finish_adopted(adopted.shards(), outcome, departed_at, (now, Some(stamp)), wake)
             }
         });
         self.write_shared(writes);
@@ -361,6 +480,18 @@ impl Registry {
         if !stale.is_empty() {
             self.refresh_learnt(stale);
         }
+    }
+}
+
+/// The stamp of a request's end: the caller's, or that of its reading
+/// `ended`; with neither (a transfer that ended after its head, counted
+/// from it), the clock's now.
+#[inline(always)]
+fn end_stamp(ended: Option<Instant>, ended_stamp: Option<Stamp>) -> Stamp {
+    match (ended_stamp, ended) {
+        (Some(stamp), _) => stamp,
+        (None, Some(ended)) => Stamp::of(ended),
+        (None, None) => Stamp::of(Instant::now()),
     }
 }
 
@@ -397,9 +528,9 @@ pub(crate) struct RequestEnd<'a> {
 
 /// Who holds a request that ends.
 pub(crate) enum EndOwner<'a> {
-    /// Admitted on this scope's lock-free word, where it ends too (the
-    /// word reaches its registry when the lock is needed).
-    Word(&'a WordShard),
+    /// Admitted on its scopes' lock-free words, where it ends too (a word
+    /// reaches its registry when the lock is needed).
+    Word(Held<'a>),
     /// A ticket of this registry's scheduler, or a plain lane of it.
     Scheduler(&'a Registry, Finishing),
 }

@@ -14,8 +14,8 @@ use super::lease::HeldLease;
 use super::wake_timer::WakeTimer;
 use crate::departure::stamp::WriteStamp;
 use crate::registry::{
-    Admission, Asked, Collected, EndOwner, EndTiming, Finishing, Outcome, QueuePlace, Refusal, Registry,
-    RequestBound, RequestEnd, Reserved, TicketId, TicketPoll, WordShard,
+    Admission, Asked, Collected, EndOwner, EndTiming, Finishing, Held, Outcome, QueuePlace, Refusal,
+    Registry, RequestBound, RequestEnd, Reserved, TicketId, TicketPoll, WordShard,
 };
 use crate::scope::{Priority, Scopes};
 use crate::store::{
@@ -56,6 +56,8 @@ enum Owner {
     /// lock is needed, so the request holds no `Registry`, whose count
     /// every core would write.
     Word(Arc<WordShard>),
+    /// Admitted on its two scopes' lock-free words, one shard of each.
+    Words(Box<[Arc<WordShard>; 2]>),
 }
 
 /// Where a request stands, as its own future knows it. (The queue place
@@ -122,6 +124,7 @@ impl Ticket {
         let (id, admitted, owner) = match admission {
             // No ticket of the scheduler's: an id it never gives.
             Admission::Fast(fast) => (TicketId::MAX, Some(false), Owner::Word(fast)),
+            Admission::FastTwo(pair) => (TicketId::MAX, Some(false), Owner::Words(pair)),
             Admission::Ticket(id, admitted) => (id, admitted, Owner::Scheduler(handle.clone())),
             // Nothing to report early: a plain scope has no gap.
             Admission::Plain(scope, lane) => (scope, Some(false), Owner::Plain(handle.clone(), lane)),
@@ -204,6 +207,7 @@ impl Ticket {
         match &self.owner {
             Owner::Scheduler(handle) | Owner::Plain(handle, _) => handle.registry().id(),
             Owner::Word(fast) => fast.registry_id(),
+            Owner::Words(fast) => fast[0].registry_id(),
         }
     }
 
@@ -213,6 +217,7 @@ impl Ticket {
         match &self.owner {
             Owner::Scheduler(handle) | Owner::Plain(handle, _) => Some(handle.registry().clone()),
             Owner::Word(fast) => fast.registry(),
+            Owner::Words(fast) => fast[0].registry(),
         }
     }
 
@@ -221,7 +226,7 @@ impl Ticket {
     fn registry(&self) -> Option<&Registry> {
         match &self.owner {
             Owner::Scheduler(handle) => Some(handle.registry()),
-            Owner::Plain(..) | Owner::Word(_) => None,
+            Owner::Plain(..) | Owner::Word(_) | Owner::Words(_) => None,
         }
     }
 
@@ -486,7 +491,8 @@ impl Ticket {
             _ => EndTiming::Unread,
         };
         let owner = match &self.owner {
-            Owner::Word(fast) => EndOwner::Word(fast),
+            Owner::Word(fast) => EndOwner::Word(Held::One(fast)),
+            Owner::Words(fast) => EndOwner::Word(Held::Two(fast)),
             Owner::Scheduler(handle) => EndOwner::Scheduler(handle.registry(), Finishing::Ticket(self.id)),
             Owner::Plain(handle, lane) => {
                 EndOwner::Scheduler(handle.registry(), Finishing::Plain(self.id, *lane))
@@ -562,7 +568,7 @@ impl Ticket {
             Owner::Scheduler(handle) | Owner::Plain(handle, _) => {
                 handle.registry().apply_head_reports(collected)
             }
-            Owner::Word(fast) => match fast.registry() {
+            Owner::Word(_) | Owner::Words(_) => match self.registry_handle() {
                 Some(registry) => registry.apply_head_reports(collected),
                 None => self.apply_reports(collected),
             },
@@ -577,8 +583,8 @@ impl Ticket {
             Owner::Scheduler(handle) | Owner::Plain(handle, _) => {
                 handle.registry().apply_collected_now(collected)
             }
-            Owner::Word(fast) => {
-                if let Some(registry) = fast.registry() {
+            Owner::Word(_) | Owner::Words(_) => {
+                if let Some(registry) = self.registry_handle() {
                     registry.apply_collected_now(collected);
                 }
             }

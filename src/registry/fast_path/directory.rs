@@ -69,6 +69,11 @@ impl Directory {
         })
     }
 
+    /// The word of the scope named `name`, if listed.
+    pub(crate) fn find(&self, name: &str) -> Option<Arc<FastScope>> {
+        self.with_word(name, |word| word.cloned())
+    }
+
     /// Whether a request for the scope named `name` would be admitted on
     /// its word now (see [`FastScope::would_admit`]).
     pub(crate) fn would_admit(&self, name: &str) -> bool {

@@ -46,6 +46,22 @@ pub(crate) enum Lookup {
 /// on its open word, if this thread has it cached.
 #[inline]
 pub(crate) fn admit(registry: u64, name: &str) -> Lookup {
+    with_cached(registry, name, |cached| match cached {
+        Some((scope, key)) => admitted(scope, key),
+        None => Lookup::Missed,
+    })
+    .unwrap_or(Lookup::Missed)
+}
+
+/// Calls `f` with this thread's cached word of the scope named `name` of
+/// registry `registry` and its copy of the key, if cached (`None` while
+/// the thread is being torn down).
+#[inline(always)]
+fn with_cached<T>(
+    registry: u64,
+    name: &str,
+    f: impl FnOnce(Option<(&Arc<FastScope>, &Scope)>) -> T,
+) -> Option<T> {
     HOT.try_with(|hot| {
         let hot = hot.borrow();
         let cached = hot
@@ -53,12 +69,9 @@ pub(crate) fn admit(registry: u64, name: &str) -> Lookup {
             .iter()
             .flatten()
             .find(|(owner, _, key)| *owner == registry && key.as_str() == name);
-        match cached {
-            Some((_, scope, key)) => admitted(scope, key),
-            None => Lookup::Missed,
-        }
+        f(cached.map(|(_, scope, key)| (scope, key)))
     })
-    .unwrap_or(Lookup::Missed)
+    .ok()
 }
 
 /// Admits a request on `scope`'s word, found by the thread's cache or
@@ -76,19 +89,20 @@ pub(super) fn admitted(scope: &FastScope, key: &Scope) -> Lookup {
     }
 }
 
+/// The word of the scope named `name` of registry `registry`, if this
+/// thread has it cached.
+pub(crate) fn find(registry: u64, name: &str) -> Option<Arc<FastScope>> {
+    with_cached(registry, name, |cached| cached.map(|(scope, _)| scope.clone())).flatten()
+}
+
 /// Whether a request for the scope named `name` of registry `registry`
 /// would be admitted on its open word now (see
 /// [`FastScope::would_admit`]); false when this thread has no word of
 /// it cached, or the word is closed or full: then only the lock knows.
 #[inline]
 pub(crate) fn would_admit(registry: u64, name: &str) -> bool {
-    HOT.try_with(|hot| {
-        hot.borrow()
-            .slots
-            .iter()
-            .flatten()
-            .find(|(owner, _, key)| *owner == registry && key.as_str() == name)
-            .is_some_and(|(_, scope, _)| scope.would_admit())
+    with_cached(registry, name, |cached| {
+        cached.is_some_and(|(scope, _)| scope.would_admit())
     })
     .unwrap_or(false)
 }

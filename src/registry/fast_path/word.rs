@@ -290,9 +290,15 @@ impl ScopeWord {
     pub(crate) fn try_admit(&self) -> bool {
         let admitted = self.word.try_admit();
         if admitted {
-            self.sent.fetch_add(1, Ordering::Relaxed);
+            self.count_sent();
         }
         admitted
+    }
+
+    /// Counts a send admitted on the word (see [`take_two_lanes`]).
+    #[inline]
+    pub(crate) fn count_sent(&self) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Ends a request admitted on the word: its departure (if it left),
@@ -351,6 +357,49 @@ impl ScopeWord {
     pub(crate) fn last_end(&self) -> u64 {
         self.last_end.load(Ordering::Relaxed)
     }
+}
+
+/// What [`take_two_lanes`] gave.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TwoLanes {
+    /// A lane on each: the indices of the words, in their candidates.
+    Taken(usize, usize),
+    /// Nothing taken: a word of the first scope, or one of the second's,
+    /// had no lane free (the first's lane, taken, went back on its open
+    /// word).
+    Refused,
+    /// The second scope had no lane free, and the first's lane, taken on
+    /// its word at this index, was adopted by a close meanwhile: the
+    /// scheduler counts it in flight, and the caller finishes it under the
+    /// lock, never sent.
+    FirstAdopted(usize),
+}
+
+/// Takes a lane for a request of two scopes: on the first of `first`'s
+/// words with one free, then on the first of `second`'s (each scope's
+/// words in the order the caller tries its shards). When the second scope
+/// has none, the first's lane goes back, as a request that never left
+/// ends. A send is counted on each word only once both lanes are taken.
+///
+/// A close of either scope may come at any point: a lane taken before it
+/// is adopted, and either ends on its word as [`Ended::Adopted`] (the
+/// caller's end finishes it under the lock) or comes back here as
+/// [`TwoLanes::FirstAdopted`]. So every lane taken is given back once, on
+/// the open word or by the scheduler (`loom/tests/word.rs`).
+pub(crate) fn take_two_lanes(first: &[&ScopeWord], second: &[&ScopeWord]) -> TwoLanes {
+    let Some(one) = first.iter().position(|word| word.word.try_admit()) else {
+        return TwoLanes::Refused;
+    };
+    let Some(two) = second.iter().position(|word| word.word.try_admit()) else {
+        return match first[one].word.end() {
+            Ended::Open => TwoLanes::Refused,
+            Ended::Adopted => TwoLanes::FirstAdopted(one),
+        };
+    };
+    first[one].count_sent();
+    second[two].count_sent();
+    TwoLanes::Taken(one, two)
 }
 
 /// The scope's moving average (weight 1/5 for the newest sample, in

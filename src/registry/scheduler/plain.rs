@@ -9,7 +9,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Admission, FastMode, Outcome, Scheduler, ScopeId, WakeList};
-use crate::registry::fast_path::{hot, log_sent, logs_sends, Directory, FastScope, WordOwner, WordShard};
+use crate::registry::fast_path::{
+    admit_two, hot, log_sent, logs_sends, Directory, FastScope, TwoAdmission, WordOwner, WordPair, WordShard,
+};
 use crate::registry::ticket::{Seat, SendsBefore};
 use crate::scope::DEFAULT_COST;
 use crate::time::Stamp;
@@ -29,7 +31,10 @@ pub(crate) const MAX_WORDS: usize = 16_384;
 /// scope went idle.
 #[inline]
 fn is_quiet(idle_since: Option<Stamp>, latest: Stamp) -> bool {
-    idle_since.is_some_and(|since| since.after(WORD_GAP) < latest)
+    // On the stamps' values: a stamp is never within centuries of the
+    // top of its range, so the sum cannot overflow.
+    const GAP_NANOS: u64 = WORD_GAP.as_nanos() as u64;
+    idle_since.is_some_and(|since| since.value().saturating_add(GAP_NANOS) < latest.value())
 }
 
 impl Scheduler {
@@ -41,8 +46,8 @@ impl Scheduler {
     ///
     /// A scope is busy, and worth a word, when it is asked for again while
     /// a request of it is in flight or before [`WORD_GAP`] passed since
-    /// the last one's end. A scope this request made gets no word, nor one
-    /// asked for now and then: a crawl that goes round its hosts slower
+    /// the last one's end. A scope that never sent a request gets no word,
+    /// nor one asked for now and then: a crawl that goes round its hosts slower
     /// than that pays for none. (Time here is the latest instant a scope
     /// went idle, so the request path reads no clock for it: a lone
     /// client's scope, which nothing else moves past, stays busy.) Past
@@ -54,14 +59,17 @@ impl Scheduler {
         mode: FastMode,
         now: Instant,
     ) -> Option<Arc<WordShard>> {
-        let fresh = std::mem::replace(&mut self.fresh_scope, ScopeId::MAX) == id;
-        // The common cases, checked inline: a scope without a word that
-        // this request made, or that may not have one.
+        // The common cases, checked inline, a crawl's first: a scope
+        // without a word that is quiet, that never sent a request (this
+        // one made it, most likely), or that may not have one.
         let entry = &self.scopes[id];
-        if entry.fast.is_none() && (fresh || !self.fast_allowed || !entry.state.is_plain_now()) {
-            return None;
-        }
-        if entry.fast.is_none() && is_quiet(entry.idle_since, self.latest_idle) {
+        let no_word = || {
+            is_quiet(entry.idle_since, self.latest_idle)
+                || entry.state.sent == 0
+                || !self.fast_allowed
+                || !entry.state.is_plain_now()
+        };
+        if entry.fast.is_none() && no_word() {
             return None;
         }
         self.word_admission_or_close(id, mode, now)
@@ -113,43 +121,11 @@ impl Scheduler {
         mode: FastMode,
         now: Instant,
     ) -> Option<Arc<WordShard>> {
-        if mode == FastMode::Never {
+        if mode == FastMode::Never || !self.open_word(id, now) {
             return None;
         }
         let owner = self.word_owner.as_ref()?;
-        let entry = &mut self.scopes[id];
-        let open = entry.open_fast().is_some();
-        if !open {
-            let made = entry.fast.is_none();
-            let openable = self.fast_allowed
-                && !(made && self.words_live >= MAX_WORDS)
-                && !entry.has_waiters()
-                && entry.state.in_flight == 0
-                && entry.state.is_plain_now();
-            if !openable {
-                return None;
-            }
-            let lanes = entry.state.config.concurrency.min(self.max_concurrency);
-            let latency = entry.state.latency_value();
-            let fast = entry.fast.get_or_insert_with(|| {
-                let word = FastScope::new(id, entry.state.key.clone(), owner);
-                owner.directory.insert(&word);
-                word
-            });
-            let stamp = Stamp::of(now);
-            let opened = fast.open(lanes, latency, stamp);
-            if made {
-                self.words_live += 1;
-                self.note_word_made(id, stamp);
-            }
-            if !opened {
-                return None;
-            }
-            self.global.note_word_opened();
-        }
-        let entry = &self.scopes[id];
-        let owner = self.word_owner.as_ref()?;
-        let fast = entry.fast.as_ref()?;
+        let fast = self.scopes[id].fast.as_ref()?;
         let shard = fast.admit()?.clone();
         hot::remember(owner.uid, fast);
         self.metrics.sent(&fast.key);
@@ -160,35 +136,155 @@ impl Scheduler {
         Some(shard)
     }
 
-    /// Ends a request admitted on `fast`'s word after the word was closed
-    /// (the scheduler adopted it): as [`finish`](Self::finish) ends a
-    /// ticket on no lane.
+    /// Whether scope `id` has an open word now: open already, or opened
+    /// now (made first if it has none) when the scope is plain and the
+    /// scheduler holds nothing of it.
+    fn open_word(&mut self, id: ScopeId, now: Instant) -> bool {
+        let Some(owner) = self.word_owner.as_ref() else {
+            return false;
+        };
+        let entry = &mut self.scopes[id];
+        if entry.open_fast().is_some() {
+            return true;
+        }
+        let made = entry.fast.is_none();
+        let openable = self.fast_allowed
+            && !(made && self.words_live >= MAX_WORDS)
+            && !entry.has_waiters()
+            && entry.state.in_flight == 0
+            && entry.state.is_plain_now();
+        if !openable {
+            return false;
+        }
+        let lanes = entry.state.config.concurrency.min(self.max_concurrency);
+        let latency = entry.state.latency_value();
+        let fast = entry.fast.get_or_insert_with(|| {
+            let word = FastScope::new(id, entry.state.key.clone(), owner);
+            owner.directory.insert(&word);
+            word
+        });
+        let stamp = Stamp::of(now);
+        let opened = fast.open(lanes, latency, stamp);
+        if made {
+            self.words_live += 1;
+            self.note_word_made(id, stamp);
+        }
+        if opened {
+            self.global.note_word_opened();
+        }
+        opened
+    }
+
+    /// Whether scope `id`, just looked up for a request of several scopes,
+    /// is worth a word: it has one, or it is plain and busy (asked for
+    /// before, and not quiet: see [`fast_admission`](Self::fast_admission)).
+    pub(super) fn worth_a_word(&self, id: ScopeId) -> bool {
+        let entry = &self.scopes[id];
+        entry.fast.is_some()
+            || (self.fast_allowed
+                && entry.state.sent > 0
+                && entry.state.is_plain_now()
+                && !is_quiet(entry.idle_since, self.latest_idle))
+    }
+
+    /// Admits a request of the two scopes `ids` on their words, opened if
+    /// need be, when both may have one (see
+    /// [`worth_a_word`](Self::worth_a_word)); `None` otherwise: the caller
+    /// closes them and the request goes through the scheduler.
+    pub(super) fn two_word_admission(
+        &mut self,
+        ids: [ScopeId; 2],
+        now: Instant,
+        wake: &mut WakeList,
+    ) -> Option<WordPair> {
+        if ids[0] == ids[1] || !ids.iter().all(|&id| self.open_word(id, now)) {
+            return None;
+        }
+        let words = ids.map(|id| self.scopes[id].fast.clone());
+        let [Some(a), Some(b)] = &words else {
+            return None;
+        };
+        match admit_two(a, b) {
+            TwoAdmission::Admitted(held) => {
+                for (word, id) in [(a, ids[0]), (b, ids[1])] {
+                    self.metrics.sent(&word.key);
+                    if logs_sends() {
+                        log_sent(&word.key);
+                    }
+                    self.note_open(id, now);
+                }
+                Some(held)
+            }
+            TwoAdmission::Refused => None,
+            // Not under the lock, which closes words; but if it were, the
+            // request never left.
+            TwoAdmission::FirstAdopted(shard) => {
+                self.finish_adopted([Some(&shard), None], Outcome::NoResponse, None, (now, None), wake);
+                None
+            }
+        }
+    }
+
+    /// Ends a request admitted on words after some of them were closed
+    /// (the scheduler adopted it there): `adopted`, the shards it held on
+    /// those words. As [`finish`](Self::finish) ends a ticket on no lane,
+    /// in each of their scopes; its global permit goes back once.
     pub(crate) fn finish_adopted(
         &mut self,
-        fast: &WordShard,
+        adopted: [Option<&WordShard>; 2],
         outcome: Outcome,
         departed_at: Option<Stamp>,
         now: (Instant, Option<Stamp>),
         wake: &mut WakeList,
     ) {
-        let ours = self
-            .scopes
-            .get(fast.scope_id())
-            .and_then(|entry| entry.fast.as_deref())
-            .is_some_and(|word| word.owns(fast));
-        if !ours {
-            // Never: an adopted request keeps its scope from eviction. Its
-            // permit still goes back.
-            self.global.release();
-            return;
-        }
-        let seat = Seat {
-            scope: fast.scope_id(),
+        let ours = |shard: &&&WordShard| {
+            self.scopes
+                .get(shard.scope_id())
+                .and_then(|entry| entry.fast.as_deref())
+                .is_some_and(|word| word.owns(shard))
+        };
+        let seat = |shard: &&WordShard| Seat {
+            scope: shard.scope_id(),
             lane: usize::MAX,
             cost: DEFAULT_COST,
             before: SendsBefore::KEEP,
         };
-        self.finish_unticketed(seat, outcome, departed_at, now, wake);
+        // A request holds two words at most: no allocation.
+        let mut ours = adopted.iter().flatten().filter(ours).map(seat);
+        match [ours.next(), ours.next()] {
+            [Some(one), None] => self.finish_unticketed(one, outcome, departed_at, now, wake),
+            [Some(one), Some(two)] => {
+                self.finish_unticketed_pair([one, two], outcome, departed_at, now, wake)
+            }
+            // Never: an adopted request keeps its scope from eviction. Its
+            // permit still goes back.
+            [None, _] => {
+                self.global.release();
+            }
+        }
+    }
+
+    /// [`finish_unticketed`](Self::finish_unticketed) for a request of two
+    /// scopes adopted from both their words.
+    fn finish_unticketed_pair(
+        &mut self,
+        seats: [Seat; 2],
+        outcome: Outcome,
+        departed_at: Option<Stamp>,
+        (now, now_stamp): (Instant, Option<Stamp>),
+        wake: &mut WakeList,
+    ) {
+        let now_stamp = now_stamp.unwrap_or_else(|| Stamp::of(now));
+        self.release_seats(
+            &seats,
+            (outcome, false),
+            (departed_at, departed_at),
+            (now, now_stamp),
+            wake,
+        );
+        for seat in seats {
+            self.note_if_idle(seat.scope, now_stamp);
+        }
     }
 
     /// An open scope is an eviction candidate from its first admission on
