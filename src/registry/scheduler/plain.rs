@@ -31,8 +31,7 @@ pub(crate) const MAX_WORDS: usize = 16_384;
 /// scope went idle.
 #[inline]
 fn is_quiet(idle_since: Option<Stamp>, latest: Stamp) -> bool {
-    // On the stamps' values: a stamp is never within centuries of the
-    // top of its range, so the sum cannot overflow.
+    // On the stamps' values, which spares a conversion to durations.
     const GAP_NANOS: u64 = WORD_GAP.as_nanos() as u64;
     idle_since.is_some_and(|since| since.value().saturating_add(GAP_NANOS) < latest.value())
 }
@@ -47,8 +46,8 @@ impl Scheduler {
     /// A scope is busy, and worth a word, when it is asked for again while
     /// a request of it is in flight or before [`WORD_GAP`] passed since
     /// the last one's end. A scope that never sent a request gets no word,
-    /// nor one asked for now and then: a crawl that goes round its hosts slower
-    /// than that pays for none. (Time here is the latest instant a scope
+    /// nor one asked for now and then: a crawl that goes round its hosts
+    /// slower than that pays for none. (Time here is the latest instant a scope
     /// went idle, so the request path reads no clock for it: a lone
     /// client's scope, which nothing else moves past, stays busy.) Past
     /// [`MAX_WORDS`] words, no scope gets one.
