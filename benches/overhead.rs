@@ -14,7 +14,8 @@
 //! registry) for each workload of issue 26: `bare`, `one_scope`,
 //! `one_scope_delay0_c64`, `scopes_10k` and `multi_scope_2` (and
 //! `ip_scoped_10k`, a crawl behind `IpScopeLayer`: 10 000 hosts on 1 000
-//! servers, every request its host's scope and its server's), beside
+//! servers, every request its host's scope and its server's; and
+//! `ip_scoped_1`, an API client behind it: one host and its server), beside
 //! `governor_1_key` (governor's keyed check on one host, one limiter
 //! shared by both threads: the lock-free peer of the hot scope, whose
 //! speedup is what one shared key allows on this machine),
@@ -362,6 +363,9 @@ fn throttled_workloads<B: Clone>(
         ),
         workload("multi_scope_2", vec![two_scopes()], uris(SCALING_SCOPES)),
         workload("ip_scoped_10k", vec![ip_scoped()], uris(SCALING_SCOPES)),
+        // An API client behind `IpScopeLayer`: one host, each request its
+        // host's scope and its server's.
+        workload("ip_scoped_1", vec![ip_scoped()], uris(1)),
     ]
 }
 

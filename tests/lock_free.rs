@@ -580,3 +580,63 @@ async fn a_new_delay_on_one_of_two_scopes_adopts_its_requests_there_only() {
     // c goes as a and b end (the new delay runs from their sends).
     assert_eq!(at["/c"], 1000 * MS);
 }
+
+/// Requests of two scopes on their words, sent the way clients send them:
+/// more at once than the second scope has lanes, their responses collected
+/// before any body is read (and the bodies never read), and some futures
+/// dropped while they wait. None hangs, each goes when a lane is free, and
+/// everything they held goes back.
+#[tokio::test(start_paused = true)]
+async fn requests_of_two_scopes_sent_as_clients_send_them_end_and_give_everything_back() {
+    let registry = registry(true, 16, 4);
+    registry.set_scope("api.a.test", plain(2)).unwrap();
+    let calls = Calls::default();
+    let start = Instant::now();
+    let client = support::timed_client(&registry, start, &calls, path);
+    warm_by(&client, || of_two("http://a.test/warm")).await;
+    // Six at once on two lanes, 100 ms each: collected, bodies unread.
+    let requests = (0..6).map(|i| {
+        client
+            .clone()
+            .oneshot(of_two(&format!("http://a.test/{i}?ms=100")))
+    });
+    let responses: Vec<_> = futures::future::join_all(requests).await;
+    assert!(responses.iter().all(Result::is_ok));
+    assert_eq!(start.elapsed(), 300 * MS, "two at a time");
+    // Two hold both lanes; three more wait, and are dropped while they do.
+    let holders = [
+        spawn_request(&client, of_two("http://a.test/h1?ms=1000")),
+        spawn_request(&client, of_two("http://a.test/h2?ms=1000")),
+    ];
+    tokio::time::sleep(MS).await;
+    for i in 0..3 {
+        let waiting = client
+            .clone()
+            .oneshot(of_two(&format!("http://a.test/dropped{i}")));
+        let gave_up = tokio::time::timeout(10 * MS, waiting).await;
+        assert!(gave_up.is_err(), "no lane free: it waits");
+    }
+    for holder in holders {
+        holder.await.unwrap();
+    }
+    drop(responses);
+    assert_eq!((registry.stats().in_flight, registry.stats().waiting), (0, 0));
+    for scope in ["a.test", "api.a.test"] {
+        assert_eq!(registry.scope_stats(scope).unwrap().in_flight, 0, "{scope}");
+    }
+    // Nothing leaked: both lanes are free at once.
+    let before = Instant::now();
+    let last = [
+        spawn_request(&client, of_two("http://a.test/l1?ms=5")),
+        spawn_request(&client, of_two("http://a.test/l2?ms=5")),
+    ];
+    for task in last {
+        task.await.unwrap();
+    }
+    assert_eq!(before.elapsed(), 5 * MS);
+    let dropped = calls_of(&calls)
+        .iter()
+        .filter(|(path, _)| path.starts_with("/dropped"))
+        .count();
+    assert_eq!(dropped, 0, "a dropped future never reaches the service");
+}

@@ -99,8 +99,16 @@
 //!   second than one: issue 53). A word found here twice in a row by one
 //!   thread joins that thread's cache.
 //!
-//! A miss in both takes the lock, which may make or open the word. A word
-//! found closed, retired or full also sends the request to the lock.
+//! A request of two scopes looks for both words in the thread's cache,
+//! else in the directory, holding both tables' read locks (the lower
+//! table's first) while it admits: it takes no reference to either word,
+//! so two threads of an API client behind `IpScopeLayer` (one host, one
+//! server) write no count of the words' that the other reads. A pair
+//! found in the directory with the same first word twice in a row joins
+//! the thread's cache.
+//!
+//! A miss takes the lock, which may make or open the word. A word found
+//! closed, retired or full also sends the request to the lock.
 //!
 //! # When a word opens, and when it goes
 //!

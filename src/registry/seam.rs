@@ -8,7 +8,7 @@ use std::task::Waker;
 
 use tokio::time::Instant;
 
-use super::fast_path::{self, hot, Ended, FastScope, Held, TwoAdmission, WordPair, WordShard};
+use super::fast_path::{self, hot, Ended, Held, TwoAdmission, WordPair, WordShard};
 use super::report::Collected;
 use super::scheduler::{Admission, FastMode, Finishing, Outcome, Scheduler, TicketId, TicketPoll};
 use super::ticket::WaitedInScheduler;
@@ -126,11 +126,21 @@ impl Registry {
         }
         let mut keys = scopes.iter().map(|(key, _)| key);
         let (a, b) = (keys.next()?, keys.next()?);
-        let words = (self.word_named(a.as_str())?, self.word_named(b.as_str())?);
-        if Arc::ptr_eq(&words.0, &words.1) {
-            return None;
-        }
-        match fast_path::admit_two(&words.0, &words.1) {
+        let (uid, names) = (self.shared.uid, (a.as_str(), b.as_str()));
+        // This thread's cache first: a client of one host and its server
+        // writes nothing there that the other threads read.
+        let admission = hot::with_two(uid, names, fast_path::admit_two).unwrap_or_else(|| {
+            self.shared
+                .words
+                .with_two(names, |first, second| match (first, second) {
+                    (Some(first), Some(second)) => {
+                        hot::found_two_in_directory(uid, first, second);
+                        fast_path::admit_two(first, second)
+                    }
+                    _ => TwoAdmission::Refused,
+                })
+        });
+        match admission {
             TwoAdmission::Admitted(held) => {
                 let metrics = held[0].metrics;
                 metrics.sent(a);
@@ -157,12 +167,6 @@ impl Registry {
                 None
             }
         }
-    }
-
-    /// The word of the scope named `name`: in this thread's cache, or the
-    /// registry's directory.
-    fn word_named(&self, name: &str) -> Option<Arc<FastScope>> {
-        hot::find(self.shared.uid, name).or_else(|| self.shared.words.find(name))
     }
 
     /// Polls waiting ticket `id`: admitted (and whether its departure must

@@ -100,6 +100,10 @@ pub(crate) enum TwoAdmission {
 /// their open words: a global permit, then a lane on each, on this
 /// thread's home shards first (see [`word::take_two_lanes`]).
 pub(crate) fn admit_two(a: &FastScope, b: &FastScope) -> TwoAdmission {
+    if std::ptr::eq(a, b) {
+        // One scope named twice: the scheduler decides what that means.
+        return TwoAdmission::Refused;
+    }
     let permits = &a.shards[0].global.counts.permits;
     let home = shard::home();
     if !permits.try_take_at(home) {

@@ -89,10 +89,26 @@ pub(super) fn admitted(scope: &FastScope, key: &Scope) -> Lookup {
     }
 }
 
-/// The word of the scope named `name` of registry `registry`, if this
-/// thread has it cached.
-pub(crate) fn find(registry: u64, name: &str) -> Option<Arc<FastScope>> {
-    with_cached(registry, name, |cached| cached.map(|(scope, _)| scope.clone())).flatten()
+/// Calls `f` with this thread's cached words of the scopes named `a` and
+/// `b` of registry `registry`, if it has both (`None` otherwise).
+pub(crate) fn with_two<T>(
+    registry: u64,
+    (a, b): (&str, &str),
+    f: impl FnOnce(&FastScope, &FastScope) -> T,
+) -> Option<T> {
+    HOT.try_with(|hot| {
+        let hot = hot.borrow();
+        let find = |name: &str| {
+            hot.slots
+                .iter()
+                .flatten()
+                .find(|(owner, _, key)| *owner == registry && key.as_str() == name)
+                .map(|(_, scope, _)| scope)
+        };
+        Some(f(find(a)?, find(b)?))
+    })
+    .ok()
+    .flatten()
 }
 
 /// Whether a request for the scope named `name` of registry `registry`
@@ -114,11 +130,29 @@ pub(crate) fn would_admit(registry: u64, name: &str) -> bool {
 /// scopes never finds one twice in a row, and leaves the cache alone.
 #[inline(always)]
 pub(super) fn found_in_directory(registry: u64, scope: &Arc<FastScope>) {
-    let address = Arc::as_ptr(scope) as usize;
-    let again = LAST_FOUND.try_with(|last| last.replace(address) == address);
-    if again.unwrap_or(false) {
+    if found_again(scope) {
         remember(registry, scope);
     }
+}
+
+/// [`found_in_directory`] for the words of a request of two scopes: when
+/// the first was also the first found last time (an API client's host
+/// and its server, asked for again and again), both join the cache.
+pub(crate) fn found_two_in_directory(registry: u64, first: &Arc<FastScope>, second: &Arc<FastScope>) {
+    if found_again(first) {
+        remember(registry, first);
+        remember(registry, second);
+    }
+}
+
+/// Whether `scope` is the word this thread found in a directory last
+/// time; notes it as the last one.
+#[inline(always)]
+fn found_again(scope: &Arc<FastScope>) -> bool {
+    let address = Arc::as_ptr(scope) as usize;
+    LAST_FOUND
+        .try_with(|last| last.replace(address) == address)
+        .unwrap_or(false)
 }
 
 /// Caches `scope` of registry `registry` for this thread.
